@@ -1,0 +1,143 @@
+//! Command-line interface: the clap definitions and the dispatch from a
+//! parsed command to the module that does the work. `main` stays thin.
+//! (Field docs here are clap help text; the CLI is documented by `--help`.)
+#![allow(missing_docs)]
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{Tuning, fmt_duration};
+use crate::db::{self, DbTarget};
+
+/// PostgreSQL-coordinated stat collection for BF4PS.
+#[derive(Debug, Parser)]
+#[command(name = "bf4ps-ops", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub db: DbArgs,
+
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `bf4ps_ops=debug`).
+    #[arg(
+        long,
+        env = "BF4PS_LOG",
+        default_value = "info,sqlx=warn",
+        global = true
+    )]
+    pub log: String,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The database connection, shared by every subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL URL, e.g. postgres://bf4ps@127.0.0.1:5432/bf4ps.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+}
+
+impl DbArgs {
+    /// The parsed target, or a clear error when missing or malformed.
+    pub fn target(&self) -> Result<DbTarget, db::DbError> {
+        DbTarget::parse(self.database_url.as_deref())
+    }
+}
+
+/// Subcommands. (Parsed once per process, so variant size does not matter.)
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum Command {
+    /// Apply pending database migrations (advisory-locked, idempotent).
+    Migrate,
+    /// Validate the tuning configuration and print every effective value.
+    Config {
+        #[command(flatten)]
+        tuning: Tuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs a parsed command. Errors are returned with context for `main` to print.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Migrate => {
+            let target = cli.db.target()?;
+            let pool = target.connect(2).await?;
+            let report = db::migrate(&pool).await?;
+            if report.applied.is_empty() {
+                println!("database is up to date (migration {})", report.current);
+            } else {
+                let list: Vec<String> = report.applied.iter().map(|v| format!("{v:04}")).collect();
+                println!(
+                    "applied migration(s) {}; database is at migration {}",
+                    list.join(", "),
+                    report.current
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { tuning, json } => {
+            tuning.validate()?;
+            print_config(&tuning, json).context("printing configuration")?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
+    let d = |v: std::time::Duration| fmt_duration(v);
+    let rows: Vec<(&str, String)> = vec![
+        ("BF4PS_LEASE_DURATION", d(t.lease_duration)),
+        ("BF4PS_MAX_CLAIM_TO_START", d(t.max_claim_to_start)),
+        ("BF4PS_HEARTBEAT_INTERVAL", d(t.heartbeat_interval)),
+        ("BF4PS_HEARTBEAT_LOST_AFTER", d(t.heartbeat_lost_after)),
+        ("BF4PS_POLL_INTERVAL", d(t.poll_interval)),
+        ("BF4PS_RETRY_BASE_DELAY", d(t.retry_base_delay)),
+        ("BF4PS_RETRY_MAX_DELAY", d(t.retry_max_delay)),
+        ("BF4PS_RETRY_MAX_ATTEMPTS", t.retry_max_attempts.to_string()),
+        ("BF4PS_RETRY_JITTER", t.retry_jitter.to_string()),
+        ("BF4PS_GIVE_UP_DELAY", d(t.give_up_delay)),
+        ("BF4PS_UNAVAILABLE_RECHECK", d(t.unavailable_recheck)),
+        (
+            "BF4PS_FEEDER_TARGET_DEPTH",
+            t.feeder_target_depth.to_string(),
+        ),
+        (
+            "BF4PS_FEEDER_LOW_WATERMARK",
+            t.feeder_low_watermark.to_string(),
+        ),
+        ("BF4PS_FEEDER_INTERVAL", d(t.feeder_interval)),
+        ("BF4PS_RESOURCE_WEIGHTS", t.resource_weights.to_string()),
+        ("BF4PS_ACTIVE_WINDOW", d(t.active_window)),
+        ("BF4PS_RECENT_WINDOW", d(t.recent_window)),
+        ("BF4PS_ACTIVE_REFRESH", d(t.active_refresh)),
+        ("BF4PS_RECENT_REFRESH", d(t.recent_refresh)),
+        ("BF4PS_DORMANT_REFRESH", d(t.dormant_refresh)),
+        ("BF4PS_AGING_WEIGHT", t.aging_weight.to_string()),
+        ("BF4PS_ETA_WINDOW", d(t.eta_window)),
+        ("BF4PS_EGRESS_RATE", t.egress_rate.to_string()),
+        ("BF4PS_RETENTION", d(t.retention)),
+        ("BF4PS_RETENTION_BATCH", t.retention_batch.to_string()),
+        ("BF4PS_RETENTION_INTERVAL", d(t.retention_interval)),
+        ("BF4PS_PROJECTOR_BATCH", t.projector_batch.to_string()),
+        ("BF4PS_MONITOR_INTERVAL", d(t.monitor_interval)),
+        ("BF4PS_GAUGE_INTERVAL", d(t.gauge_interval)),
+    ];
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = rows
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&map)?);
+    } else {
+        for (k, v) in rows {
+            println!("{k:<28} {v}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,12 @@
+//! bf4ps-ops: PostgreSQL-coordinated stat collection for BF4PS.
+//!
+//! See `ARCHITECTURE.md` for the codemap and invariants.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod metrics;
+pub mod telemetry;

@@ -1,0 +1,243 @@
+//! The built binary: migrate behaviour and one-line errors for bad input.
+
+use std::process::Output;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::support::{TestDb, run_bin, url_with_database};
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Exits non-zero with exactly one `error:` line and no panic or backtrace.
+fn assert_one_line_error(out: &Output, expect: &str) {
+    let err = stderr(out);
+    assert!(
+        !out.status.success(),
+        "expected failure, got success; stderr: {err}"
+    );
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line on stderr, got:\n{err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(expect), "expected {expect:?} in {err:?}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
+}
+
+async fn migration_count(db: &TestDb) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = false)]
+async fn migrate_twice_is_a_noop(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let first = run_bin(&["migrate"], Some(&db.url));
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(
+        stdout(&first).contains("applied migration(s) 0001"),
+        "{}",
+        stdout(&first)
+    );
+    let known = bf4ps_ops::db::MIGRATOR.iter().count() as i64;
+    assert_eq!(migration_count(&db).await, known);
+
+    let second = run_bin(&["migrate"], Some(&db.url));
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert!(
+        stdout(&second).contains("database is up to date"),
+        "{}",
+        stdout(&second)
+    );
+    assert_eq!(migration_count(&db).await, known);
+    assert!(bf4ps_ops::db::migrations_current(&db.pool).await.unwrap());
+}
+
+#[sqlx::test(migrations = false)]
+async fn concurrent_migrates_apply_once(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let spawn = || {
+        crate::support::bin()
+            .arg("migrate")
+            .env("DATABASE_URL", &db.url)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(), spawn());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert!(b.status.success(), "{}", stderr(&b));
+    // Exactly one of them applied the migrations.
+    let applied = [&a, &b]
+        .iter()
+        .filter(|o| stdout(o).contains("applied migration(s)"))
+        .count();
+    assert_eq!(applied, 1, "a: {} b: {}", stdout(&a), stdout(&b));
+    let known = bf4ps_ops::db::MIGRATOR.iter().count() as i64;
+    assert_eq!(migration_count(&db).await, known);
+}
+
+#[sqlx::test]
+async fn edited_migration_is_a_clear_error(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    // Simulate a released migration whose file was edited afterwards.
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = '\\x00' WHERE version = 1")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let out = run_bin(&["migrate"], Some(&db.url));
+    assert_one_line_error(&out, "migration 1 was changed after it was applied");
+    assert!(!bf4ps_ops::db::migrations_current(&db.pool).await.unwrap());
+}
+
+#[sqlx::test]
+async fn database_from_the_future_is_a_clear_error(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (9999, 'future', true, '\\x00', 0)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let out = run_bin(&["migrate"], Some(&db.url));
+    assert_one_line_error(&out, "migration 9999, which this bf4ps-ops does not know");
+}
+
+#[test]
+fn missing_database_url() {
+    let out = run_bin(&["migrate"], None);
+    assert_one_line_error(
+        &out,
+        "no database configured: pass --database-url or set DATABASE_URL",
+    );
+}
+
+#[test]
+fn malformed_database_url() {
+    let out = run_bin(&["migrate"], Some("mysql://root@localhost/x"));
+    assert_one_line_error(&out, "is not a valid PostgreSQL URL");
+    let out = run_bin(
+        &[
+            "migrate",
+            "--database-url",
+            "postgres://u:hunter2@h:notaport/db",
+        ],
+        None,
+    );
+    assert_one_line_error(&out, "is not a valid PostgreSQL URL");
+    assert!(
+        !stderr(&out).contains("hunter2"),
+        "password leaked: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unreachable_server() {
+    let out = run_bin(
+        &["migrate"],
+        Some("postgres://postgres@127.0.0.1:1/postgres"),
+    );
+    assert_one_line_error(&out, "cannot reach PostgreSQL at 127.0.0.1:1");
+}
+
+#[test]
+fn missing_database() {
+    let url = url_with_database(&crate::support::master_url(), "bf4ps_it_does_not_exist");
+    let out = run_bin(&["migrate"], Some(&url));
+    assert_one_line_error(&out, "database \"bf4ps_it_does_not_exist\" does not exist");
+}
+
+#[sqlx::test(migrations = false)]
+async fn database_without_permission(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    // A login role that owns nothing: PostgreSQL 15 gives PUBLIC no CREATE on
+    // schema public, so migrating must fail with a permission error.
+    let role = format!("bf4ps_it_noperm_{}", std::process::id());
+    let create = format!(
+        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN \
+         CREATE ROLE {role} LOGIN PASSWORD 'noperm'; END IF; END$$"
+    );
+    sqlx::raw_sql(sqlx::AssertSqlSafe(create))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sqlx::raw_sql("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let host = rest.split_once('@').map(|(_, h)| h).unwrap_or(rest);
+    let url = format!("{scheme}://{role}:noperm@{host}");
+    let out = run_bin(&["migrate"], Some(&url));
+    assert_one_line_error(&out, "permission denied");
+}
+
+#[test]
+fn bad_config_values_name_the_setting() {
+    let out = run_bin(
+        &[
+            "config",
+            "--heartbeat-interval",
+            "10s",
+            "--heartbeat-lost-after",
+            "5s",
+        ],
+        None,
+    );
+    assert_one_line_error(
+        &out,
+        "invalid --heartbeat-lost-after (BF4PS_HEARTBEAT_LOST_AFTER): 5s must be greater than the \
+         heartbeat interval (10s)",
+    );
+    let mut cmd = crate::support::bin();
+    let out = cmd
+        .arg("config")
+        .env("BF4PS_EGRESS_RATE", "-3")
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "invalid --egress-rate (BF4PS_EGRESS_RATE)");
+    let out = crate::support::bin()
+        .args(["config"])
+        .env("BF4PS_RESOURCE_WEIGHTS", "detailed=1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("missing a weight for profile"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_bin(&["config", "--lease-duration", "soon"], None);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("expected a duration such as 500ms"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn config_prints_effective_values() {
+    let out = crate::support::bin()
+        .args(["config", "--json"])
+        .env("BF4PS_LEASE_DURATION", "90s")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["BF4PS_LEASE_DURATION"], "90s");
+    assert_eq!(v["BF4PS_RETENTION"], "180d");
+}

@@ -1,0 +1,123 @@
+//! Test scaffolding: a fresh database per test with a roomy pool, its URL for
+//! child processes and LISTEN connections, and deadline-bounded waiting.
+
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use bf4ps_ops::db::DbTarget;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// A test's own database.
+pub struct TestDb {
+    /// Pool with room for concurrent workers.
+    pub pool: PgPool,
+    /// URL of this database (for child processes).
+    pub url: String,
+    /// Parsed target (pool + listener options).
+    pub target: DbTarget,
+}
+
+/// The master URL the test run was given.
+pub fn master_url() -> String {
+    std::env::var("DATABASE_URL").expect("DATABASE_URL must be set (run scripts/test)")
+}
+
+/// `url` with its database name replaced.
+pub fn url_with_database(url: &str, database: &str) -> String {
+    let (head, query) = match url.split_once('?') {
+        Some((h, q)) => (h, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = head.find("://").map(|i| i + 3).unwrap_or(0);
+    let base = match head[scheme_end..].find('/') {
+        Some(i) => &head[..scheme_end + i],
+        None => head,
+    };
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+impl TestDb {
+    /// Wraps the database `#[sqlx::test]` created for this test.
+    pub async fn new(opts: PgConnectOptions) -> TestDb {
+        let name = opts.get_database().expect("test database name").to_owned();
+        let url = url_with_database(&master_url(), &name);
+        let target = DbTarget::parse(Some(&url)).expect("test URL parses");
+        let pool = PgPoolOptions::new()
+            .max_connections(24)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(opts)
+            .await
+            .expect("connect to the test database");
+        TestDb { pool, url, target }
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing the test after `deadline`.
+/// For conditions no signal announces (e.g. rows written by another process).
+pub async fn eventually<T, F, Fut>(deadline: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The built binary.
+pub fn bin() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_bf4ps-ops"))
+}
+
+/// Runs the binary to completion with `DATABASE_URL` unset unless given.
+pub fn run_bin(args: &[&str], database_url: Option<&str>) -> std::process::Output {
+    let mut cmd = bin();
+    cmd.args(args)
+        .env_remove("DATABASE_URL")
+        .env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BF4PS_") {
+            cmd.env_remove(k);
+        }
+    }
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    cmd.output().expect("run bf4ps-ops")
+}
+
+#[test]
+fn url_database_is_replaced() {
+    assert_eq!(
+        url_with_database("postgres://u@h:5432/master?sslmode=disable", "t1"),
+        "postgres://u@h:5432/t1?sslmode=disable"
+    );
+    assert_eq!(
+        url_with_database("postgres://u@h:5432", "t1"),
+        "postgres://u@h:5432/t1"
+    );
+}
+
+/// Runs test-scaffolding SQL (possibly several statements) built at runtime.
+pub async fn exec<'e, E>(executor: E, sql: impl Into<String>) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.into()))
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
