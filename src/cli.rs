@@ -60,6 +60,18 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
+    Bench {
+        /// Benchmark name, or `all`.
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::bench::names()))]
+        name: String,
+        /// One JSON object per line and scenario.
+        #[arg(long)]
+        json: bool,
+        /// Smaller samples (smoke runs).
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to print.
@@ -79,6 +91,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     report.current
                 );
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { name, json, quick } => {
+            let ctx = crate::bench::Ctx {
+                target: cli.db.target()?,
+                quick,
+            };
+            crate::bench::run(&ctx, &name, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { tuning, json } => {

@@ -1,0 +1,237 @@
+//! Benchmarks: `bf4ps-ops bench NAME|all [--json] [--quick]`.
+//!
+//! Each benchmark creates its own scratch database(s) on the server named by
+//! `DATABASE_URL` (`bf4ps_bench_<pid>_<n>`), drops them when done, and never
+//! touches any other database. Results are [`Report`]s: a human table, or one
+//! JSON object per line and scenario with `--json`. Figure keys end in their
+//! unit (`_ms`, `_s`, `_per_s`, `_bytes`, `_ratio`).
+//!
+//! Adding a benchmark: write `src/bench/<name>.rs` with
+//! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
+//! in [`BENCHES`] and add its arm to `run_one`.
+
+pub mod reference;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::db::{DbError, DbTarget};
+
+/// A failed benchmark run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Database set-up or connection failure.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// A query failed mid-benchmark.
+    #[error("benchmark query failed: {0}")]
+    Query(#[from] sqlx::Error),
+    /// Anything else (process, HTTP, invariant violated during the run).
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One scenario's result.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    /// Benchmark name, e.g. `wake`.
+    pub name: String,
+    /// Scenario parameters.
+    pub params: serde_json::Value,
+    /// Figures; keys end in their unit.
+    pub figures: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Report {
+    /// A report with no figures yet.
+    pub fn new(name: &str, params: serde_json::Value) -> Report {
+        Report {
+            name: name.to_owned(),
+            params,
+            figures: serde_json::Map::new(),
+        }
+    }
+
+    /// Adds a figure, rounded to 4 significant digits (integers from 1000 on).
+    pub fn figure(mut self, key: &str, value: f64) -> Report {
+        let rounded = if value == 0.0 || !value.is_finite() || value.abs() >= 1000.0 {
+            value.round()
+        } else {
+            let decimals = 3 - value.abs().log10().floor() as i32;
+            let scale = 10f64.powi(decimals);
+            (value * scale).round() / scale
+        };
+        self.figures
+            .insert(key.to_owned(), serde_json::json!(rounded));
+        self
+    }
+
+    /// Prints as one JSON line or as a human-readable block.
+    pub fn print(&self, json: bool) {
+        if json {
+            println!("{}", serde_json::to_string(self).unwrap_or_default());
+            return;
+        }
+        let params = match &self.params {
+            serde_json::Value::Object(m) if !m.is_empty() => m
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.to_string().trim_matches('"')))
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => String::new(),
+        };
+        println!("{:<18} {params}", self.name);
+        for (k, v) in &self.figures {
+            println!("    {k:<28} {v}");
+        }
+    }
+}
+
+/// Shared context of a benchmark run.
+pub struct Ctx {
+    /// The server to create scratch databases on.
+    pub target: DbTarget,
+    /// Smaller sample sizes (smoke runs, CI).
+    pub quick: bool,
+}
+
+impl Ctx {
+    /// `full` normally, `quick` with `--quick`.
+    pub fn size(&self, full: usize, quick: usize) -> usize {
+        if self.quick { quick } else { full }
+    }
+}
+
+/// Every benchmark, in `bench all` order.
+pub const BENCHES: &[&str] = &["reference"];
+
+/// Names accepted by `bench`.
+pub fn names() -> Vec<&'static str> {
+    BENCHES.iter().copied().chain(["all"]).collect()
+}
+
+async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
+    match name {
+        "reference" => reference::run(ctx).await,
+        other => Err(BenchError::Other(format!(
+            "unknown benchmark {other:?} (expected one of: {})",
+            names().join(", ")
+        ))),
+    }
+}
+
+/// Runs one benchmark (or all), printing each report as it completes.
+pub async fn run(ctx: &Ctx, name: &str, json: bool) -> Result<(), BenchError> {
+    let selected: Vec<&str> = if name == "all" {
+        BENCHES.to_vec()
+    } else {
+        vec![name]
+    };
+    for bench_name in selected {
+        if !json {
+            eprintln!("running {bench_name}…");
+        }
+        for report in run_one(ctx, bench_name).await? {
+            report.print(json);
+        }
+    }
+    Ok(())
+}
+
+static SCRATCH_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A migrated scratch database, dropped by [`ScratchDb::drop`].
+pub struct ScratchDb {
+    /// Where it is (for extra pools and LISTEN connections).
+    pub target: DbTarget,
+    /// A pool on it.
+    pub pool: PgPool,
+    admin: PgPool,
+    name: String,
+}
+
+impl ScratchDb {
+    /// Creates and migrates `bf4ps_bench_<pid>_<n>` on the server of `base`.
+    pub async fn create(base: &DbTarget, max_connections: u32) -> Result<ScratchDb, BenchError> {
+        let name = format!(
+            "bf4ps_bench_{}_{}",
+            std::process::id(),
+            SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = base.connect(2).await?;
+        // The name is generated above from digits and underscores only.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await?;
+        let target = base.with_database(&name);
+        let pool = target.connect(max_connections).await?;
+        crate::db::migrate(&pool).await?;
+        Ok(ScratchDb {
+            target,
+            pool,
+            admin,
+            name,
+        })
+    }
+
+    /// Closes every connection and drops the database.
+    pub async fn drop(self) -> Result<(), BenchError> {
+        self.pool.close().await;
+        // Give terminated sessions (e.g. LISTEN connections) a moment to go.
+        let drop_sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let mut last = None;
+        for _ in 0..20 {
+            match sqlx::raw_sql(sqlx::AssertSqlSafe(drop_sql.clone()))
+                .execute(&self.admin)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last
+            .map(BenchError::Query)
+            .unwrap_or_else(|| BenchError::Other("drop failed".into())))
+    }
+}
+
+/// Percentile (0..=100) of unsorted samples; 0 for none.
+pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
+    samples[rank.min(samples.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let mut v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&mut v, 50.0), 51.0);
+        assert_eq!(percentile(&mut v, 99.0), 99.0);
+        assert_eq!(percentile(&mut v, 100.0), 100.0);
+        assert_eq!(percentile(&mut [], 50.0), 0.0);
+    }
+
+    #[test]
+    fn report_json_shape() {
+        let r = Report::new("wake", serde_json::json!({"collectors": 8}))
+            .figure("p50_ms", 1.23456)
+            .figure("tiny_ms", 0.000123456)
+            .figure("jobs_per_s", 1234.56);
+        let v: serde_json::Value = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["name"], "wake");
+        assert_eq!(v["params"]["collectors"], 8);
+        assert_eq!(v["figures"]["p50_ms"], 1.235);
+        assert_eq!(v["figures"]["jobs_per_s"], 1235.0);
+        assert_eq!(v["figures"]["tiny_ms"], 0.0001235);
+    }
+}
