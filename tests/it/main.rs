@@ -2,7 +2,11 @@
 //! gets a fresh PostgreSQL database from `#[sqlx::test]`, created under the
 //! master database named by DATABASE_URL (scripts/test sets it up).
 
+mod fixtures;
 mod support;
 
 mod cli;
+mod listener;
+mod queue;
+mod registry;
 mod schema;

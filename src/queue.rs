@@ -1,0 +1,936 @@
+//! The lease-fenced job queue: claim, start, renew, finalize (success or
+//! failure) and expired-lease recovery over `collection_jobs`.
+//!
+//! Invariants:
+//! - every operation is one transaction and writes its event(s) to
+//!   `collection_events` in that transaction, with identity snapshots;
+//! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
+//!   and an unexpired lease; otherwise the outcome is [`Fenced::LeaseLost`]
+//!   and nothing of the attempt is committed;
+//! - the claim is one statement (`FOR UPDATE SKIP LOCKED`) in the contract's
+//!   order, served by `ix_collection_jobs_claim_rank` so its cost does not
+//!   grow with the pending depth;
+//! - failures never touch `soldier_resource_current`/history (last-known-good);
+//! - `parse` and transport failures are failures, never empty results.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::config::Tuning;
+use crate::domain::{ErrorClass, Lane, Platform, PriorityClass, Resource};
+
+/// A queue operation failed for a reason other than a lost lease.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    /// The database rejected or could not run the operation; nothing of it
+    /// was committed.
+    #[error("{op} failed: {source}")]
+    Database {
+        /// Which operation.
+        op: &'static str,
+        /// The cause.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> QueueError {
+    move |source| QueueError::Database { op, source }
+}
+
+/// Outcome of a lease-fenced operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum Fenced<T> {
+    /// The lease was valid and the operation committed.
+    Committed(T),
+    /// The lease is no longer ours (expired, recovered, or a stale token):
+    /// nothing was committed and the attempt must be abandoned.
+    LeaseLost,
+}
+
+impl<T> Fenced<T> {
+    /// The committed value, if any.
+    pub fn committed(self) -> Option<T> {
+        match self {
+            Fenced::Committed(v) => Some(v),
+            Fenced::LeaseLost => None,
+        }
+    }
+}
+
+/// The collector incarnation acting on the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorId {
+    /// Incarnation UUID.
+    pub uuid: Uuid,
+    /// Operator-facing name.
+    pub name: String,
+    /// Host name snapshot.
+    pub hostname: String,
+    /// The lane it claims from.
+    pub lane: Lane,
+    /// Egress key (shared request rate).
+    pub egress_key: String,
+}
+
+/// Proof of ownership of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The job.
+    pub job_id: i64,
+    /// The owning incarnation.
+    pub collector_uuid: Uuid,
+    /// The attempt's token.
+    pub token: Uuid,
+}
+
+/// A job this collector now owns.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct ClaimedJob {
+    /// Job id.
+    pub job_id: i64,
+    /// Soldier.
+    pub soldier_id: i64,
+    /// Battlelog persona id.
+    pub persona_id: i64,
+    /// Platform.
+    pub platform: Platform,
+    /// Resource to fetch.
+    pub resource: Resource,
+    /// Lane.
+    pub lane: Lane,
+    /// Claim class.
+    pub priority_class: PriorityClass,
+    /// Attempts so far, including this one.
+    pub attempt_count: i32,
+    /// This attempt's lease token.
+    pub lease_token: Uuid,
+    /// When the lease expires unless renewed.
+    pub lease_expires_at: DateTime<Utc>,
+    /// When the job was claimed.
+    pub claimed_at: DateTime<Utc>,
+    /// When the job was created (for wake-to-claim measurements).
+    pub created_at: DateTime<Utc>,
+    /// Who owns it.
+    pub collector_uuid: Uuid,
+}
+
+impl ClaimedJob {
+    /// The lease to present to start/renew/finalize.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            job_id: self.job_id,
+            collector_uuid: self.collector_uuid,
+            token: self.lease_token,
+        }
+    }
+}
+
+/// Retry and refresh scheduling rules (from [`Tuning`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Lease length for claims and renewals.
+    pub lease: Duration,
+    /// Claims not started within this are recovered.
+    pub max_claim_to_start: Duration,
+    /// First retry delay.
+    pub retry_base: Duration,
+    /// Retry delay cap.
+    pub retry_max: Duration,
+    /// Attempts before giving up on a job.
+    pub max_attempts: u32,
+    /// ± jitter fraction.
+    pub jitter: f64,
+    /// Next attempt after giving up.
+    pub give_up_delay: Duration,
+    /// Next attempt for unavailable pairs.
+    pub unavailable_recheck: Duration,
+    /// Changed within → active.
+    pub active_window: Duration,
+    /// Changed within → recent (else dormant).
+    pub recent_window: Duration,
+    /// Refresh interval of active pairs.
+    pub active_refresh: Duration,
+    /// Refresh interval of recent pairs.
+    pub recent_refresh: Duration,
+    /// Refresh interval of dormant pairs.
+    pub dormant_refresh: Duration,
+}
+
+impl From<&Tuning> for Policy {
+    fn from(t: &Tuning) -> Policy {
+        Policy {
+            lease: t.lease_duration,
+            max_claim_to_start: t.max_claim_to_start,
+            retry_base: t.retry_base_delay,
+            retry_max: t.retry_max_delay,
+            max_attempts: t.retry_max_attempts,
+            jitter: t.retry_jitter,
+            give_up_delay: t.give_up_delay,
+            unavailable_recheck: t.unavailable_recheck,
+            active_window: t.active_window,
+            recent_window: t.recent_window,
+            active_refresh: t.active_refresh,
+            recent_refresh: t.recent_refresh,
+            dormant_refresh: t.dormant_refresh,
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy::from(&Tuning::default())
+    }
+}
+
+/// Exponential backoff with jitter and a cap: `base * 2^(attempt-1)`, capped
+/// at `max`, then spread by `±jitter` using `unit` ∈ [0, 1).
+pub fn retry_delay(
+    attempt: u32,
+    base: Duration,
+    max: Duration,
+    jitter: f64,
+    unit: f64,
+) -> Duration {
+    let exp = attempt.saturating_sub(1).min(30);
+    let raw = base.saturating_mul(1u32 << exp).min(max);
+    let factor = 1.0 + jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+    raw.mul_f64(factor.max(0.0))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Columns every job event fills; used with `concat!` so SQL stays literal.
+macro_rules! event_columns {
+    () => {
+        "collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot, \
+         job_id, soldier_id, persona_id, platform, resource, lane, event_type, attempt_number, \
+         lease_token, result, duration_ms, http_status, error_class, error_message, metadata"
+    };
+}
+
+/// Claims the next eligible job of `who.lane` in the contract's order, sets
+/// `collectors.current_job_id` and writes `claimed`, in one statement. `None`
+/// when nothing is claimable or the collector may not claim (drained,
+/// disabled, retired, or already holding a job).
+pub async fn claim(
+    pool: &PgPool,
+    who: &CollectorId,
+    lease: Duration,
+) -> Result<Option<ClaimedJob>, QueueError> {
+    sqlx::query_as::<_, ClaimedJob>(concat!(
+        "WITH me AS (
+            SELECT collector_uuid, collector_name, hostname, egress_key
+            FROM collectors
+            WHERE collector_uuid = $2 AND enabled AND NOT drained AND retired_at IS NULL
+              AND current_job_id IS NULL
+        ), candidate AS (
+            SELECT job_id
+            FROM collection_jobs
+            WHERE status = 'pending' AND lane = $1 AND eligible_at <= now()
+              AND EXISTS (SELECT 1 FROM me)
+            ORDER BY claim_rank, priority_value DESC, eligible_at, created_at, job_id
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1
+        ), claimed AS (
+            UPDATE collection_jobs AS j
+            SET status = 'claimed',
+                collector_uuid = $2,
+                lease_token = $3,
+                claimed_at = now(),
+                lease_expires_at = now() + $4 * interval '1 millisecond',
+                attempt_count = attempt_count + 1,
+                updated_at = now()
+            FROM candidate
+            WHERE j.job_id = candidate.job_id
+            RETURNING j.*
+        ), holder AS (
+            UPDATE collectors AS c
+            SET current_job_id = claimed.job_id, updated_at = now()
+            FROM claimed
+            WHERE c.collector_uuid = $2
+        ), event AS (
+            INSERT INTO collection_events (", event_columns!(), ")
+            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
+                   c.job_id, c.soldier_id, s.persona_id, s.platform, c.resource, c.lane,
+                   'claimed', c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL,
+                   jsonb_build_object('priority_class', c.priority_class, 'reason', c.reason,
+                                      'queued_ms', floor(extract(epoch FROM now() - c.eligible_at) * 1000))
+            FROM claimed c JOIN soldiers s USING (soldier_id) CROSS JOIN me
+        )
+        SELECT c.job_id, c.soldier_id, s.persona_id, s.platform, c.resource, c.lane,
+               c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at,
+               c.claimed_at, c.created_at, c.collector_uuid
+        FROM claimed c JOIN soldiers s USING (soldier_id)"
+    ))
+    .bind(who.lane)
+    .bind(who.uuid)
+    .bind(Uuid::new_v4())
+    .bind(ms(lease))
+    .fetch_optional(pool)
+    .await
+    .map_err(db("claim"))
+}
+
+/// `claimed → running` under the lease; writes `started`.
+pub async fn start(pool: &PgPool, lease: &Lease) -> Result<Fenced<DateTime<Utc>>, QueueError> {
+    let row: Option<(DateTime<Utc>,)> = sqlx::query_as(concat!(
+        "WITH started AS (
+            UPDATE collection_jobs
+            SET status = 'running', started_at = now(), updated_at = now()
+            WHERE job_id = $1 AND status = 'claimed' AND collector_uuid = $2
+              AND lease_token = $3 AND lease_expires_at > now()
+            RETURNING job_id, soldier_id, resource, lane, attempt_count, lease_token,
+                      lease_expires_at, claimed_at
+        ), event AS (
+            INSERT INTO collection_events (",
+        event_columns!(),
+        ")
+            SELECT $2, c.collector_name, c.hostname, c.egress_key,
+                   j.job_id, j.soldier_id, s.persona_id, s.platform, j.resource, j.lane,
+                   'started', j.attempt_count, j.lease_token, NULL, NULL, NULL, NULL, NULL,
+                   jsonb_build_object('claim_to_start_ms',
+                                      floor(extract(epoch FROM now() - j.claimed_at) * 1000))
+            FROM started j JOIN soldiers s USING (soldier_id)
+            LEFT JOIN collectors c ON c.collector_uuid = $2
+        )
+        SELECT lease_expires_at FROM started"
+    ))
+    .bind(lease.job_id)
+    .bind(lease.collector_uuid)
+    .bind(lease.token)
+    .fetch_optional(pool)
+    .await
+    .map_err(db("start"))?;
+    Ok(match row {
+        Some((expires,)) => Fenced::Committed(expires),
+        None => Fenced::LeaseLost,
+    })
+}
+
+/// Extends an owned, unexpired lease to now + `duration`. Writes no event.
+pub async fn renew(
+    pool: &PgPool,
+    lease: &Lease,
+    duration: Duration,
+) -> Result<Fenced<DateTime<Utc>>, QueueError> {
+    let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
+        "UPDATE collection_jobs
+         SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now()
+         WHERE job_id = $1 AND collector_uuid = $2 AND lease_token = $3
+           AND status IN ('claimed', 'running') AND lease_expires_at > now()
+         RETURNING lease_expires_at",
+    )
+    .bind(lease.job_id)
+    .bind(lease.collector_uuid)
+    .bind(lease.token)
+    .bind(ms(duration))
+    .fetch_optional(pool)
+    .await
+    .map_err(db("renew"))?;
+    Ok(match row {
+        Some((expires,)) => Fenced::Committed(expires),
+        None => Fenced::LeaseLost,
+    })
+}
+
+/// What a successful fetch produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Collected {
+    /// Normalized resource data (never a raw Battlelog body).
+    pub data: serde_json::Value,
+    /// HTTP status of the response.
+    pub http_status: u16,
+    /// Fetch duration.
+    pub duration: Duration,
+}
+
+/// A failed attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptFailure {
+    /// Failure class.
+    pub class: ErrorClass,
+    /// HTTP status if a response arrived.
+    pub http_status: Option<u16>,
+    /// Short operator-facing message (never a response body).
+    pub message: String,
+    /// Attempt duration.
+    pub duration: Duration,
+}
+
+/// What a successful finalization did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SuccessOutcome {
+    /// The content hash differed from the previous current data.
+    pub changed: bool,
+    /// A `detailed` history row was appended.
+    pub history_appended: bool,
+    /// The pair's previous success, if any.
+    pub previous_success_at: Option<DateTime<Utc>>,
+    /// When the pair is next due.
+    pub next_attempt_at: DateTime<Utc>,
+}
+
+/// What a failure finalization did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FailureOutcome {
+    /// Retryable: the job is pending again from `eligible_at`.
+    RetryScheduled {
+        /// When the job becomes claimable.
+        eligible_at: DateTime<Utc>,
+        /// The backoff applied.
+        delay: Duration,
+    },
+    /// Retryable but out of attempts: job removed, pair due again later.
+    GaveUp {
+        /// When the pair is next due.
+        next_attempt_at: DateTime<Utc>,
+    },
+    /// Terminal: persona/resource unavailable; job removed.
+    Unavailable {
+        /// When the pair is checked again.
+        next_attempt_at: DateTime<Utc>,
+    },
+}
+
+/// Context of an owned job, read (and row-locked) at the start of finalize.
+#[derive(Debug, sqlx::FromRow)]
+struct Owned {
+    soldier_id: i64,
+    persona_id: i64,
+    platform: Platform,
+    resource: Resource,
+    lane: Lane,
+    attempt_count: i32,
+    collector_name: Option<String>,
+    hostname: Option<String>,
+    egress_key: Option<String>,
+    previous_success_at: Option<DateTime<Utc>>,
+}
+
+async fn lock_owned(
+    tx: &mut Transaction<'_, Postgres>,
+    lease: &Lease,
+    op: &'static str,
+) -> Result<Option<Owned>, QueueError> {
+    sqlx::query_as::<_, Owned>(
+        "SELECT j.soldier_id, s.persona_id, s.platform, j.resource, j.lane, j.attempt_count,
+                c.collector_name, c.hostname, c.egress_key,
+                st.last_success_at AS previous_success_at
+         FROM collection_jobs j
+         JOIN soldiers s ON s.soldier_id = j.soldier_id
+         LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
+         LEFT JOIN collection_state st ON st.soldier_id = j.soldier_id AND st.resource = j.resource
+         WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
+           AND j.status = 'running' AND j.lease_expires_at > now()
+         FOR UPDATE OF j",
+    )
+    .bind(lease.job_id)
+    .bind(lease.collector_uuid)
+    .bind(lease.token)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db(op))
+}
+
+/// Clears `current_job_id`, deletes the job and writes one event; the last
+/// step of every finalization that removes the job.
+#[allow(clippy::too_many_arguments)]
+async fn remove_job_with_event(
+    tx: &mut Transaction<'_, Postgres>,
+    lease: &Lease,
+    o: &Owned,
+    event_type: &str,
+    result: &str,
+    duration: Duration,
+    http_status: Option<u16>,
+    error: Option<(ErrorClass, &str)>,
+    metadata: serde_json::Value,
+    op: &'static str,
+) -> Result<(), QueueError> {
+    sqlx::query(concat!(
+        "WITH holder AS (
+            UPDATE collectors SET current_job_id = NULL, updated_at = now()
+            WHERE collector_uuid = $2 AND current_job_id = $1
+        ), removed AS (
+            DELETE FROM collection_jobs WHERE job_id = $1
+        )
+        INSERT INTO collection_events (", event_columns!(), ")
+        VALUES ($2, $3, $4, $5, $1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+    ))
+    .bind(lease.job_id)
+    .bind(lease.collector_uuid)
+    .bind(&o.collector_name)
+    .bind(&o.hostname)
+    .bind(&o.egress_key)
+    .bind(o.soldier_id)
+    .bind(o.persona_id)
+    .bind(o.platform)
+    .bind(o.resource)
+    .bind(o.lane)
+    .bind(event_type)
+    .bind(o.attempt_count)
+    .bind(lease.token)
+    .bind(result)
+    .bind(ms(duration))
+    .bind(http_status.map(i32::from))
+    .bind(error.map(|(c, _)| c))
+    .bind(error.map(|(_, m)| m))
+    .bind(metadata)
+    .execute(&mut **tx)
+    .await
+    .map_err(db(op))?;
+    Ok(())
+}
+
+/// Successful finalization, the contract's eight steps in one transaction:
+/// verify the lease, write current data, append `detailed` history when the
+/// content hash changed, update `collection_state`, write `succeeded`, clear
+/// `current_job_id`, delete the job, commit.
+pub async fn finalize_success(
+    pool: &PgPool,
+    lease: &Lease,
+    collected: &Collected,
+    policy: &Policy,
+) -> Result<Fenced<SuccessOutcome>, QueueError> {
+    const OP: &str = "finalize_success";
+    let mut tx = pool.begin().await.map_err(db(OP))?;
+    // 1. Verify ownership (row-locked, so recovery skips it meanwhile).
+    let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
+        return Ok(Fenced::LeaseLost);
+    };
+
+    // 2 + 3. Current data (hash of the canonical JSONB text), history on change.
+    let (changed, history_appended): (bool, bool) = sqlx::query_as(
+        "WITH prev AS (
+            SELECT content_hash FROM soldier_resource_current
+            WHERE soldier_id = $1 AND resource = $2
+        ), cur AS (
+            INSERT INTO soldier_resource_current AS c
+                (soldier_id, resource, data, content_hash, fetched_at, changed_at)
+            VALUES ($1, $2, $3, sha256(convert_to($3::jsonb::text, 'UTF8')), now(), now())
+            ON CONFLICT (soldier_id, resource) DO UPDATE
+            SET data = EXCLUDED.data,
+                content_hash = EXCLUDED.content_hash,
+                fetched_at = EXCLUDED.fetched_at,
+                changed_at = CASE WHEN c.content_hash = EXCLUDED.content_hash
+                                  THEN c.changed_at ELSE EXCLUDED.changed_at END
+            RETURNING content_hash
+        ), changed AS (
+            SELECT cur.content_hash IS DISTINCT FROM (SELECT content_hash FROM prev) AS changed,
+                   cur.content_hash
+            FROM cur
+        ), hist AS (
+            INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data)
+            SELECT $1, now(), changed.content_hash, $3
+            FROM changed WHERE changed.changed AND $2 = 'detailed'
+            RETURNING history_id
+        )
+        SELECT changed.changed, EXISTS (SELECT 1 FROM hist) FROM changed",
+    )
+    .bind(o.soldier_id)
+    .bind(o.resource)
+    .bind(&collected.data)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+
+    // 4. Durable state: success, freshness, next refresh by activity class.
+    let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as(
+        "INSERT INTO collection_state AS st
+            (soldier_id, resource, next_attempt_at, last_attempt_at, last_success_at,
+             last_changed_at, success_count)
+         VALUES ($1, $2, now() + $4 * interval '1 millisecond', now(), now(), now(), 1)
+         ON CONFLICT (soldier_id, resource) DO UPDATE
+         SET last_attempt_at = now(),
+             last_success_at = now(),
+             last_changed_at = CASE WHEN $3 OR st.last_changed_at IS NULL
+                                    THEN now() ELSE st.last_changed_at END,
+             consecutive_failures = 0,
+             unavailable = false,
+             unavailable_since = NULL,
+             success_count = st.success_count + 1,
+             next_attempt_at = now() + CASE
+                 WHEN $3 OR st.last_changed_at IS NULL
+                      OR st.last_changed_at > now() - $5 * interval '1 millisecond'
+                     THEN $4 * interval '1 millisecond'
+                 WHEN st.last_changed_at > now() - $6 * interval '1 millisecond'
+                     THEN $7 * interval '1 millisecond'
+                 ELSE $8 * interval '1 millisecond' END,
+             updated_at = now()
+         RETURNING next_attempt_at",
+    )
+    .bind(o.soldier_id)
+    .bind(o.resource)
+    .bind(changed)
+    .bind(ms(policy.active_refresh))
+    .bind(ms(policy.active_window))
+    .bind(ms(policy.recent_window))
+    .bind(ms(policy.recent_refresh))
+    .bind(ms(policy.dormant_refresh))
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+
+    // 5–7. `succeeded` event, clear current_job_id, delete the job.
+    let metadata = serde_json::json!({
+        "previous_success_at": o.previous_success_at,
+        "changed": changed,
+        "history_appended": history_appended,
+    });
+    let result = if changed { "changed" } else { "unchanged" };
+    remove_job_with_event(
+        &mut tx,
+        lease,
+        &o,
+        "succeeded",
+        result,
+        collected.duration,
+        Some(collected.http_status),
+        None,
+        metadata,
+        OP,
+    )
+    .await?;
+
+    // 8. Commit.
+    tx.commit().await.map_err(db(OP))?;
+    Ok(Fenced::Committed(SuccessOutcome {
+        changed,
+        history_appended,
+        previous_success_at: o.previous_success_at,
+        next_attempt_at,
+    }))
+}
+
+/// Failure finalization in one transaction: verifies the lease, records
+/// `failed` and updates `collection_state` without touching current data.
+/// Retryable with attempts left → back to pending after backoff
+/// (`retry_scheduled`); retryable but out of attempts → removed, pair due
+/// after `give_up_delay`; `unavailable` → removed, pair flagged and rechecked
+/// after `unavailable_recheck`.
+pub async fn finalize_failure(
+    pool: &PgPool,
+    lease: &Lease,
+    failure: &AttemptFailure,
+    policy: &Policy,
+) -> Result<Fenced<FailureOutcome>, QueueError> {
+    const OP: &str = "finalize_failure";
+    let message: String = failure.message.chars().take(500).collect();
+    let mut tx = pool.begin().await.map_err(db(OP))?;
+    let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
+        return Ok(Fenced::LeaseLost);
+    };
+    let attempts = u32::try_from(o.attempt_count).unwrap_or(0);
+    let unavailable = !failure.class.is_retryable();
+    let retry = !unavailable && attempts < policy.max_attempts;
+
+    // Durable state (never the current data).
+    let next_in = if unavailable {
+        policy.unavailable_recheck
+    } else if retry {
+        Duration::ZERO // the live job carries the retry; the pair stays due
+    } else {
+        policy.give_up_delay
+    };
+    let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as(
+        "INSERT INTO collection_state AS st
+            (soldier_id, resource, next_attempt_at, last_attempt_at, last_failure_at,
+             last_error_class, consecutive_failures, failure_count, unavailable, unavailable_since)
+         VALUES ($1, $2, now() + $4 * interval '1 millisecond', now(), now(), $3, 1, 1,
+                 $5, CASE WHEN $5 THEN now() END)
+         ON CONFLICT (soldier_id, resource) DO UPDATE
+         SET last_attempt_at = now(),
+             last_failure_at = now(),
+             last_error_class = $3,
+             consecutive_failures = st.consecutive_failures + 1,
+             failure_count = st.failure_count + 1,
+             unavailable = st.unavailable OR $5,
+             unavailable_since = CASE WHEN $5 THEN coalesce(st.unavailable_since, now())
+                                      ELSE st.unavailable_since END,
+             next_attempt_at = CASE WHEN $6 THEN st.next_attempt_at
+                                    ELSE now() + $4 * interval '1 millisecond' END,
+             updated_at = now()
+         RETURNING next_attempt_at",
+    )
+    .bind(o.soldier_id)
+    .bind(o.resource)
+    .bind(failure.class)
+    .bind(ms(next_in))
+    .bind(unavailable)
+    .bind(retry)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+
+    let outcome = if retry {
+        let delay = retry_delay(
+            attempts,
+            policy.retry_base,
+            policy.retry_max,
+            policy.jitter,
+            fastrand::f64(),
+        );
+        let (eligible_at,): (DateTime<Utc>,) = sqlx::query_as(concat!(
+            "WITH back AS (
+                UPDATE collection_jobs
+                SET status = 'pending', collector_uuid = NULL, lease_token = NULL,
+                    claimed_at = NULL, started_at = NULL, lease_expires_at = NULL,
+                    eligible_at = now() + $4 * interval '1 millisecond',
+                    last_error_class = $5, last_error_at = now(), updated_at = now()
+                WHERE job_id = $1
+                RETURNING eligible_at
+            ), holder AS (
+                UPDATE collectors SET current_job_id = NULL, updated_at = now()
+                WHERE collector_uuid = $2 AND current_job_id = $1
+            ), events AS (
+                INSERT INTO collection_events (",
+            event_columns!(),
+            ")
+                SELECT $2, $6, $7, $8, $1, $9, $10, $11, $12, $13, e.event_type, $14, $3,
+                       e.result, e.duration_ms, e.http_status, e.error_class, e.error_message,
+                       e.metadata
+                FROM back, LATERAL (VALUES
+                    (1, 'failed', 'retry', $15::bigint, $16::int, $5::text, $17::text, NULL::jsonb),
+                    (2, 'retry_scheduled', NULL, NULL, NULL, NULL, NULL,
+                        jsonb_build_object('delay_ms', $4, 'eligible_at', back.eligible_at))
+                ) AS e(ord, event_type, result, duration_ms, http_status, error_class,
+                       error_message, metadata)
+                ORDER BY e.ord
+            )
+            SELECT eligible_at FROM back"
+        ))
+        .bind(lease.job_id)
+        .bind(lease.collector_uuid)
+        .bind(lease.token)
+        .bind(ms(delay))
+        .bind(failure.class)
+        .bind(&o.collector_name)
+        .bind(&o.hostname)
+        .bind(&o.egress_key)
+        .bind(o.soldier_id)
+        .bind(o.persona_id)
+        .bind(o.platform)
+        .bind(o.resource)
+        .bind(o.lane)
+        .bind(o.attempt_count)
+        .bind(ms(failure.duration))
+        .bind(failure.http_status.map(i32::from))
+        .bind(&message)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(OP))?;
+        FailureOutcome::RetryScheduled { eligible_at, delay }
+    } else {
+        let result = if unavailable {
+            "unavailable"
+        } else {
+            "gave_up"
+        };
+        remove_job_with_event(
+            &mut tx,
+            lease,
+            &o,
+            "failed",
+            result,
+            failure.duration,
+            failure.http_status,
+            Some((failure.class, &message)),
+            serde_json::json!({ "next_attempt_at": next_attempt_at }),
+            OP,
+        )
+        .await?;
+        if unavailable {
+            FailureOutcome::Unavailable { next_attempt_at }
+        } else {
+            FailureOutcome::GaveUp { next_attempt_at }
+        }
+    };
+    tx.commit().await.map_err(db(OP))?;
+    Ok(Fenced::Committed(outcome))
+}
+
+/// A job returned to pending by [`recover_expired`].
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct Recovered {
+    /// Job id.
+    pub job_id: i64,
+    /// The collector that lost it.
+    pub collector_uuid: Option<Uuid>,
+    /// Attempts so far (kept).
+    pub attempt_count: i32,
+    /// When it becomes claimable again.
+    pub eligible_at: DateTime<Utc>,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Expired {
+    job_id: i64,
+    attempt_count: i32,
+}
+
+/// Returns up to `limit` jobs whose lease expired — or that were claimed but
+/// not started within `max_claim_to_start` — to a valid pending shape with
+/// backoff, keeping `attempt_count`, writing `lease_expired` + `reclaimed`.
+/// Safe with several recoverers at once (rows are taken with SKIP LOCKED).
+pub async fn recover_expired(
+    pool: &PgPool,
+    limit: i64,
+    policy: &Policy,
+) -> Result<Vec<Recovered>, QueueError> {
+    const OP: &str = "recover_expired";
+    let mut tx = pool.begin().await.map_err(db(OP))?;
+    let expired: Vec<Expired> = sqlx::query_as(
+        "SELECT job_id, attempt_count FROM collection_jobs
+         WHERE job_id IN (
+             (SELECT job_id FROM collection_jobs
+              WHERE status IN ('claimed', 'running') AND lease_expires_at <= now()
+              ORDER BY lease_expires_at, job_id LIMIT $1)
+             UNION
+             (SELECT job_id FROM collection_jobs
+              WHERE status = 'claimed'
+                AND claimed_at <= now() - $2 * interval '1 millisecond'
+              ORDER BY claimed_at, job_id LIMIT $1))
+           AND status IN ('claimed', 'running')
+           AND (lease_expires_at <= now()
+                OR (status = 'claimed' AND claimed_at <= now() - $2 * interval '1 millisecond'))
+         ORDER BY job_id
+         LIMIT $1
+         FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .bind(ms(policy.max_claim_to_start))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+    if expired.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<i64> = expired.iter().map(|e| e.job_id).collect();
+    let delays: Vec<i64> = expired
+        .iter()
+        .map(|e| {
+            ms(retry_delay(
+                u32::try_from(e.attempt_count).unwrap_or(1),
+                policy.retry_base,
+                policy.retry_max,
+                policy.jitter,
+                fastrand::f64(),
+            ))
+        })
+        .collect();
+    let recovered: Vec<Recovered> = sqlx::query_as(concat!(
+        "WITH input AS (
+            SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(job_id, delay_ms)
+        ), old AS (
+            SELECT j.job_id, j.soldier_id, j.resource, j.lane, j.status, j.attempt_count,
+                   j.collector_uuid, j.lease_token, j.claimed_at, j.lease_expires_at, i.delay_ms
+            FROM collection_jobs j JOIN input i USING (job_id)
+        ), back AS (
+            UPDATE collection_jobs j
+            SET status = 'pending', collector_uuid = NULL, lease_token = NULL,
+                claimed_at = NULL, started_at = NULL, lease_expires_at = NULL,
+                eligible_at = now() + i.delay_ms * interval '1 millisecond',
+                updated_at = now()
+            FROM input i
+            WHERE j.job_id = i.job_id
+            RETURNING j.job_id, j.attempt_count, j.eligible_at
+        ), holders AS (
+            UPDATE collectors SET current_job_id = NULL, updated_at = now()
+            WHERE current_job_id IN (SELECT job_id FROM input)
+        ), events AS (
+            INSERT INTO collection_events (",
+        event_columns!(),
+        ")
+            SELECT o.collector_uuid, c.collector_name, c.hostname, c.egress_key,
+                   o.job_id, o.soldier_id, s.persona_id, s.platform, o.resource, o.lane,
+                   e.event_type, o.attempt_count, o.lease_token, NULL, NULL, NULL, NULL, NULL,
+                   e.metadata
+            FROM old o
+            JOIN soldiers s ON s.soldier_id = o.soldier_id
+            LEFT JOIN collectors c ON c.collector_uuid = o.collector_uuid
+            CROSS JOIN LATERAL (VALUES
+                (1, 'lease_expired', jsonb_build_object(
+                    'status', o.status, 'lease_expires_at', o.lease_expires_at,
+                    'claimed_at', o.claimed_at,
+                    'reason', CASE WHEN o.lease_expires_at <= now() THEN 'lease_expired'
+                                   ELSE 'not_started' END)),
+                (2, 'reclaimed', jsonb_build_object(
+                    'delay_ms', o.delay_ms,
+                    'eligible_at', now() + o.delay_ms * interval '1 millisecond'))
+            ) AS e(ord, event_type, metadata)
+            ORDER BY o.job_id, e.ord
+        )
+        SELECT b.job_id, o.collector_uuid, b.attempt_count, b.eligible_at
+        FROM back b JOIN old o USING (job_id)
+        ORDER BY b.job_id"
+    ))
+    .bind(&ids)
+    .bind(&delays)
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+    tx.commit().await.map_err(db(OP))?;
+    Ok(recovered)
+}
+
+/// The earliest `eligible_at` among pending jobs of `lane`, for sleeping
+/// until a backed-off job becomes claimable.
+pub async fn next_eligible_at(
+    pool: &PgPool,
+    lane: Lane,
+) -> Result<Option<DateTime<Utc>>, QueueError> {
+    sqlx::query_scalar(
+        "SELECT min(eligible_at) FROM collection_jobs WHERE status = 'pending' AND lane = $1",
+    )
+    .bind(lane)
+    .fetch_one(pool)
+    .await
+    .map_err(db("next_eligible_at"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: Duration = Duration::from_secs(10);
+    const MAX: Duration = Duration::from_secs(900);
+
+    #[test]
+    fn backoff_doubles_then_caps() {
+        let d = |a| retry_delay(a, BASE, MAX, 0.0, 0.5);
+        assert_eq!(d(1), Duration::from_secs(10));
+        assert_eq!(d(2), Duration::from_secs(20));
+        assert_eq!(d(3), Duration::from_secs(40));
+        assert_eq!(d(7), Duration::from_secs(640));
+        assert_eq!(d(8), MAX);
+        assert_eq!(d(1000), MAX);
+        assert_eq!(d(0), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn backoff_properties_hold_for_all_inputs() {
+        // Property: within [raw*(1-j), raw*(1+j)], never above max*(1+j), and
+        // the jitter-free delay is non-decreasing in the attempt number.
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20_000 {
+            let attempt = rng.u32(0..64);
+            let jitter = rng.f64() * 0.99;
+            let unit = rng.f64();
+            let base = Duration::from_millis(rng.u64(1..100_000));
+            let max = base + Duration::from_millis(rng.u64(0..10_000_000));
+            let d = retry_delay(attempt, base, max, jitter, unit);
+            let raw = retry_delay(attempt, base, max, 0.0, 0.5);
+            assert!(d.as_secs_f64() <= raw.as_secs_f64() * (1.0 + jitter) + 1e-6);
+            assert!(d.as_secs_f64() >= raw.as_secs_f64() * (1.0 - jitter) - 1e-6);
+            assert!(raw <= max && raw >= base.min(max));
+            assert!(retry_delay(attempt + 1, base, max, 0.0, 0.5) >= raw);
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The collector registry: incarnations, heartbeats and their transitions,
+//! and operator controls (drain, enable, disable, retire).
+//!
+//! Invariants:
+//! - an incarnation is a new UUID; a name is unique among non-retired
+//!   collectors (case-insensitive), and a retired name may be reused while
+//!   history stays on the old UUID;
+//! - routine heartbeats write no events; only transitions do:
+//!   healthy → lost writes exactly one `heartbeat_lost` (the sweep), and
+//!   lost → healthy exactly one `heartbeat_restored` (the next heartbeat),
+//!   however many sweepers or heartbeats race (row locks decide);
+//! - drained collectors are out of service: they claim nothing and are not
+//!   swept to lost when they stop heartbeating.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::domain::{HeartbeatState, Lane};
+use crate::queue::CollectorId;
+
+/// A registry operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// Another live incarnation holds the name.
+    #[error(
+        "collector name {name:?} is in use by a healthy collector on host {hostname:?} \
+         (last heartbeat {age_s:.0}s ago); stop it, retire it with \
+         `bf4ps-ops collectors retire {name}`, or pick another --name"
+    )]
+    NameInUse {
+        /// The requested name.
+        name: String,
+        /// The holder's host.
+        hostname: String,
+        /// Seconds since the holder's last heartbeat.
+        age_s: f64,
+    },
+    /// A name or field is blank.
+    #[error("{field} must not be blank")]
+    Blank {
+        /// Which field.
+        field: &'static str,
+    },
+    /// No non-retired collector has that name.
+    #[error("no active collector named {0:?} (see `bf4ps-ops collectors list`)")]
+    UnknownName(String),
+    /// Database failure.
+    #[error("{op} failed: {source}")]
+    Database {
+        /// Which operation.
+        op: &'static str,
+        /// Cause.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> RegistryError {
+    move |source| RegistryError::Database { op, source }
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// What a new incarnation registers.
+#[derive(Debug, Clone)]
+pub struct Registration {
+    /// Operator-facing name.
+    pub name: String,
+    /// Host name.
+    pub hostname: String,
+    /// Lane.
+    pub lane: Lane,
+    /// Egress key.
+    pub egress_key: String,
+    /// Software version.
+    pub software_version: String,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Holder {
+    collector_uuid: Uuid,
+    hostname: String,
+    heartbeat_state: HeartbeatState,
+    drained: bool,
+    current_job_id: Option<i64>,
+    age_s: Option<f64>,
+}
+
+/// Registers a new incarnation. If a non-retired collector already has the
+/// name: it is retired and the name taken when it is lost, silent for longer
+/// than `lost_after`, or drained and idle (a clean shutdown); otherwise
+/// [`RegistryError::NameInUse`].
+pub async fn register(
+    pool: &PgPool,
+    reg: &Registration,
+    lost_after: Duration,
+) -> Result<CollectorId, RegistryError> {
+    const OP: &str = "register collector";
+    for (field, value) in [
+        ("collector name", &reg.name),
+        ("hostname", &reg.hostname),
+        ("egress key", &reg.egress_key),
+    ] {
+        if value.trim().is_empty() {
+            return Err(RegistryError::Blank { field });
+        }
+    }
+    let mut tx = pool.begin().await.map_err(db(OP))?;
+    let holder: Option<Holder> = sqlx::query_as(
+        "SELECT collector_uuid, hostname, heartbeat_state, drained, current_job_id,
+                extract(epoch FROM now() - last_heartbeat_at)::float8 AS age_s
+         FROM collectors
+         WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
+         FOR UPDATE",
+    )
+    .bind(&reg.name)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+    if let Some(h) = holder {
+        let silent = h.age_s.is_none_or(|a| a > lost_after.as_secs_f64());
+        let clean_exit = h.drained && h.current_job_id.is_none();
+        if !(h.heartbeat_state == HeartbeatState::Lost || silent || clean_exit) {
+            return Err(RegistryError::NameInUse {
+                name: reg.name.clone(),
+                hostname: h.hostname,
+                age_s: h.age_s.unwrap_or(0.0),
+            });
+        }
+        sqlx::query(
+            "UPDATE collectors SET retired_at = now(), drained = true, updated_at = now()
+             WHERE collector_uuid = $1",
+        )
+        .bind(h.collector_uuid)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(OP))?;
+    }
+    let inserted = sqlx::query_scalar::<_, Uuid>(
+        "INSERT INTO collectors (collector_name, hostname, lane, egress_key, software_version,
+                                 started_at, last_heartbeat_at, heartbeat_state)
+         VALUES ($1, $2, $3, $4, $5, now(), now(), 'healthy')
+         RETURNING collector_uuid",
+    )
+    .bind(reg.name.trim())
+    .bind(reg.hostname.trim())
+    .bind(reg.lane)
+    .bind(reg.egress_key.trim())
+    .bind(&reg.software_version)
+    .fetch_one(&mut *tx)
+    .await;
+    let uuid = match inserted {
+        Ok(uuid) => uuid,
+        // A concurrent registration took the name between our check and insert.
+        Err(sqlx::Error::Database(e)) if e.constraint() == Some("uq_collectors_active_name") => {
+            return Err(RegistryError::NameInUse {
+                name: reg.name.clone(),
+                hostname: "(registering concurrently)".into(),
+                age_s: 0.0,
+            });
+        }
+        Err(e) => return Err(db(OP)(e)),
+    };
+    tx.commit().await.map_err(db(OP))?;
+    Ok(CollectorId {
+        uuid,
+        name: reg.name.trim().to_owned(),
+        hostname: reg.hostname.trim().to_owned(),
+        lane: reg.lane,
+        egress_key: reg.egress_key.trim().to_owned(),
+    })
+}
+
+/// What the database says back to a heartbeating collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeartbeatReply {
+    /// Keep going; `claimable` is false while drained or disabled.
+    Alive {
+        /// Whether the collector may claim new jobs.
+        claimable: bool,
+        /// Whether this heartbeat ended an outage (`heartbeat_restored` written).
+        restored: bool,
+    },
+    /// The incarnation was retired (or removed): stop claiming and exit.
+    Retired,
+}
+
+/// Records a heartbeat. Routine: updates `last_heartbeat_at` only. After an
+/// outage (`lost`): writes exactly one `heartbeat_restored` carrying the
+/// outage boundary, then clears `heartbeat_lost_at`.
+pub async fn heartbeat(pool: &PgPool, collector: Uuid) -> Result<HeartbeatReply, RegistryError> {
+    const OP: &str = "heartbeat";
+    let mut tx = pool.begin().await.map_err(db(OP))?;
+    let row: Option<(HeartbeatState, bool, bool)> = sqlx::query_as(
+        "SELECT heartbeat_state, enabled, drained FROM collectors
+         WHERE collector_uuid = $1 AND retired_at IS NULL
+         FOR UPDATE",
+    )
+    .bind(collector)
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+    let Some((state, enabled, drained)) = row else {
+        return Ok(HeartbeatReply::Retired);
+    };
+    let restored = state == HeartbeatState::Lost;
+    if restored {
+        sqlx::query(
+            "INSERT INTO collection_events
+                (collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot,
+                 lane, event_type, metadata)
+             SELECT collector_uuid, collector_name, hostname, egress_key, lane,
+                    'heartbeat_restored',
+                    jsonb_build_object(
+                        'lost_at', heartbeat_lost_at,
+                        'last_heartbeat_at', last_heartbeat_at,
+                        'outage_ms', floor(extract(epoch FROM now() - heartbeat_lost_at) * 1000))
+             FROM collectors WHERE collector_uuid = $1",
+        )
+        .bind(collector)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(OP))?;
+    }
+    sqlx::query(
+        "UPDATE collectors
+         SET last_heartbeat_at = now(), heartbeat_state = 'healthy', heartbeat_lost_at = NULL,
+             updated_at = now()
+         WHERE collector_uuid = $1",
+    )
+    .bind(collector)
+    .execute(&mut *tx)
+    .await
+    .map_err(db(OP))?;
+    tx.commit().await.map_err(db(OP))?;
+    Ok(HeartbeatReply::Alive {
+        claimable: enabled && !drained,
+        restored,
+    })
+}
+
+/// Marks healthy, non-drained collectors silent for longer than `threshold`
+/// as lost, writing one `heartbeat_lost` each. Returns their UUIDs. Safe with
+/// several sweepers: the row lock and the state re-check make it once only.
+pub async fn sweep_lost(pool: &PgPool, threshold: Duration) -> Result<Vec<Uuid>, RegistryError> {
+    sqlx::query_scalar(
+        "WITH lost AS (
+            UPDATE collectors
+            SET heartbeat_state = 'lost', heartbeat_lost_at = now(), updated_at = now()
+            WHERE retired_at IS NULL AND heartbeat_state = 'healthy' AND NOT drained
+              AND last_heartbeat_at < now() - $1 * interval '1 millisecond'
+            RETURNING collector_uuid, collector_name, hostname, egress_key, lane,
+                      last_heartbeat_at, current_job_id
+        )
+        INSERT INTO collection_events
+            (collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot,
+             lane, job_id, event_type, metadata)
+        SELECT collector_uuid, collector_name, hostname, egress_key, lane, current_job_id,
+               'heartbeat_lost',
+               jsonb_build_object('last_heartbeat_at', last_heartbeat_at, 'threshold_ms', $1)
+        FROM lost
+        RETURNING collector_uuid",
+    )
+    .bind(ms(threshold))
+    .fetch_all(pool)
+    .await
+    .map_err(db("heartbeat sweep"))
+}
+
+/// One row of `collectors list`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct CollectorRow {
+    /// Name.
+    pub collector_name: String,
+    /// Incarnation.
+    pub collector_uuid: Uuid,
+    /// Lane.
+    pub lane: Lane,
+    /// Egress key.
+    pub egress_key: String,
+    /// Host.
+    pub hostname: String,
+    /// Health.
+    pub heartbeat_state: HeartbeatState,
+    /// Seconds since the last heartbeat.
+    pub heartbeat_age_s: Option<f64>,
+    /// Since when it has been lost.
+    pub heartbeat_lost_at: Option<DateTime<Utc>>,
+    /// Job it holds.
+    pub current_job_id: Option<i64>,
+    /// Enabled flag.
+    pub enabled: bool,
+    /// Drained flag.
+    pub drained: bool,
+    /// Software version.
+    pub software_version: Option<String>,
+    /// Retirement time (only with `include_retired`).
+    pub retired_at: Option<DateTime<Utc>>,
+}
+
+/// Lists collectors, non-retired first by lane and name.
+pub async fn list(
+    pool: &PgPool,
+    include_retired: bool,
+) -> Result<Vec<CollectorRow>, RegistryError> {
+    sqlx::query_as(
+        "SELECT collector_name, collector_uuid, lane, egress_key, hostname, heartbeat_state,
+                extract(epoch FROM now() - last_heartbeat_at)::float8 AS heartbeat_age_s,
+                heartbeat_lost_at, current_job_id, enabled, drained, software_version, retired_at
+         FROM collectors
+         WHERE retired_at IS NULL OR $1
+         ORDER BY retired_at IS NOT NULL, lane, lower(collector_name), created_at DESC",
+    )
+    .bind(include_retired)
+    .fetch_all(pool)
+    .await
+    .map_err(db("list collectors"))
+}
+
+/// Operator actions on a collector by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Finish the current job, claim nothing more.
+    Drain,
+    /// Claim again (clears drained, sets enabled).
+    Enable,
+    /// Claim nothing (like drain, but kept as a separate operator flag).
+    Disable,
+    /// Retire the incarnation; the name becomes reusable.
+    Retire,
+}
+
+/// Applies `action` to the non-retired collector named `name`. Returns its UUID.
+pub async fn control(pool: &PgPool, name: &str, action: Control) -> Result<Uuid, RegistryError> {
+    let query = match action {
+        Control::Drain => sqlx::query_scalar::<_, Uuid>(
+            "UPDATE collectors SET drained = true, updated_at = now()
+             WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
+             RETURNING collector_uuid",
+        ),
+        Control::Enable => sqlx::query_scalar(
+            "UPDATE collectors SET enabled = true, drained = false, updated_at = now()
+             WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
+             RETURNING collector_uuid",
+        ),
+        Control::Disable => sqlx::query_scalar(
+            "UPDATE collectors SET enabled = false, updated_at = now()
+             WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
+             RETURNING collector_uuid",
+        ),
+        Control::Retire => sqlx::query_scalar(
+            "UPDATE collectors SET retired_at = now(), drained = true, updated_at = now()
+             WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
+             RETURNING collector_uuid",
+        ),
+    };
+    query
+        .bind(name.trim())
+        .fetch_optional(pool)
+        .await
+        .map_err(db("collector control"))?
+        .ok_or_else(|| RegistryError::UnknownName(name.to_owned()))
+}
+
+/// Marks this incarnation drained (clean shutdown), so it is neither swept to
+/// lost nor blocks a restart under the same name.
+pub async fn mark_drained(pool: &PgPool, collector: Uuid) -> Result<(), RegistryError> {
+    sqlx::query(
+        "UPDATE collectors SET drained = true, updated_at = now() WHERE collector_uuid = $1",
+    )
+    .bind(collector)
+    .execute(pool)
+    .await
+    .map_err(db("mark drained"))?;
+    Ok(())
+}

@@ -1,0 +1,369 @@
+//! NOTIFY wake-ups: the right lanes are woken, once per statement, and a lost
+//! connection loses no work. Also the shared egress gate.
+
+use std::time::{Duration, Instant};
+
+use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
+use bf4ps_ops::listener::{Channel, Listener, ListenerSettings, Wake};
+use bf4ps_ops::{egress, queue};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tokio::sync::mpsc;
+use tokio_postgres::AsyncMessage;
+use tokio_util::sync::CancellationToken;
+
+use crate::fixtures::*;
+use crate::support::{TestDb, eventually};
+
+const SENTINEL: &str = "bf4ps_test_sentinel";
+
+/// A raw LISTEN connection that reports every notification's channel.
+async fn raw_listen(
+    db: &TestDb,
+    channels: &[&str],
+) -> (tokio_postgres::Client, mpsc::UnboundedReceiver<String>) {
+    let (client, mut conn) = db
+        .target
+        .listen
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let AsyncMessage::Notification(n) = msg {
+                let _ = tx.send(n.channel().to_owned());
+            }
+        }
+    });
+    let sql: String = channels
+        .iter()
+        .chain([&SENTINEL])
+        .map(|c| format!("LISTEN {c};"))
+        .collect();
+    client.batch_execute(&sql).await.unwrap();
+    (client, rx)
+}
+
+/// Every notification received before the sentinel (sent after `statement`
+/// committed; notifications arrive in commit order).
+async fn notifications_of(db: &TestDb, rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
+    sqlx::query("SELECT pg_notify($1, '')")
+        .bind(SENTINEL)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let ch = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("sentinel within 5 s")
+            .unwrap();
+        if ch == SENTINEL {
+            return got;
+        }
+        got.push(ch);
+    }
+}
+
+#[sqlx::test]
+async fn job_notifications_reach_the_right_lane_once_per_statement(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let (_client, mut rx) =
+        raw_listen(&db, &["bf4ps_jobs_interactive", "bf4ps_jobs_background"]).await;
+
+    // An interactive insert notifies interactive only.
+    let s = soldier(p, 1).await;
+    job(
+        p,
+        s,
+        Resource::Detailed,
+        Lane::Interactive,
+        PriorityClass::Interactive,
+        0,
+        0,
+    )
+    .await;
+    assert_eq!(
+        notifications_of(&db, &mut rx).await,
+        ["bf4ps_jobs_interactive"]
+    );
+
+    // A job eligible only later notifies nobody (the poll finds it).
+    let b = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        60_000,
+    )
+    .await;
+    assert!(notifications_of(&db, &mut rx).await.is_empty());
+
+    // Promotion of a pending background job to interactive wakes interactive.
+    let w = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    assert_eq!(
+        notifications_of(&db, &mut rx).await,
+        ["bf4ps_jobs_background"]
+    );
+    sqlx::query("UPDATE collection_jobs SET lane = 'interactive', priority_class = 'interactive' WHERE job_id = $1")
+        .bind(w)
+        .execute(p)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_of(&db, &mut rx).await,
+        ["bf4ps_jobs_interactive"]
+    );
+
+    // Updates that don't make anything claimable stay quiet (claim, start, renew).
+    let me = collector(p, "quiet", Lane::Interactive).await;
+    let j = queue::claim(p, &me, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    queue::start(p, &j.lease())
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    queue::renew(p, &j.lease(), Duration::from_secs(60))
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    assert!(notifications_of(&db, &mut rx).await.is_empty());
+
+    // Returning to pending and eligible now wakes the lane (e.g. recovery with no backoff).
+    sqlx::query(
+        "UPDATE collection_jobs SET eligible_at = now() - interval '1 s' WHERE job_id = $1",
+    )
+    .bind(b)
+    .execute(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        notifications_of(&db, &mut rx).await,
+        ["bf4ps_jobs_background"]
+    );
+
+    // A 1,000-row insert across both lanes: one notification per lane.
+    sqlx::query(
+        "WITH s AS (INSERT INTO soldiers (platform, persona_id)
+                    SELECT 'ps4', g FROM generate_series(1, 1000) g RETURNING soldier_id, persona_id)
+         INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+         SELECT soldier_id, 'vehicles',
+                CASE WHEN persona_id % 2 = 0 THEN 'interactive' ELSE 'background' END,
+                CASE WHEN persona_id % 2 = 0 THEN 'interactive' ELSE 'bootstrap' END, 'bulk'
+         FROM s",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let mut got = notifications_of(&db, &mut rx).await;
+    got.sort();
+    assert_eq!(got, ["bf4ps_jobs_background", "bf4ps_jobs_interactive"]);
+}
+
+fn listener(db: &TestDb, poll: Duration, cancel: &CancellationToken) -> Listener {
+    Listener::spawn(
+        db.target.listen.clone(),
+        &[
+            Channel::Jobs(Lane::Interactive),
+            Channel::Jobs(Lane::Background),
+            Channel::Events,
+        ],
+        ListenerSettings {
+            ping_interval: Duration::from_millis(500),
+            max_backoff: Duration::from_millis(200),
+            ..ListenerSettings::new(poll)
+        },
+        metrics::Counter::noop(),
+        cancel.clone(),
+    )
+}
+
+#[sqlx::test]
+async fn listener_wakes_one_lane_waiter(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let cancel = CancellationToken::new();
+    // A long poll: any wake below is a notification, not the fallback.
+    let l = listener(&db, Duration::from_secs(60), &cancel);
+    l.connected(1).await;
+    let interactive = l.waiter(Channel::Jobs(Lane::Interactive));
+    let background = l.waiter(Channel::Jobs(Lane::Background));
+    let events = l.waiter(Channel::Events);
+    // Consume the catch-up wake every channel gets on connect.
+    for w in [&interactive, &background, &events] {
+        assert_eq!(w.wait().await, Wake::Notified);
+    }
+    let waiting = tokio::spawn({
+        let w = interactive.clone();
+        async move { w.wait().await }
+    });
+    let s = soldier(&db.pool, 1).await;
+    job(
+        &db.pool,
+        s,
+        Resource::Detailed,
+        Lane::Interactive,
+        PriorityClass::Interactive,
+        0,
+        0,
+    )
+    .await;
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(woke, Wake::Notified);
+    // Everything before this NOTIFY has been dispatched once it arrives.
+    sqlx::query("SELECT pg_notify('bf4ps_events', '')")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(5), events.wait())
+            .await
+            .unwrap(),
+        Wake::Notified
+    );
+    // The background waiter was not woken (no permit is pending for it).
+    let quiet = tokio::time::timeout(Duration::from_millis(50), background.wait()).await;
+    assert!(
+        quiet.is_err(),
+        "background waiter was woken by an interactive job"
+    );
+    cancel.cancel();
+}
+
+#[sqlx::test]
+async fn work_inserted_while_the_listener_is_down_is_still_claimed(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = db.pool.clone();
+    let cancel = CancellationToken::new();
+    let poll = Duration::from_millis(1000);
+    let l = listener(&db, poll, &cancel);
+    l.connected(1).await;
+    let me = collector(&p, "survivor", Lane::Background).await;
+    let (claimed_tx, mut claimed_rx) = mpsc::unbounded_channel();
+    let worker = tokio::spawn({
+        let waiter = l.waiter(Channel::Jobs(Lane::Background));
+        let p = p.clone();
+        async move {
+            loop {
+                if waiter.wait().await == Wake::Cancelled {
+                    return;
+                }
+                while let Some(j) = queue::claim(&p, &me, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                {
+                    queue::start(&p, &j.lease())
+                        .await
+                        .unwrap()
+                        .committed()
+                        .unwrap();
+                    succeed(&p, &j.lease(), 1).await;
+                    let _ = claimed_tx.send((j.job_id, Instant::now()));
+                }
+            }
+        }
+    });
+    // Kill the LISTEN connection, then insert while it is down.
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = 'bf4ps-ops listener' AND datname = current_database()",
+    )
+    .fetch_one(&p)
+    .await
+    .unwrap();
+    assert_eq!(killed, 1);
+    let s = soldier(&p, 77).await;
+    let id = job(
+        &p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    let inserted = Instant::now();
+    let (got, at) = tokio::time::timeout(Duration::from_secs(10), claimed_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, id);
+    // Within the fallback bound: one jittered poll (≤ 1.2 s) plus slack.
+    assert!(
+        at - inserted < poll.mul_f64(1.2) + Duration::from_millis(800),
+        "{:?}",
+        at - inserted
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the listener to reconnect",
+        || async { (l.reconnects() >= 1 && l.is_connected()).then_some(()) },
+    )
+    .await;
+    cancel.cancel();
+    worker.await.unwrap();
+}
+
+#[sqlx::test]
+async fn egress_gate_holds_the_shared_rate(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let cancel = CancellationToken::new();
+    let window = Duration::from_secs(3);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let pool = db.pool.clone();
+        let cancel = cancel.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut passes = 0;
+            loop {
+                egress::pass(&pool, "shared-egress", 10.0, &cancel)
+                    .await
+                    .unwrap();
+                if start.elapsed() > window {
+                    return passes;
+                }
+                passes += 1;
+            }
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    // 10/s for 3 s across all three workers: at most 1 + 30 passes.
+    assert!(total <= 31, "{total} passes in 3 s at 10/s");
+    assert!(total >= 25, "the gate starved its workers: {total}");
+    // Another key is independent; a bad rate is refused.
+    let t = Instant::now();
+    egress::pass(&db.pool, "other-egress", 10.0, &cancel)
+        .await
+        .unwrap();
+    assert!(t.elapsed() < Duration::from_millis(500));
+    assert!(egress::pass(&db.pool, "x", 0.0, &cancel).await.is_err());
+}
