@@ -15,4 +15,5 @@ pub mod metrics;
 pub mod monitor;
 pub mod queue;
 pub mod registry;
+pub mod shutdown;
 pub mod telemetry;

@@ -3,10 +3,20 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::Parser as _;
 
 fn main() -> ExitCode {
-    let cli = bf4ps_ops::cli::Cli::parse();
+    let cli = match bf4ps_ops::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print normally; usage errors are one line.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
     bf4ps_ops::telemetry::init(&cli.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

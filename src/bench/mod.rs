@@ -10,6 +10,7 @@
 //! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
 //! in [`BENCHES`] and add its arm to `run_one`.
 
+pub mod queue;
 pub mod reference;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,7 +106,7 @@ impl Ctx {
 }
 
 /// Every benchmark, in `bench all` order.
-pub const BENCHES: &[&str] = &["reference"];
+pub const BENCHES: &[&str] = &["reference", "wake", "claim", "claim-depth"];
 
 /// Names accepted by `bench`.
 pub fn names() -> Vec<&'static str> {
@@ -115,6 +116,9 @@ pub fn names() -> Vec<&'static str> {
 async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
     match name {
         "reference" => reference::run(ctx).await,
+        "wake" => queue::wake(ctx).await,
+        "claim" => queue::claim(ctx).await,
+        "claim-depth" => queue::claim_depth(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")

@@ -1,0 +1,333 @@
+//! Queue benchmarks: `wake` (insert commit → claim commit with idle
+//! interactive collectors, NOTIFY vs poll-only), `claim` (lease-fenced
+//! claim → start → finalize throughput) and `claim-depth` (claim latency as
+//! the pending working set grows).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::PgPool;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use crate::domain::Lane;
+use crate::listener::{Channel, Listener, ListenerSettings, Wake};
+use crate::queue::{self, Collected, CollectorId, Policy};
+use crate::registry::{self, Registration};
+
+fn q(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
+fn lost() -> BenchError {
+    BenchError::Other("lease lost during the benchmark".into())
+}
+
+async fn register(pool: &PgPool, name: &str, lane: Lane) -> Result<CollectorId, BenchError> {
+    registry::register(
+        pool,
+        &Registration {
+            name: name.to_owned(),
+            hostname: "bench".to_owned(),
+            lane,
+            egress_key: "bench".to_owned(),
+            software_version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .map_err(q)
+}
+
+fn collected() -> Collected {
+    Collected {
+        data: json!({"kills": 1}),
+        http_status: 200,
+        duration: Duration::from_millis(1),
+    }
+}
+
+/// Inserts `n` pending jobs of `lane` on fresh soldiers, in one statement.
+async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Result<(), BenchError> {
+    sqlx::query(
+        "WITH s AS (
+            INSERT INTO soldiers (platform, persona_id)
+            SELECT 'pc', $3 + g FROM generate_series(1, $1) g
+            RETURNING soldier_id
+        )
+        INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
+                                     priority_value)
+        SELECT soldier_id, 'profile', $2,
+               CASE WHEN $2 = 'interactive' THEN 'interactive' ELSE 'recent' END,
+               'bench', (soldier_id % 100)::int
+        FROM s",
+    )
+    .bind(n)
+    .bind(lane)
+    .bind(persona_base)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// `wake`: 8 idle interactive collectors; one interactive job inserted at a
+/// time; latency from the insert's commit to the claim's commit.
+pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let mut reports = Vec::new();
+    for listen in [true, false] {
+        let db = ScratchDb::create(&ctx.target, 16).await?;
+        let result = wake_scenario(ctx, &db, listen).await;
+        db.drop().await?;
+        reports.push(result?);
+    }
+    Ok(reports)
+}
+
+async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report, BenchError> {
+    let collectors = 8;
+    let samples = if listen {
+        ctx.size(1_000, 100)
+    } else {
+        ctx.size(200, 20)
+    };
+    let poll = Duration::from_secs(1);
+    let cancel = CancellationToken::new();
+    let listener = Listener::spawn(
+        db.target.listen.clone(),
+        &[Channel::Jobs(Lane::Interactive)],
+        ListenerSettings {
+            enabled: listen,
+            ..ListenerSettings::new(poll)
+        },
+        metrics::Counter::noop(),
+        cancel.clone(),
+    );
+    if listen {
+        tokio::time::timeout(Duration::from_secs(10), listener.connected(1))
+            .await
+            .map_err(|_| q("LISTEN connection did not come up"))?;
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant)>();
+    let policy = Arc::new(Policy::default());
+    let mut workers = Vec::new();
+    for i in 0..collectors {
+        let me = register(&db.pool, &format!("wake-{i}"), Lane::Interactive).await?;
+        let waiter = listener.waiter(Channel::Jobs(Lane::Interactive));
+        let (pool, tx, policy) = (db.pool.clone(), tx.clone(), policy.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                if waiter.wait().await == Wake::Cancelled {
+                    return Ok::<(), BenchError>(());
+                }
+                while let Some(job) = queue::claim(&pool, &me, policy.lease).await.map_err(q)? {
+                    let claimed = Instant::now();
+                    waiter.pass_on();
+                    let _ = tx.send((job.job_id, claimed));
+                    queue::start(&pool, &job.lease())
+                        .await
+                        .map_err(q)?
+                        .committed()
+                        .ok_or_else(lost)?;
+                    queue::finalize_success(&pool, &job.lease(), &collected(), &policy)
+                        .await
+                        .map_err(q)?
+                        .committed()
+                        .ok_or_else(lost)?;
+                }
+            }
+        }));
+    }
+    // Let the catch-up wake settle: every collector idle before sampling.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut latencies = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let soldier: i64 = sqlx::query_scalar(
+            "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', $1) RETURNING soldier_id",
+        )
+        .bind(1_000_000 + i as i64)
+        .fetch_one(&db.pool)
+        .await?;
+        let job_id: i64 = sqlx::query_scalar(
+            "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+             VALUES ($1, 'detailed', 'interactive', 'interactive', 'bench') RETURNING job_id",
+        )
+        .bind(soldier)
+        .fetch_one(&db.pool)
+        .await?;
+        let committed = Instant::now();
+        let (got, claimed) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .map_err(|_| q("job not claimed within 10 s"))?
+            .ok_or_else(|| q("collectors stopped"))?;
+        if got != job_id {
+            return Err(q(format!("claimed job {got}, expected {job_id}")));
+        }
+        latencies.push(claimed.saturating_duration_since(committed).as_secs_f64() * 1e3);
+        // Let the claiming collector finish and go idle again.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    cancel.cancel();
+    for w in workers {
+        w.await.map_err(q)??;
+    }
+    let max = latencies.iter().copied().fold(0.0, f64::max);
+    Ok(Report::new(
+        "wake",
+        json!({"collectors": collectors, "samples": samples, "listen": listen,
+               "poll_interval_ms": poll.as_millis() as u64}),
+    )
+    .figure("p50_ms", percentile(&mut latencies, 50.0))
+    .figure("p99_ms", percentile(&mut latencies, 99.0))
+    .figure("max_ms", max))
+}
+
+/// `claim`: claim → start → finalize_success throughput with 1, 4 and 16
+/// workers, default trigger configuration.
+pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let jobs = ctx.size(20_000, 2_000) as i64;
+    let mut reports = Vec::new();
+    for workers in [1usize, 4, 16] {
+        let db = ScratchDb::create(&ctx.target, workers as u32 + 2).await?;
+        let result = claim_scenario(&db, workers, jobs).await;
+        db.drop().await?;
+        reports.push(result?);
+    }
+    Ok(reports)
+}
+
+async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Report, BenchError> {
+    seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
+    sqlx::query("VACUUM ANALYZE collection_jobs")
+        .execute(&db.pool)
+        .await?;
+    let policy = Arc::new(Policy::default());
+    let mut ids = Vec::new();
+    for i in 0..workers {
+        ids.push(register(&db.pool, &format!("claim-{i}"), Lane::Background).await?);
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for me in ids {
+        let (pool, policy) = (db.pool.clone(), policy.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            while let Some(job) = queue::claim(&pool, &me, policy.lease).await.map_err(q)? {
+                queue::start(&pool, &job.lease())
+                    .await
+                    .map_err(q)?
+                    .committed()
+                    .ok_or_else(lost)?;
+                queue::finalize_success(&pool, &job.lease(), &collected(), &policy)
+                    .await
+                    .map_err(q)?
+                    .committed()
+                    .ok_or_else(lost)?;
+                done += 1;
+            }
+            Ok::<u64, BenchError>(done)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.map_err(q)??;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if total != jobs as u64 {
+        return Err(q(format!("finished {total} of {jobs} jobs")));
+    }
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+        .fetch_one(&db.pool)
+        .await?;
+    Ok(
+        Report::new("claim", json!({"workers": workers, "jobs": jobs}))
+            .figure("jobs_per_s", total as f64 / secs)
+            .figure("commits_per_s", 3.0 * total as f64 / secs)
+            .figure("events_per_s", events as f64 / secs),
+    )
+}
+
+/// `claim-depth`: single-claim latency with 1k, 10k and 100k pending jobs.
+pub async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let depths: &[i64] = if ctx.quick {
+        &[1_000, 10_000]
+    } else {
+        &[1_000, 10_000, 100_000]
+    };
+    let samples = ctx.size(500, 100);
+    let mut reports = Vec::new();
+    let mut p50_first = None;
+    for &depth in depths {
+        let db = ScratchDb::create(&ctx.target, 4).await?;
+        let result = depth_scenario(&db, depth, samples).await;
+        db.drop().await?;
+        let (mut lat, plan_rows) = result?;
+        let p50 = percentile(&mut lat, 50.0);
+        let first = *p50_first.get_or_insert(p50);
+        reports.push(
+            Report::new("claim-depth", json!({"pending": depth, "samples": samples}))
+                .figure("p50_ms", p50)
+                .figure("p99_ms", percentile(&mut lat, 99.0))
+                .figure("p50_vs_smallest_ratio", p50 / first)
+                .figure("rows_scanned_per_claim", plan_rows),
+        );
+    }
+    Ok(reports)
+}
+
+async fn depth_scenario(
+    db: &ScratchDb,
+    depth: i64,
+    samples: usize,
+) -> Result<(Vec<f64>, f64), BenchError> {
+    seed_jobs(&db.pool, depth, Lane::Background, 0).await?;
+    sqlx::query("VACUUM ANALYZE collection_jobs")
+        .execute(&db.pool)
+        .await?;
+    let me = register(&db.pool, "depth", Lane::Background).await?;
+    let policy = Policy::default();
+    let mut lat = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        let t = Instant::now();
+        let job = queue::claim(&db.pool, &me, policy.lease)
+            .await
+            .map_err(q)?
+            .ok_or_else(|| q("queue ran dry"))?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        queue::start(&db.pool, &job.lease())
+            .await
+            .map_err(q)?
+            .committed()
+            .ok_or_else(lost)?;
+        queue::finalize_success(&db.pool, &job.lease(), &collected(), &policy)
+            .await
+            .map_err(q)?
+            .committed()
+            .ok_or_else(lost)?;
+    }
+    // How many index rows the candidate scan reads: constant means depth-independent.
+    let plan: serde_json::Value = sqlx::query_scalar(
+        "EXPLAIN (ANALYZE, FORMAT JSON)
+         SELECT job_id FROM collection_jobs
+         WHERE status = 'pending' AND lane = 'background' AND eligible_at <= now()
+         ORDER BY claim_rank, priority_value DESC, eligible_at, created_at, job_id
+         FOR UPDATE SKIP LOCKED LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    let rows = scanned_rows(&plan[0]["Plan"]);
+    Ok((lat, rows))
+}
+
+/// Sum of "Actual Rows" of the scan nodes in an EXPLAIN (FORMAT JSON) plan.
+fn scanned_rows(node: &serde_json::Value) -> f64 {
+    let own = match node["Node Type"].as_str() {
+        Some(t) if t.contains("Scan") => node["Actual Rows"].as_f64().unwrap_or(0.0),
+        _ => 0.0,
+    };
+    own + node["Plans"]
+        .as_array()
+        .map(|plans| plans.iter().map(scanned_rows).sum())
+        .unwrap_or(0.0)
+}
