@@ -10,4 +10,5 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod metrics;
+pub mod pgcluster;
 pub mod telemetry;

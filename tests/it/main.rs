@@ -5,4 +5,5 @@
 mod support;
 
 mod cli;
+mod pgcluster;
 mod schema;
