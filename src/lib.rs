@@ -13,6 +13,7 @@ pub mod egress;
 pub mod listener;
 pub mod metrics;
 pub mod monitor;
+pub mod pgcluster;
 pub mod queue;
 pub mod registry;
 pub mod shutdown;

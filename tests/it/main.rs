@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod listener;
+mod pgcluster;
 mod queue;
 mod registry;
 mod schema;
