@@ -11,3 +11,4 @@ pub mod db;
 pub mod domain;
 pub mod metrics;
 pub mod telemetry;
+pub mod upstream;
