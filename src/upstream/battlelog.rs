@@ -108,12 +108,12 @@ pub fn normalize(resource: Resource, persona_id: i64, body: &[u8]) -> Result<Val
     let out = match resource {
         Resource::Detailed => {
             let wire = DetailedData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            same_persona(wire.persona_id, persona_id)?;
+            same_persona(opt(wire.persona_id), persona_id)?;
             to_value(detailed(persona_id, &wire.general_stats))
         }
         Resource::Profile => {
             let wire = ProfileData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            same_persona(wire.viewed_persona_info.persona_id, persona_id)?;
+            same_persona(opt(wire.viewed_persona_info.persona_id), persona_id)?;
             to_value(profile(persona_id, &wire)?)
         }
         Resource::Weapons => {
@@ -179,20 +179,69 @@ fn describe(e: &serde_json::Error) -> String {
 const OUR_MESSAGES: &[&str] = &[lenient::NULL, lenient::NAN, lenient::RANGE, lenient::TEXT];
 
 // ---------------------------------------------------------------------------
-// Lenient scalar deserializers.
+// Lenient scalars: what we accept for one value.
 
 mod lenient {
     use std::fmt;
 
-    use serde::Deserializer;
-    use serde::de::{self, Visitor};
+    use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-    pub const NULL: &str = "is null";
+    pub const NULL: &str = "is null or empty";
     pub const NAN: &str = "is not a number";
     pub const RANGE: &str = "is out of range";
     pub const TEXT: &str = "is not a string";
 
-    /// A number as f64: int, float or numeric string; `None` for null.
+    /// A required counter: integer, float (rounded) or numeric string. As
+    /// `Option<Count>`, absent or `null` is `None`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Count(pub i64);
+
+    /// A required real number: integer, float or numeric string.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    pub struct Real(pub f64);
+
+    /// A required, non-empty string (ids may arrive as numbers).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Text(pub String);
+
+    /// An optional string: absent, `null` and empty are all `None`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct OptText(pub Option<String>);
+
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let v = d.deserialize_any(NumberVisitor)?;
+            let v = v.ok_or_else(|| de::Error::custom(NULL))?.round();
+            if v.abs() < 9.0e15 {
+                Ok(Count(v as i64))
+            } else {
+                Err(de::Error::custom(RANGE))
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Real {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let v = d.deserialize_any(NumberVisitor)?;
+            v.map(Real).ok_or_else(|| de::Error::custom(NULL))
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Text {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let v = d.deserialize_any(TextVisitor)?;
+            v.map(Text).ok_or_else(|| de::Error::custom(NULL))
+        }
+    }
+
+    impl<'de> Deserialize<'de> for OptText {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(TextVisitor).map(OptText)
+        }
+    }
+
+    /// A finite number as f64; `None` for null. Errors are fixed text: a
+    /// rejected value is never quoted.
     struct NumberVisitor;
 
     impl<'de> Visitor<'de> for NumberVisitor {
@@ -240,39 +289,7 @@ mod lenient {
         }
     }
 
-    fn to_count<E: de::Error>(v: f64) -> Result<i64, E> {
-        let r = v.round();
-        if r.abs() < 9.0e15 {
-            Ok(r as i64)
-        } else {
-            Err(E::custom(RANGE))
-        }
-    }
-
-    /// A required counter.
-    pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-        match d.deserialize_any(NumberVisitor)? {
-            Some(v) => to_count(v),
-            None => Err(de::Error::custom(NULL)),
-        }
-    }
-
-    /// An optional counter (absent or null → `None`).
-    pub fn opt_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-        d.deserialize_any(NumberVisitor)?.map(to_count).transpose()
-    }
-
-    /// A required real number.
-    pub fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-        d.deserialize_any(NumberVisitor)?
-            .ok_or_else(|| de::Error::custom(NULL))
-    }
-
-    /// An optional real number.
-    pub fn opt_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
-        d.deserialize_any(NumberVisitor)
-    }
-
+    /// A trimmed string, `None` for null or empty; integers become text.
     struct TextVisitor;
 
     impl<'de> Visitor<'de> for TextVisitor {
@@ -313,17 +330,13 @@ mod lenient {
             Err(de::Error::custom(TEXT))
         }
     }
+}
 
-    /// A required, non-empty string (ids may arrive as numbers).
-    pub fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
-        d.deserialize_any(TextVisitor)?
-            .ok_or_else(|| de::Error::custom(NULL))
-    }
+use lenient::{Count, OptText, Real, Text};
 
-    /// An optional string; empty counts as absent.
-    pub fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_any(TextVisitor)
-    }
+/// `Option<Count>` as a plain optional integer.
+fn opt(c: Option<Count>) -> Option<i64> {
+    c.map(|c| c.0)
 }
 
 /// A required list: absent or `null` is an error (never an empty result).
@@ -341,137 +354,75 @@ where
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct DetailedData {
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    persona_id: Option<i64>,
+    persona_id: Option<Count>,
     general_stats: GeneralStats,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct GeneralStats {
-    #[serde(deserialize_with = "lenient::count")]
-    rank: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    score: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    kills: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    deaths: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    num_wins: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    num_losses: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    time_played: i64,
-    #[serde(deserialize_with = "lenient::number")]
-    skill: f64,
-    #[serde(deserialize_with = "lenient::count")]
-    shots_fired: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    shots_hit: i64,
+    rank: Count,
+    score: Count,
+    kills: Count,
+    deaths: Count,
+    num_wins: Count,
+    num_losses: Count,
+    time_played: Count,
+    skill: Real,
+    shots_fired: Count,
+    shots_hit: Count,
 
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    num_rounds: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    combat_score: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    headshots: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    kill_assists: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    revives: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    repairs: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    heals: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    resupplies: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    avenger_kills: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    savior_kills: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    suppression_assists: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    flag_captures: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    flag_defend: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    dogtags_taken: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    vehicles_destroyed: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    vehicle_damage: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    kill_streak_bonus: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    nemesis_kills: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    nemesis_streak: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_number")]
-    longest_headshot: Option<f64>,
-    #[serde(default, deserialize_with = "lenient::opt_number")]
-    quit_percentage: Option<f64>,
+    num_rounds: Option<Count>,
+    combat_score: Option<Count>,
+    headshots: Option<Count>,
+    kill_assists: Option<Count>,
+    revives: Option<Count>,
+    repairs: Option<Count>,
+    heals: Option<Count>,
+    resupplies: Option<Count>,
+    avenger_kills: Option<Count>,
+    savior_kills: Option<Count>,
+    suppression_assists: Option<Count>,
+    flag_captures: Option<Count>,
+    flag_defend: Option<Count>,
+    dogtags_taken: Option<Count>,
+    vehicles_destroyed: Option<Count>,
+    vehicle_damage: Option<Count>,
+    kill_streak_bonus: Option<Count>,
+    nemesis_kills: Option<Count>,
+    nemesis_streak: Option<Count>,
+    longest_headshot: Option<Real>,
+    quit_percentage: Option<Real>,
 
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    assault: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    engineer: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    support: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    recon: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    commander: Option<i64>,
-    #[serde(default, rename = "sc_squad", deserialize_with = "lenient::opt_count")]
-    sc_squad: Option<i64>,
-    #[serde(
-        default,
-        rename = "sc_vehicle",
-        deserialize_with = "lenient::opt_count"
-    )]
-    sc_vehicle: Option<i64>,
-    #[serde(default, rename = "sc_award", deserialize_with = "lenient::opt_count")]
-    sc_award: Option<i64>,
-    #[serde(default, rename = "sc_unlock", deserialize_with = "lenient::opt_count")]
-    sc_unlock: Option<i64>,
+    assault: Option<Count>,
+    engineer: Option<Count>,
+    support: Option<Count>,
+    recon: Option<Count>,
+    commander: Option<Count>,
+    #[serde(rename = "sc_squad")]
+    sc_squad: Option<Count>,
+    #[serde(rename = "sc_vehicle")]
+    sc_vehicle: Option<Count>,
+    #[serde(rename = "sc_award")]
+    sc_award: Option<Count>,
+    #[serde(rename = "sc_unlock")]
+    sc_unlock: Option<Count>,
 
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    conquest: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    rush: Option<i64>,
-    #[serde(
-        default,
-        rename = "teamdeathmatch",
-        deserialize_with = "lenient::opt_count"
-    )]
-    team_deathmatch: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    domination: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    obliteration: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    elimination: Option<i64>,
-    #[serde(
-        default,
-        rename = "capturetheflag",
-        deserialize_with = "lenient::opt_count"
-    )]
-    capture_the_flag: Option<i64>,
-    #[serde(
-        default,
-        rename = "airsuperiority",
-        deserialize_with = "lenient::opt_count"
-    )]
-    air_superiority: Option<i64>,
-    #[serde(
-        default,
-        rename = "carrierassault",
-        deserialize_with = "lenient::opt_count"
-    )]
-    carrier_assault: Option<i64>,
-    #[serde(default, rename = "chainlink", deserialize_with = "lenient::opt_count")]
-    chain_link: Option<i64>,
+    conquest: Option<Count>,
+    rush: Option<Count>,
+    #[serde(rename = "teamdeathmatch")]
+    team_deathmatch: Option<Count>,
+    domination: Option<Count>,
+    obliteration: Option<Count>,
+    elimination: Option<Count>,
+    #[serde(rename = "capturetheflag")]
+    capture_the_flag: Option<Count>,
+    #[serde(rename = "airsuperiority")]
+    air_superiority: Option<Count>,
+    #[serde(rename = "carrierassault")]
+    carrier_assault: Option<Count>,
+    #[serde(rename = "chainlink")]
+    chain_link: Option<Count>,
 }
 
 /// Normalized `detailed` data.
@@ -594,61 +545,61 @@ fn round4(v: f64) -> f64 {
 fn detailed(persona_id: i64, g: &GeneralStats) -> Detailed {
     Detailed {
         persona_id,
-        rank: g.rank,
-        score: g.score,
-        combat_score: g.combat_score,
-        skill: round4(g.skill),
-        time_played_s: g.time_played,
-        kills: g.kills,
-        deaths: g.deaths,
-        kd_ratio: ratio(g.kills, g.deaths),
-        wins: g.num_wins,
-        losses: g.num_losses,
-        rounds: g.num_rounds,
-        shots_fired: g.shots_fired,
-        shots_hit: g.shots_hit,
-        accuracy: ratio(g.shots_hit, g.shots_fired),
-        headshots: g.headshots,
-        kill_assists: g.kill_assists,
-        revives: g.revives,
-        repairs: g.repairs,
-        heals: g.heals,
-        resupplies: g.resupplies,
-        avenger_kills: g.avenger_kills,
-        savior_kills: g.savior_kills,
-        suppression_assists: g.suppression_assists,
-        flags_captured: g.flag_captures,
-        flags_defended: g.flag_defend,
-        dogtags_taken: g.dogtags_taken,
-        vehicles_destroyed: g.vehicles_destroyed,
-        vehicle_damage: g.vehicle_damage,
-        highest_kill_streak: g.kill_streak_bonus,
-        nemesis_kills: g.nemesis_kills,
-        highest_nemesis_streak: g.nemesis_streak,
-        longest_headshot: g.longest_headshot.map(round4),
-        quit_percentage: g.quit_percentage.map(round4),
+        rank: g.rank.0,
+        score: g.score.0,
+        combat_score: opt(g.combat_score),
+        skill: round4(g.skill.0),
+        time_played_s: g.time_played.0,
+        kills: g.kills.0,
+        deaths: g.deaths.0,
+        kd_ratio: ratio(g.kills.0, g.deaths.0),
+        wins: g.num_wins.0,
+        losses: g.num_losses.0,
+        rounds: opt(g.num_rounds),
+        shots_fired: g.shots_fired.0,
+        shots_hit: g.shots_hit.0,
+        accuracy: ratio(g.shots_hit.0, g.shots_fired.0),
+        headshots: opt(g.headshots),
+        kill_assists: opt(g.kill_assists),
+        revives: opt(g.revives),
+        repairs: opt(g.repairs),
+        heals: opt(g.heals),
+        resupplies: opt(g.resupplies),
+        avenger_kills: opt(g.avenger_kills),
+        savior_kills: opt(g.savior_kills),
+        suppression_assists: opt(g.suppression_assists),
+        flags_captured: opt(g.flag_captures),
+        flags_defended: opt(g.flag_defend),
+        dogtags_taken: opt(g.dogtags_taken),
+        vehicles_destroyed: opt(g.vehicles_destroyed),
+        vehicle_damage: opt(g.vehicle_damage),
+        highest_kill_streak: opt(g.kill_streak_bonus),
+        nemesis_kills: opt(g.nemesis_kills),
+        highest_nemesis_streak: opt(g.nemesis_streak),
+        longest_headshot: g.longest_headshot.map(|r| round4(r.0)),
+        quit_percentage: g.quit_percentage.map(|r| round4(r.0)),
         kit_scores: KitScores {
-            assault: g.assault,
-            engineer: g.engineer,
-            support: g.support,
-            recon: g.recon,
-            commander: g.commander,
-            squad: g.sc_squad,
-            vehicle: g.sc_vehicle,
-            award: g.sc_award,
-            unlock: g.sc_unlock,
+            assault: opt(g.assault),
+            engineer: opt(g.engineer),
+            support: opt(g.support),
+            recon: opt(g.recon),
+            commander: opt(g.commander),
+            squad: opt(g.sc_squad),
+            vehicle: opt(g.sc_vehicle),
+            award: opt(g.sc_award),
+            unlock: opt(g.sc_unlock),
         },
         mode_scores: ModeScores {
-            conquest: g.conquest,
-            rush: g.rush,
-            team_deathmatch: g.team_deathmatch,
-            domination: g.domination,
-            obliteration: g.obliteration,
-            defuse: g.elimination,
-            capture_the_flag: g.capture_the_flag,
-            air_superiority: g.air_superiority,
-            carrier_assault: g.carrier_assault,
-            chain_link: g.chain_link,
+            conquest: opt(g.conquest),
+            rush: opt(g.rush),
+            team_deathmatch: opt(g.team_deathmatch),
+            domination: opt(g.domination),
+            obliteration: opt(g.obliteration),
+            defuse: opt(g.elimination),
+            capture_the_flag: opt(g.capture_the_flag),
+            air_superiority: opt(g.air_superiority),
+            carrier_assault: opt(g.carrier_assault),
+            chain_link: opt(g.chain_link),
         },
     }
 }
@@ -666,35 +617,24 @@ struct ProfileData {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PersonaInfo {
-    #[serde(deserialize_with = "lenient::text")]
-    persona_name: String,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    persona_id: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    tag: Option<String>,
+    persona_name: Text,
+    persona_id: Option<Count>,
+    #[serde(default)]
+    tag: OptText,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct OverviewStats {
-    #[serde(deserialize_with = "lenient::count")]
-    rank: i64,
-    #[serde(deserialize_with = "lenient::number")]
-    skill: f64,
-    #[serde(deserialize_with = "lenient::count")]
-    kills: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    deaths: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    time_played: i64,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    score: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    total_score: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    num_wins: Option<i64>,
-    #[serde(default, deserialize_with = "lenient::opt_count")]
-    num_losses: Option<i64>,
+    rank: Count,
+    skill: Real,
+    kills: Count,
+    deaths: Count,
+    time_played: Count,
+    score: Option<Count>,
+    total_score: Option<Count>,
+    num_wins: Option<Count>,
+    num_losses: Option<Count>,
 }
 
 /// Normalized `profile` data.
@@ -728,23 +668,21 @@ pub struct Profile {
 
 fn profile(persona_id: i64, p: &ProfileData) -> Result<Profile, BodyError> {
     let s = &p.overview_stats;
-    let score = s
-        .score
-        .or(s.total_score)
+    let score = opt(s.score.or(s.total_score))
         .ok_or_else(|| parse_error("missing required field `score` (or `totalScore`)"))?;
     Ok(Profile {
         persona_id,
-        name: p.viewed_persona_info.persona_name.clone(),
-        clan_tag: p.viewed_persona_info.tag.clone(),
-        rank: s.rank,
+        name: p.viewed_persona_info.persona_name.0.clone(),
+        clan_tag: p.viewed_persona_info.tag.0.clone(),
+        rank: s.rank.0,
         score,
-        skill: round4(s.skill),
-        kills: s.kills,
-        deaths: s.deaths,
-        kd_ratio: ratio(s.kills, s.deaths),
-        wins: s.num_wins,
-        losses: s.num_losses,
-        time_played_s: s.time_played,
+        skill: round4(s.skill.0),
+        kills: s.kills.0,
+        deaths: s.deaths.0,
+        kd_ratio: ratio(s.kills.0, s.deaths.0),
+        wins: opt(s.num_wins),
+        losses: opt(s.num_losses),
+        time_played_s: s.time_played.0,
     })
 }
 
@@ -761,24 +699,18 @@ struct WeaponsData {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct WeaponWire {
-    #[serde(deserialize_with = "lenient::text")]
-    guid: String,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    name: Option<String>,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    slug: Option<String>,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    category: Option<String>,
-    #[serde(deserialize_with = "lenient::count")]
-    kills: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    headshots: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    shots_fired: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    shots_hit: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    time_equipped: i64,
+    guid: Text,
+    #[serde(default)]
+    name: OptText,
+    #[serde(default)]
+    slug: OptText,
+    #[serde(default)]
+    category: OptText,
+    kills: Count,
+    headshots: Count,
+    shots_fired: Count,
+    shots_hit: Count,
+    time_equipped: Count,
 }
 
 /// Normalized `weapons` data.
@@ -813,26 +745,26 @@ fn weapons(wire: WeaponsData) -> Weapons {
     let mut list: Vec<Weapon> = wire
         .main_weapon_stats
         .into_iter()
+        .map(|w| Weapon {
+            guid: w.guid.0,
+            name: w.name.0.or(w.slug.0),
+            category: w.category.0,
+            kills: w.kills.0,
+            headshots: w.headshots.0,
+            shots_fired: w.shots_fired.0,
+            shots_hit: w.shots_hit.0,
+            time_equipped_s: w.time_equipped.0,
+        })
         .filter(|w| {
             [
                 w.kills,
                 w.headshots,
                 w.shots_fired,
                 w.shots_hit,
-                w.time_equipped,
+                w.time_equipped_s,
             ]
             .iter()
             .any(|v| *v != 0)
-        })
-        .map(|w| Weapon {
-            guid: w.guid,
-            name: w.name.or(w.slug),
-            category: w.category,
-            kills: w.kills,
-            headshots: w.headshots,
-            shots_fired: w.shots_fired,
-            shots_hit: w.shots_hit,
-            time_equipped_s: w.time_equipped,
         })
         .collect();
     list.sort();
@@ -852,24 +784,17 @@ struct VehiclesData {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct VehicleWire {
-    #[serde(deserialize_with = "lenient::text")]
-    guid: String,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    name: Option<String>,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    slug: Option<String>,
-    #[serde(default, deserialize_with = "lenient::opt_text")]
-    category: Option<String>,
-    #[serde(deserialize_with = "lenient::count")]
-    kills: i64,
-    #[serde(deserialize_with = "lenient::count")]
-    time_in: i64,
-    #[serde(
-        default,
-        rename = "destroyXinY",
-        deserialize_with = "lenient::opt_count"
-    )]
-    destroy_x_in_y: Option<i64>,
+    guid: Text,
+    #[serde(default)]
+    name: OptText,
+    #[serde(default)]
+    slug: OptText,
+    #[serde(default)]
+    category: OptText,
+    kills: Count,
+    time_in: Count,
+    #[serde(rename = "destroyXinY")]
+    destroy_x_in_y: Option<Count>,
 }
 
 /// Normalized `vehicles` data.
@@ -900,15 +825,15 @@ fn vehicles(wire: VehiclesData) -> Vehicles {
     let mut list: Vec<Vehicle> = wire
         .main_vehicle_stats
         .into_iter()
-        .filter(|v| v.kills != 0 || v.time_in != 0 || v.destroy_x_in_y.unwrap_or(0) != 0)
         .map(|v| Vehicle {
-            guid: v.guid,
-            name: v.name.or(v.slug),
-            category: v.category,
-            kills: v.kills,
-            destroyed: v.destroy_x_in_y,
-            time_in_s: v.time_in,
+            guid: v.guid.0,
+            name: v.name.0.or(v.slug.0),
+            category: v.category.0,
+            kills: v.kills.0,
+            destroyed: opt(v.destroy_x_in_y),
+            time_in_s: v.time_in.0,
         })
+        .filter(|v| v.kills != 0 || v.time_in_s != 0 || v.destroyed.unwrap_or(0) != 0)
         .collect();
     list.sort();
     Vehicles { vehicles: list }
