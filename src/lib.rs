@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod fake_battlelog;
 pub mod metrics;
 pub mod telemetry;
 pub mod upstream;
