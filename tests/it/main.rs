@@ -6,3 +6,4 @@ mod support;
 
 mod cli;
 mod schema;
+mod upstream;
