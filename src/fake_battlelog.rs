@@ -49,6 +49,9 @@ use crate::upstream::{self, UpstreamArgs, battlelog_platform_id, platform_from_b
 /// envelopes, malformed and incomplete JSON).
 pub const BODY_MARKER: &str = "FAKE-BATTLELOG-BODY-MARKER";
 
+/// A hanging request is answered (503) after this long at the latest.
+pub const HANG_LIMIT: Duration = Duration::from_secs(600);
+
 /// Default listen address of `bf4ps-ops fake-battlelog`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
 
@@ -238,7 +241,8 @@ pub enum Scripted {
     MissingFields,
     /// 200 with an error envelope saying the persona was not found.
     Unavailable,
-    /// No answer until the client gives up (or the server shuts down).
+    /// No answer until the client gives up (503 on shutdown or after
+    /// [`HANG_LIMIT`]).
     Hang,
     /// 200 with the current stats after this delay.
     Delay(Duration),
@@ -1168,8 +1172,13 @@ async fn serve_resource(
         ),
         Action::NotFound => not_found(),
         Action::Hang => {
-            shared.shutdown.cancelled().await;
-            html(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+            // Clients give up long before; the cap only bounds how many
+            // abandoned requests a long run can accumulate.
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => {}
+                _ = tokio::time::sleep(HANG_LIMIT) => {}
+            }
+            html(StatusCode::SERVICE_UNAVAILABLE, "gave up hanging")
         }
         Action::Reset => {
             peer.kill.store(true, Ordering::Relaxed);
