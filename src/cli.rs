@@ -72,6 +72,14 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
+    FakeBattlelog {
+        /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
+        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::fake_battlelog::DEFAULT_LISTEN)]
+        listen: String,
+        #[command(flatten)]
+        settings: crate::fake_battlelog::FakeSettings,
+    },
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to print.
@@ -99,6 +107,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 quick,
             };
             crate::bench::run(&ctx, &name, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::FakeBattlelog { listen, settings } => {
+            crate::fake_battlelog::run_cli(&listen, settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { tuning, json } => {

@@ -11,3 +11,4 @@ mod pgcluster;
 mod queue;
 mod registry;
 mod schema;
+mod upstream;

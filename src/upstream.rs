@@ -1,0 +1,646 @@
+//! The Battlelog HTTP client: fetches one resource (`detailed`, `profile`,
+//! `weapons`, `vehicles`) of one soldier, classifies every failure into an
+//! [`ErrorClass`], and normalizes a successful body into a stable JSON shape.
+//!
+//! Invariants:
+//! - One pooled `reqwest::Client` per [`Upstream`]; every request is bounded
+//!   by the request timeout (connect, headers and body together) and the
+//!   connect timeout.
+//! - A fetch ends in exactly one of [`Fetched`] (normalized data) or
+//!   [`FetchFailure`] (a class). A 2xx body that does not parse, or lacks a
+//!   required field, is a `parse` failure, never an empty or zero result.
+//! - Failure messages are our own words plus status/reason, at most
+//!   [`MAX_MESSAGE_CHARS`] characters, and never contain any part of a
+//!   response body (not even Battlelog's envelope `message`).
+//! - Normalized data is deterministic: the same upstream stats always give
+//!   the same JSON value (lists sorted, ratios rounded), so a content hash
+//!   changes only when the stats do. See [`battlelog`] for the shapes.
+
+pub mod battlelog;
+
+use std::error::Error as _;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use crate::config::{ConfigError, fmt_duration, parse_duration};
+use crate::domain::{ErrorClass, Platform, Resource};
+
+/// Default values, as the text a user would type.
+#[allow(missing_docs)] // each constant is named after its setting
+pub mod defaults {
+    pub const URL: &str = "https://battlelog.battlefield.com";
+    pub const TIMEOUT: &str = "15s";
+    pub const CONNECT_TIMEOUT: &str = "5s";
+    pub const PATH_DETAILED: &str = "/bf4/warsawdetailedstatspopulate/{persona_id}/{platform_id}/";
+    pub const PATH_PROFILE: &str = "/bf4/warsawoverviewpopulate/{persona_id}/{platform_id}/";
+    pub const PATH_WEAPONS: &str =
+        "/bf4/warsawWeaponsPopulateStats/{persona_id}/{platform_id}/stats/";
+    pub const PATH_VEHICLES: &str =
+        "/bf4/warsawvehiclesPopulateStats/{persona_id}/{platform_id}/stats/";
+    pub const USER_AGENT: &str = concat!("bf4ps-ops/", env!("CARGO_PKG_VERSION"));
+}
+
+/// Longest [`FetchFailure::message`], in characters.
+pub const MAX_MESSAGE_CHARS: usize = 200;
+
+/// Largest response body read; a longer one is a `parse` failure. Real
+/// weapon/vehicle bodies are about 0.6 MB.
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Battlelog's numeric platform id (`platformInt`): pc=1, ps4=32, xboxone=64.
+pub const fn battlelog_platform_id(platform: Platform) -> u32 {
+    match platform {
+        Platform::Pc => 1,
+        Platform::Ps4 => 32,
+        Platform::XboxOne => 64,
+    }
+}
+
+/// The platform with Battlelog id `id`, if it is one we collect.
+pub fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
+    Platform::ALL
+        .iter()
+        .copied()
+        .find(|p| battlelog_platform_id(*p) == id)
+}
+
+const SET_URL: &str = "--upstream-url (BF4PS_UPSTREAM_URL)";
+const SET_TIMEOUT: &str = "--upstream-timeout (BF4PS_UPSTREAM_TIMEOUT)";
+const SET_CONNECT: &str = "--upstream-connect-timeout (BF4PS_UPSTREAM_CONNECT_TIMEOUT)";
+const SET_UA: &str = "--upstream-user-agent (BF4PS_UPSTREAM_USER_AGENT)";
+const SET_PATHS: [&str; 4] = [
+    "--path-detailed (BF4PS_PATH_DETAILED)",
+    "--path-profile (BF4PS_PATH_PROFILE)",
+    "--path-weapons (BF4PS_PATH_WEAPONS)",
+    "--path-vehicles (BF4PS_PATH_VEHICLES)",
+];
+
+/// Upstream (Battlelog) settings; flattened into subcommands that fetch.
+#[derive(Debug, Clone, Args)]
+pub struct UpstreamArgs {
+    /// Base URL of Battlelog (http or https), without a trailing path for the resource.
+    #[arg(long = "upstream-url", env = "BF4PS_UPSTREAM_URL", default_value = defaults::URL,
+          help_heading = "Upstream")]
+    pub url: String,
+
+    /// Whole-request timeout: connect, headers and body together.
+    #[arg(long = "upstream-timeout", env = "BF4PS_UPSTREAM_TIMEOUT",
+          default_value = defaults::TIMEOUT, value_parser = parse_duration,
+          help_heading = "Upstream")]
+    pub timeout: Duration,
+
+    /// TCP/TLS connect timeout.
+    #[arg(long = "upstream-connect-timeout", env = "BF4PS_UPSTREAM_CONNECT_TIMEOUT",
+          default_value = defaults::CONNECT_TIMEOUT, value_parser = parse_duration,
+          help_heading = "Upstream")]
+    pub connect_timeout: Duration,
+
+    /// User-Agent header sent with every request.
+    #[arg(long = "upstream-user-agent", env = "BF4PS_UPSTREAM_USER_AGENT",
+          default_value = defaults::USER_AGENT, help_heading = "Upstream")]
+    pub user_agent: String,
+
+    /// Path of the `detailed` resource; placeholders {persona_id} and {platform_id}.
+    #[arg(long, env = "BF4PS_PATH_DETAILED", default_value = defaults::PATH_DETAILED,
+          help_heading = "Upstream")]
+    pub path_detailed: String,
+
+    /// Path of the `profile` resource; placeholders {persona_id} and {platform_id}.
+    #[arg(long, env = "BF4PS_PATH_PROFILE", default_value = defaults::PATH_PROFILE,
+          help_heading = "Upstream")]
+    pub path_profile: String,
+
+    /// Path of the `weapons` resource; placeholders {persona_id} and {platform_id}.
+    #[arg(long, env = "BF4PS_PATH_WEAPONS", default_value = defaults::PATH_WEAPONS,
+          help_heading = "Upstream")]
+    pub path_weapons: String,
+
+    /// Path of the `vehicles` resource; placeholders {persona_id} and {platform_id}.
+    #[arg(long, env = "BF4PS_PATH_VEHICLES", default_value = defaults::PATH_VEHICLES,
+          help_heading = "Upstream")]
+    pub path_vehicles: String,
+}
+
+impl Default for UpstreamArgs {
+    fn default() -> Self {
+        let d = |s: &str| parse_duration(s).expect("default durations parse");
+        UpstreamArgs {
+            url: defaults::URL.to_owned(),
+            timeout: d(defaults::TIMEOUT),
+            connect_timeout: d(defaults::CONNECT_TIMEOUT),
+            user_agent: defaults::USER_AGENT.to_owned(),
+            path_detailed: defaults::PATH_DETAILED.to_owned(),
+            path_profile: defaults::PATH_PROFILE.to_owned(),
+            path_weapons: defaults::PATH_WEAPONS.to_owned(),
+            path_vehicles: defaults::PATH_VEHICLES.to_owned(),
+        }
+    }
+}
+
+fn invalid(setting: &'static str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        setting,
+        message: message.into(),
+    }
+}
+
+impl UpstreamArgs {
+    /// The same settings pointed at another base URL (tests, demo).
+    pub fn with_url(url: impl Into<String>) -> UpstreamArgs {
+        UpstreamArgs {
+            url: url.into(),
+            ..UpstreamArgs::default()
+        }
+    }
+
+    /// The path template of `resource`.
+    pub fn path_template(&self, resource: Resource) -> &str {
+        match resource {
+            Resource::Detailed => &self.path_detailed,
+            Resource::Profile => &self.path_profile,
+            Resource::Weapons => &self.path_weapons,
+            Resource::Vehicles => &self.path_vehicles,
+        }
+    }
+
+    /// Checks every value; the error names the flag and environment variable.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        base_url(&self.url)?;
+        if self.timeout.is_zero() {
+            return Err(invalid(SET_TIMEOUT, "must be greater than zero"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(invalid(SET_CONNECT, "must be greater than zero"));
+        }
+        if self.user_agent.trim().is_empty()
+            || !self.user_agent.bytes().all(|b| (b' '..=b'~').contains(&b))
+        {
+            return Err(invalid(SET_UA, "must be non-empty printable ASCII"));
+        }
+        for (i, resource) in Resource::ALL.iter().enumerate() {
+            check_template(SET_PATHS[i], self.path_template(*resource))?;
+        }
+        Ok(())
+    }
+}
+
+/// The base URL without a trailing slash, or an error naming the setting.
+fn base_url(text: &str) -> Result<String, ConfigError> {
+    let url = reqwest::Url::parse(text.trim())
+        .map_err(|e| invalid(SET_URL, format!("{text:?} is not a URL ({e})")))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(invalid(
+            SET_URL,
+            format!("{text:?} must use http or https, not {}", url.scheme()),
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(invalid(SET_URL, format!("{text:?} has no host")));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(invalid(
+            SET_URL,
+            format!("{text:?} must not have a query or fragment"),
+        ));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// A template must be an absolute path containing `{persona_id}`, with no
+/// placeholder other than `{persona_id}` and `{platform_id}`.
+fn check_template(setting: &'static str, template: &str) -> Result<(), ConfigError> {
+    if !template.starts_with('/') {
+        return Err(invalid(
+            setting,
+            format!("{template:?} must start with '/'"),
+        ));
+    }
+    if !template.contains("{persona_id}") {
+        return Err(invalid(
+            setting,
+            format!("{template:?} lacks the {{persona_id}} placeholder"),
+        ));
+    }
+    let rest = template
+        .replace("{persona_id}", "")
+        .replace("{platform_id}", "");
+    if rest.contains('{') || rest.contains('}') {
+        return Err(invalid(
+            setting,
+            format!(
+                "{template:?} has an unknown placeholder (known: {{persona_id}}, {{platform_id}})"
+            ),
+        ));
+    }
+    if template
+        .chars()
+        .any(|c| c.is_whitespace() || c == '?' || c == '#')
+    {
+        return Err(invalid(
+            setting,
+            format!("{template:?} must be a plain path (no spaces, query or fragment)"),
+        ));
+    }
+    Ok(())
+}
+
+/// Settings that cannot make a working client.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamConfigError {
+    /// A setting is out of range; names the flag and environment variable.
+    #[error(transparent)]
+    Invalid(#[from] ConfigError),
+    /// The HTTP client could not be built (TLS set-up).
+    #[error("cannot build the Battlelog HTTP client: {0}")]
+    Client(String),
+}
+
+/// A successful fetch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fetched {
+    /// Normalized data (see [`battlelog`] for the shape per resource).
+    pub data: serde_json::Value,
+    /// HTTP status (2xx).
+    pub http_status: u16,
+    /// From sending the request to the last body byte.
+    pub duration: Duration,
+    /// Size of the raw response body.
+    pub body_bytes: usize,
+}
+
+/// A failed fetch, classified.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct FetchFailure {
+    /// Why it failed; `class.is_retryable()` decides retry vs terminal.
+    pub class: ErrorClass,
+    /// The HTTP status, when a response head arrived.
+    pub http_status: Option<u16>,
+    /// Short, in our own words; never any part of the response body.
+    pub message: String,
+    /// From sending the request to the failure.
+    pub duration: Duration,
+}
+
+/// The Battlelog client: one connection pool, validated settings.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+    base: String,
+    templates: [String; 4],
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl Upstream {
+    /// Validates `settings` and builds the pooled client.
+    pub fn new(settings: &UpstreamArgs) -> Result<Upstream, UpstreamConfigError> {
+        settings.validate()?;
+        let base = base_url(&settings.url)?;
+        // reqwest is built without a bundled TLS provider; install ring once
+        // per process (a no-op if one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .user_agent(settings.user_agent.clone())
+            .timeout(settings.timeout)
+            .connect_timeout(settings.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| UpstreamConfigError::Client(error_chain(&e)))?;
+        Ok(Upstream {
+            client,
+            base,
+            templates: RESOURCE_ORDER.map(|r| settings.path_template(r).to_owned()),
+            timeout: settings.timeout,
+            connect_timeout: settings.connect_timeout,
+        })
+    }
+
+    /// The full URL fetched for one soldier's resource.
+    pub fn url_for(&self, platform: Platform, persona_id: i64, resource: Resource) -> String {
+        let template = &self.templates[resource_index(resource)];
+        let path = template
+            .replace("{persona_id}", &persona_id.to_string())
+            .replace(
+                "{platform_id}",
+                &battlelog_platform_id(platform).to_string(),
+            );
+        format!("{}{path}", self.base)
+    }
+
+    /// The whole-request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Fetches and normalizes one resource. Never panics; every failure is
+    /// classified (see the module doc).
+    pub async fn fetch(
+        &self,
+        platform: Platform,
+        persona_id: i64,
+        resource: Resource,
+    ) -> Result<Fetched, FetchFailure> {
+        let url = self.url_for(platform, persona_id, resource);
+        let started = Instant::now();
+        let fail = |class, http_status, message: String| FetchFailure {
+            class,
+            http_status,
+            message: short(message),
+            duration: started.elapsed(),
+        };
+
+        let (status, body) = match self.exchange(&url).await {
+            Ok(v) => v,
+            Err((class, status, message)) => return Err(fail(class, status, message)),
+        };
+        match battlelog::normalize(resource, persona_id, &body) {
+            Ok(data) => Ok(Fetched {
+                data,
+                http_status: status,
+                duration: started.elapsed(),
+                body_bytes: body.len(),
+            }),
+            Err(e) => Err(fail(
+                e.class,
+                Some(status),
+                format!("{resource}: {}", e.message),
+            )),
+        }
+    }
+
+    /// Sends the request and reads a 2xx body; any other outcome is a
+    /// classified failure `(class, status, message)`.
+    async fn exchange(
+        &self,
+        url: &str,
+    ) -> Result<(u16, Vec<u8>), (ErrorClass, Option<u16>, String)> {
+        let mut response = self
+            .client
+            .get(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await
+            .map_err(|e| {
+                let (class, message) = self.classify_error(&e);
+                (class, None, message)
+            })?;
+        let status = response.status();
+        if let Some(class) = classify_status(status.as_u16()) {
+            // The body is never read: nothing of it can reach a message.
+            return Err((class, Some(status.as_u16()), status_message(status)));
+        }
+        let mut body = Vec::with_capacity(
+            response
+                .content_length()
+                .map_or(8 * 1024, |n| n.min(MAX_BODY_BYTES as u64) as usize),
+        );
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Err((
+                            ErrorClass::Parse,
+                            Some(status.as_u16()),
+                            format!("body exceeds {} MiB", MAX_BODY_BYTES / (1024 * 1024)),
+                        ));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let (class, message) = self.classify_error(&e);
+                    return Err((
+                        class,
+                        Some(status.as_u16()),
+                        format!("reading body: {message}"),
+                    ));
+                }
+            }
+        }
+        Ok((status.as_u16(), body))
+    }
+
+    /// Transport-level errors: a timeout (connect or whole request) is
+    /// `timeout`; everything else that kept a response from completing
+    /// (refused, reset, DNS, TLS, closed mid-message, redirect loop) is
+    /// `transport`.
+    fn classify_error(&self, e: &reqwest::Error) -> (ErrorClass, String) {
+        if e.is_timeout() {
+            let message = if e.is_connect() {
+                format!(
+                    "connect timed out after {}",
+                    fmt_duration(self.connect_timeout)
+                )
+            } else {
+                format!("no complete response within {}", fmt_duration(self.timeout))
+            };
+            return (ErrorClass::Timeout, message);
+        }
+        let what = if e.is_connect() {
+            "cannot connect"
+        } else if e.is_redirect() {
+            "redirect failed"
+        } else if e.is_body() || e.is_decode() {
+            "body transfer failed"
+        } else {
+            "request failed"
+        };
+        (ErrorClass::Transport, format!("{what}: {}", root_cause(e)))
+    }
+}
+
+/// The order of [`Upstream`]'s templates; [`resource_index`] inverts it.
+const RESOURCE_ORDER: [Resource; 4] = [
+    Resource::Detailed,
+    Resource::Profile,
+    Resource::Weapons,
+    Resource::Vehicles,
+];
+
+fn resource_index(resource: Resource) -> usize {
+    match resource {
+        Resource::Detailed => 0,
+        Resource::Profile => 1,
+        Resource::Weapons => 2,
+        Resource::Vehicles => 3,
+    }
+}
+
+/// The class of a non-2xx HTTP status, `None` for 2xx.
+///
+/// 429 → `rate_limited`; 408 → `timeout`; 5xx → `server`; 404 and other
+/// 4xx → `unavailable` (terminal); 1xx/3xx that reach us (redirects are
+/// followed) → `server`, i.e. retried.
+pub fn classify_status(status: u16) -> Option<ErrorClass> {
+    match status {
+        200..=299 => None,
+        429 => Some(ErrorClass::RateLimited),
+        408 => Some(ErrorClass::Timeout),
+        400..=499 => Some(ErrorClass::Unavailable),
+        _ => Some(ErrorClass::Server),
+    }
+}
+
+fn status_message(status: reqwest::StatusCode) -> String {
+    match status.canonical_reason() {
+        Some(reason) => format!("HTTP {} {reason}", status.as_u16()),
+        None => format!("HTTP {}", status.as_u16()),
+    }
+}
+
+/// The innermost cause (e.g. "Connection refused (os error 111)"): errors
+/// from the network stack, never from the body.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
+fn error_chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        cur = s.source();
+    }
+    text
+}
+
+/// Truncates to [`MAX_MESSAGE_CHARS`] characters.
+fn short(message: String) -> String {
+    if message.chars().count() <= MAX_MESSAGE_CHARS {
+        return message;
+    }
+    let mut cut: String = message.chars().take(MAX_MESSAGE_CHARS - 1).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_classify() {
+        assert_eq!(classify_status(200), None);
+        assert_eq!(classify_status(204), None);
+        assert_eq!(classify_status(429), Some(ErrorClass::RateLimited));
+        assert_eq!(classify_status(503), Some(ErrorClass::Server));
+        assert_eq!(classify_status(500), Some(ErrorClass::Server));
+        assert_eq!(classify_status(404), Some(ErrorClass::Unavailable));
+        assert_eq!(classify_status(403), Some(ErrorClass::Unavailable));
+        assert_eq!(classify_status(410), Some(ErrorClass::Unavailable));
+        assert_eq!(classify_status(408), Some(ErrorClass::Timeout));
+        assert_eq!(classify_status(304), Some(ErrorClass::Server));
+        assert!(!ErrorClass::Unavailable.is_retryable());
+        assert!(ErrorClass::Parse.is_retryable());
+    }
+
+    #[test]
+    fn platform_ids_round_trip() {
+        assert_eq!(battlelog_platform_id(Platform::Pc), 1);
+        assert_eq!(battlelog_platform_id(Platform::Ps4), 32);
+        assert_eq!(battlelog_platform_id(Platform::XboxOne), 64);
+        for p in Platform::ALL {
+            assert_eq!(
+                platform_from_battlelog_id(battlelog_platform_id(*p)),
+                Some(*p)
+            );
+        }
+        assert_eq!(platform_from_battlelog_id(2), None);
+    }
+
+    #[test]
+    fn defaults_are_valid_and_render_real_paths() {
+        let up = Upstream::new(&UpstreamArgs::default()).unwrap();
+        assert_eq!(
+            up.url_for(Platform::Ps4, 303498475, Resource::Detailed),
+            "https://battlelog.battlefield.com/bf4/warsawdetailedstatspopulate/303498475/32/"
+        );
+        assert_eq!(
+            up.url_for(Platform::Pc, 7, Resource::Weapons),
+            "https://battlelog.battlefield.com/bf4/warsawWeaponsPopulateStats/7/1/stats/"
+        );
+        let up = Upstream::new(&UpstreamArgs::with_url("http://127.0.0.1:9/prefix/")).unwrap();
+        assert_eq!(
+            up.url_for(Platform::XboxOne, 5, Resource::Profile),
+            "http://127.0.0.1:9/prefix/bf4/warsawoverviewpopulate/5/64/"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_the_setting() {
+        let cases: Vec<(UpstreamArgs, &str)> = vec![
+            (UpstreamArgs::with_url("not a url"), "BF4PS_UPSTREAM_URL"),
+            (
+                UpstreamArgs::with_url("ftp://example.com"),
+                "BF4PS_UPSTREAM_URL",
+            ),
+            (
+                UpstreamArgs::with_url("http://h/?q=1"),
+                "BF4PS_UPSTREAM_URL",
+            ),
+            (
+                UpstreamArgs {
+                    timeout: Duration::ZERO,
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_UPSTREAM_TIMEOUT",
+            ),
+            (
+                UpstreamArgs {
+                    connect_timeout: Duration::ZERO,
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_UPSTREAM_CONNECT_TIMEOUT",
+            ),
+            (
+                UpstreamArgs {
+                    path_detailed: "/bf4/x/{platform_id}/".into(),
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_PATH_DETAILED",
+            ),
+            (
+                UpstreamArgs {
+                    path_weapons: "/bf4/{persona_id}/{platfrom}/".into(),
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_PATH_WEAPONS",
+            ),
+            (
+                UpstreamArgs {
+                    path_vehicles: "bf4/{persona_id}/".into(),
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_PATH_VEHICLES",
+            ),
+            (
+                UpstreamArgs {
+                    user_agent: "bad\nagent".into(),
+                    ..UpstreamArgs::default()
+                },
+                "BF4PS_UPSTREAM_USER_AGENT",
+            ),
+        ];
+        for (args, env) in cases {
+            let e = Upstream::new(&args).unwrap_err().to_string();
+            assert!(e.contains(env), "{e} should name {env}");
+        }
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let long = "x".repeat(1000);
+        let s = short(long);
+        assert_eq!(s.chars().count(), MAX_MESSAGE_CHARS);
+        assert_eq!(short("ok".into()), "ok");
+    }
+}
