@@ -5,4 +5,5 @@
 mod support;
 
 mod cli;
+mod observability;
 mod schema;
