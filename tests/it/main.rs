@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod listener;
+mod observability;
 mod pgcluster;
 mod queue;
 mod registry;
