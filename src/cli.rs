@@ -8,8 +8,16 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::collector::{Collector, CollectorMetrics};
 use crate::config::{Tuning, fmt_duration};
 use crate::db::{self, DbTarget};
+use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::registry::{self, Control, Registration};
+use crate::upstream::Upstream;
 
 /// PostgreSQL-coordinated stat collection for BF4PS.
 #[derive(Debug, Parser)]
@@ -72,6 +80,13 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
+    Collector(CollectorArgs),
+    /// List collectors, or drain/enable/disable/retire one by name.
+    Collectors {
+        #[command(subcommand)]
+        action: CollectorsCommand,
+    },
     /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
     FakeBattlelog {
         /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
@@ -80,6 +95,52 @@ pub enum Command {
         #[command(flatten)]
         settings: crate::fake_battlelog::FakeSettings,
     },
+}
+
+/// `bf4ps-ops collector` settings.
+#[derive(Debug, Args)]
+pub struct CollectorArgs {
+    /// Collector name (unique among active collectors, case-insensitive).
+    #[arg(long, env = "BF4PS_COLLECTOR_NAME")]
+    pub name: String,
+    /// Lane to claim from: background or interactive.
+    #[arg(long, env = "BF4PS_LANE")]
+    pub lane: crate::domain::Lane,
+    /// Egress key: collectors sharing it share the request rate (e.g. the outbound IP).
+    #[arg(long, env = "BF4PS_EGRESS_KEY", default_value = "default")]
+    pub egress_key: String,
+    /// Host name recorded for operators (default: this machine's name).
+    #[arg(long, env = "BF4PS_HOSTNAME")]
+    pub hostname: Option<String>,
+    /// Don't LISTEN for notifications; poll only (e.g. behind PgBouncer transaction pooling).
+    #[arg(long, env = "BF4PS_POLL_ONLY")]
+    pub poll_only: bool,
+    #[command(flatten)]
+    pub upstream: crate::upstream::UpstreamArgs,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+/// `bf4ps-ops collectors …`.
+#[derive(Debug, Subcommand)]
+pub enum CollectorsCommand {
+    /// Show collectors: name, uuid, lane, egress, health, heartbeat age, current job.
+    List {
+        /// Include retired incarnations.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finish the current job, then claim nothing more.
+    Drain { name: String },
+    /// Claim again (clears drained and disabled).
+    Enable { name: String },
+    /// Claim nothing until enabled.
+    Disable { name: String },
+    /// Retire the incarnation (it stops; the name becomes reusable).
+    Retire { name: String },
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to print.
@@ -109,6 +170,30 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::bench::run(&ctx, &name, json).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Collector(args) => run_collector(&cli.db, args).await,
+        Command::Collectors { action } => {
+            let pool = cli.db.target()?.connect(2).await?;
+            let (name, control) = match action {
+                CollectorsCommand::List { all, json } => {
+                    let rows = registry::list(&pool, all).await?;
+                    print_collectors(&rows, json)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                CollectorsCommand::Drain { name } => (name, Control::Drain),
+                CollectorsCommand::Enable { name } => (name, Control::Enable),
+                CollectorsCommand::Disable { name } => (name, Control::Disable),
+                CollectorsCommand::Retire { name } => (name, Control::Retire),
+            };
+            let uuid = registry::control(&pool, &name, control).await?;
+            let done = match control {
+                Control::Drain => "drained (finishes its current job, then claims nothing)",
+                Control::Enable => "enabled",
+                Control::Disable => "disabled (claims nothing until enabled)",
+                Control::Retire => "retired (it stops at its next heartbeat; the name is free)",
+            };
+            println!("collector {name} ({uuid}) {done}");
+            Ok(ExitCode::SUCCESS)
+        }
         Command::FakeBattlelog { listen, settings } => {
             crate::fake_battlelog::run_cli(&listen, settings).await?;
             Ok(ExitCode::SUCCESS)
@@ -119,6 +204,91 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<ExitCode> {
+    args.tuning.validate()?;
+    let upstream = Arc::new(Upstream::new(&args.upstream)?);
+    let target = db_args.target()?;
+    let pool = target.connect(4).await?;
+    if !db::migrations_current(&pool).await? {
+        anyhow::bail!(
+            "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
+            target.display
+        );
+    }
+    let hostname = match args.hostname {
+        Some(h) => h,
+        None => gethostname::gethostname().to_string_lossy().into_owned(),
+    };
+    let root = CancellationToken::new();
+    let listener = Listener::spawn(
+        target.listen.clone(),
+        &[Channel::Jobs(args.lane)],
+        ListenerSettings {
+            enabled: !args.poll_only,
+            ..ListenerSettings::new(args.tuning.poll_interval)
+        },
+        metrics::Counter::noop(),
+        root.clone(),
+    );
+    let registration = Registration {
+        name: args.name,
+        hostname,
+        lane: args.lane,
+        egress_key: args.egress_key,
+        software_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let collector = Collector::register(
+        pool,
+        &registration,
+        upstream,
+        args.tuning,
+        listener,
+        CollectorMetrics::default(),
+    )
+    .await?;
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    crate::shutdown::on_signals(drain.clone(), abort.clone());
+    let result = collector.run(drain, abort).await;
+    root.cancel();
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    println!(
+        "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  STATE",
+        "NAME", "UUID", "LANE", "EGRESS", "HEALTH", "HEARTBEAT", "JOB"
+    );
+    for r in rows {
+        let age = r
+            .heartbeat_age_s
+            .map(|a| format!("{a:.0}s ago"))
+            .unwrap_or_else(|| "never".into());
+        let job = r
+            .current_job_id
+            .map(|j| j.to_string())
+            .unwrap_or_else(|| "-".into());
+        let state = match (r.retired_at.is_some(), r.enabled, r.drained) {
+            (true, _, _) => "retired",
+            (false, false, _) => "disabled",
+            (false, true, true) => "drained",
+            (false, true, false) => "active",
+        };
+        println!(
+            "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  {state}",
+            r.collector_name, r.collector_uuid, r.lane, r.egress_key, r.heartbeat_state, age, job
+        );
+    }
+    if rows.is_empty() {
+        println!("(no collectors)");
+    }
+    Ok(())
 }
 
 fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {

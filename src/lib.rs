@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod collector;
 pub mod config;
 pub mod db;
 pub mod domain;

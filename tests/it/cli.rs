@@ -241,3 +241,84 @@ fn config_prints_effective_values() {
     assert_eq!(v["BF4PS_LEASE_DURATION"], "90s");
     assert_eq!(v["BF4PS_RETENTION"], "180d");
 }
+
+#[test]
+fn collector_startup_errors_are_one_line() {
+    let base = ["collector", "--name", "c1", "--lane", "background"];
+    // Unknown lane.
+    let out = run_bin(&["collector", "--name", "c1", "--lane", "urgent"], None);
+    assert_one_line_error(
+        &out,
+        "unknown lane \"urgent\" (expected one of: background, interactive)",
+    );
+    // Upstream URL that does not parse (checked before the database).
+    let mut args = base.to_vec();
+    args.extend(["--upstream-url", "ht!tp://nope"]);
+    let out = run_bin(&args, Some("postgres://postgres@127.0.0.1:1/x"));
+    assert_one_line_error(&out, "BF4PS_UPSTREAM_URL");
+    // Unreachable database.
+    let out = run_bin(&base, Some("postgres://postgres@127.0.0.1:1/x"));
+    assert_one_line_error(&out, "cannot reach PostgreSQL at 127.0.0.1:1");
+    // A bad tuning value.
+    let mut args = base.to_vec();
+    args.extend(["--heartbeat-lost-after", "1s"]);
+    let out = run_bin(&args, None);
+    assert_one_line_error(&out, "BF4PS_HEARTBEAT_LOST_AFTER");
+}
+
+#[sqlx::test]
+async fn collector_with_a_blank_name_or_unmigrated_database(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let out = run_bin(
+        &["collector", "--name", "  ", "--lane", "interactive"],
+        Some(&db.url),
+    );
+    assert_one_line_error(&out, "collector name must not be blank");
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let out = run_bin(
+        &["collector", "--name", "c", "--lane", "interactive"],
+        Some(&db.url),
+    );
+    assert_one_line_error(
+        &out,
+        "is not migrated to this version: run `bf4ps-ops migrate`",
+    );
+}
+
+#[sqlx::test]
+async fn collectors_operations(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    crate::fixtures::collector(&db.pool, "Ops-1", bf4ps_ops::domain::Lane::Background).await;
+    let out = run_bin(&["collectors", "list"], Some(&db.url));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.contains("Ops-1") && table.contains("healthy") && table.contains("active"),
+        "{table}"
+    );
+    for (action, expect) in [
+        ("drain", "drained"),
+        ("enable", "enabled"),
+        ("disable", "disabled"),
+    ] {
+        let out = run_bin(&["collectors", action, "ops-1"], Some(&db.url));
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(stdout(&out).contains(expect), "{}", stdout(&out));
+    }
+    let out = run_bin(&["collectors", "list", "--json"], Some(&db.url));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["enabled"], false);
+    assert_eq!(rows[0]["lane"], "background");
+    let out = run_bin(&["collectors", "retire", "ops-1"], Some(&db.url));
+    assert!(stdout(&out).contains("retired"));
+    let out = run_bin(&["collectors", "drain", "ops-1"], Some(&db.url));
+    assert_one_line_error(&out, "no active collector named \"ops-1\"");
+}

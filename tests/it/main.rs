@@ -6,6 +6,7 @@ mod fixtures;
 mod support;
 
 mod cli;
+mod collector;
 mod listener;
 mod observability;
 mod pgcluster;

@@ -1,0 +1,455 @@
+//! The collector runtime: one incarnation that waits for work of its lane,
+//! passes the shared egress gate, claims, starts, fetches from Battlelog while
+//! renewing its lease, and finalizes — one job at a time.
+//!
+//! Invariants:
+//! - no transaction is open across the HTTP request (claim/start before,
+//!   finalize after, each its own transaction);
+//! - the lease is renewed every third of its duration while the request is
+//!   in flight; a lost lease abandons the attempt and commits nothing;
+//! - the heartbeat runs on its own task, never blocked by a slow fetch, and
+//!   carries the operator's drain/disable/retire decisions back;
+//! - on drain (first SIGTERM/SIGINT, or `collectors drain`), the current job
+//!   is finished and nothing more is claimed; on abort (second signal) the
+//!   attempt is dropped and its lease left to expire and be recovered;
+//! - database errors never kill the loop: they are logged and retried with
+//!   backoff.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use crate::config::Tuning;
+use crate::egress::{self, EgressError};
+use crate::listener::{Channel, Listener, Wake};
+use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, CollectorId, Fenced, Policy};
+use crate::registry::{self, HeartbeatReply, Registration, RegistryError};
+use crate::upstream::Upstream;
+
+/// The collector could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectorError {
+    /// Registration failed (name in use, blank field, database).
+    #[error(transparent)]
+    Register(#[from] RegistryError),
+    /// Aborted by a second signal while a job was in flight.
+    #[error("aborted with job {job_id} in flight; its lease will expire and be recovered")]
+    Aborted {
+        /// The abandoned job.
+        job_id: i64,
+    },
+}
+
+/// Counters and histograms a collector feeds (no-ops unless a registry
+/// provides real handles).
+#[derive(Clone)]
+pub struct CollectorMetrics {
+    /// `bf4ps_collector_jobs_total{outcome="succeeded"}`.
+    pub succeeded: metrics::Counter,
+    /// `bf4ps_collector_jobs_total{outcome="failed"}`.
+    pub failed: metrics::Counter,
+    /// `bf4ps_collector_jobs_total{outcome="lease_lost"}`.
+    pub lease_lost: metrics::Counter,
+    /// `bf4ps_collector_egress_wait_seconds`.
+    pub egress_wait: metrics::Histogram,
+}
+
+impl Default for CollectorMetrics {
+    fn default() -> CollectorMetrics {
+        CollectorMetrics {
+            succeeded: metrics::Counter::noop(),
+            failed: metrics::Counter::noop(),
+            lease_lost: metrics::Counter::noop(),
+            egress_wait: metrics::Histogram::noop(),
+        }
+    }
+}
+
+/// What a run did (also the demo's and benches' view of a collector).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Successful attempts.
+    pub succeeded: AtomicU64,
+    /// Failed attempts (retry, give-up or unavailable).
+    pub failed: AtomicU64,
+    /// Attempts abandoned because the lease was lost.
+    pub lease_lost: AtomicU64,
+    /// Claims made right after a NOTIFY wake.
+    pub claims_after_notify: AtomicU64,
+    /// Last wake-to-claim latency in microseconds (claim time − eligible time).
+    pub last_wake_to_claim_us: AtomicU64,
+}
+
+/// Everything one collector incarnation needs.
+pub struct Collector {
+    pool: PgPool,
+    id: CollectorId,
+    upstream: Arc<Upstream>,
+    tuning: Tuning,
+    policy: Policy,
+    listener: Listener,
+    metrics: CollectorMetrics,
+    stats: Arc<Stats>,
+    claimable: Arc<AtomicBool>,
+}
+
+impl Collector {
+    /// Registers a new incarnation (see [`registry::register`] for name
+    /// takeover rules).
+    pub async fn register(
+        pool: PgPool,
+        registration: &Registration,
+        upstream: Arc<Upstream>,
+        tuning: Tuning,
+        listener: Listener,
+        metrics: CollectorMetrics,
+    ) -> Result<Collector, CollectorError> {
+        let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
+        info!(collector.name = %id.name, collector.uuid = %id.uuid, lane = %id.lane,
+              egress = %id.egress_key, "collector registered");
+        Ok(Collector {
+            policy: Policy::from(&tuning),
+            pool,
+            id,
+            upstream,
+            tuning,
+            listener,
+            metrics,
+            stats: Arc::new(Stats::default()),
+            claimable: Arc::new(AtomicBool::new(true)),
+        })
+    }
+
+    /// This incarnation's identity.
+    pub fn id(&self) -> &CollectorId {
+        &self.id
+    }
+
+    /// Live counters of this collector.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Runs until `drain` fires (finish the current job, mark drained, return
+    /// `Ok`), the incarnation is retired (return `Ok`), or `abort` fires
+    /// (with a job in flight: [`CollectorError::Aborted`]; idle: like a drain).
+    pub async fn run(
+        self,
+        drain: CancellationToken,
+        abort: CancellationToken,
+    ) -> Result<(), CollectorError> {
+        let span = info_span!("collector", collector.name = %self.id.name, lane = %self.id.lane);
+        async move {
+            let stop_heartbeat = CancellationToken::new();
+            let heartbeat = tokio::spawn(heartbeat_loop(
+                self.pool.clone(),
+                self.id.uuid,
+                self.tuning.heartbeat_interval,
+                self.claimable.clone(),
+                drain.clone(),
+                stop_heartbeat.clone(),
+            ));
+            let result = self.work(&drain, &abort).await;
+            stop_heartbeat.cancel();
+            let _ = heartbeat.await;
+            if result.is_ok() {
+                // Clean stop: not swept to lost, and a restart may take the name.
+                if let Err(e) = registry::mark_drained(&self.pool, self.id.uuid).await {
+                    warn!(error = %e, "could not mark the collector drained");
+                }
+                info!("collector drained and stopped");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn work(
+        &self,
+        drain: &CancellationToken,
+        abort: &CancellationToken,
+    ) -> Result<(), CollectorError> {
+        let waiter = self.listener.waiter(Channel::Jobs(self.id.lane));
+        let mut errors: u32 = 0;
+        // Start with a scan: work may be waiting already.
+        let mut wake = Wake::Notified;
+        loop {
+            if drain.is_cancelled() || abort.is_cancelled() {
+                return Ok(());
+            }
+            if wake != Wake::Cancelled && self.claimable.load(Ordering::Acquire) {
+                match self.claim_one(drain).await {
+                    Ok(Some(job)) => {
+                        errors = 0;
+                        waiter.pass_on();
+                        if wake == Wake::Notified {
+                            self.stats
+                                .claims_after_notify
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.process(job, abort).await?;
+                        wake = Wake::Notified; // more may be waiting: rescan at once
+                        continue;
+                    }
+                    Ok(None) => errors = 0,
+                    Err(e) => {
+                        errors = errors.saturating_add(1);
+                        let backoff = Duration::from_millis(200).saturating_mul(1 << errors.min(7));
+                        warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "claim failed");
+                        tokio::select! {
+                            _ = stopped(drain, abort) => return Ok(()),
+                            _ = tokio::time::sleep(backoff.min(Duration::from_secs(30))) => {}
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Sleep until notified, polled, or a backed-off job becomes eligible.
+            let until_eligible = match queue::next_eligible_at(&self.pool, self.id.lane).await {
+                Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
+                _ => self.tuning.poll_interval,
+            };
+            wake = tokio::select! {
+                _ = stopped(drain, abort) => return Ok(()),
+                w = waiter.wait_at_most(until_eligible.max(Duration::from_millis(10))) => w,
+            };
+        }
+    }
+
+    /// Passes the egress gate, then claims one job (`None`: nothing to do).
+    async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<ClaimedJob>, String> {
+        match egress::pass(
+            &self.pool,
+            &self.id.egress_key,
+            self.tuning.egress_rate,
+            drain,
+        )
+        .await
+        {
+            Ok(waited) => self.metrics.egress_wait.record(waited.as_secs_f64()),
+            Err(EgressError::Cancelled) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        }
+        let job = queue::claim(&self.pool, &self.id, self.policy.lease)
+            .await
+            .map_err(|e| e.to_string())?;
+        if let Some(j) = &job {
+            let waited = (j.claimed_at - j.created_at).to_std().unwrap_or_default();
+            self.stats
+                .last_wake_to_claim_us
+                .store(waited.as_micros() as u64, Ordering::Relaxed);
+        }
+        Ok(job)
+    }
+
+    /// start → fetch (renewing) → finalize, for one claimed job.
+    async fn process(
+        &self,
+        job: ClaimedJob,
+        abort: &CancellationToken,
+    ) -> Result<(), CollectorError> {
+        let span = info_span!("job", job.id = job.job_id, resource = %job.resource,
+                              attempt = job.attempt_count);
+        let lease = job.lease();
+        let outcome = async {
+            match queue::start(&self.pool, &lease).await {
+                Ok(Fenced::Committed(_)) => {}
+                Ok(Fenced::LeaseLost) => return Ok(Outcome::LeaseLost),
+                Err(e) => {
+                    // Not started: the monitor recovers it after max_claim_to_start.
+                    warn!(error = %e, "start failed; leaving the claim to recovery");
+                    return Ok(Outcome::Error);
+                }
+            }
+            let fetch = self
+                .upstream
+                .fetch(job.platform, job.persona_id, job.resource);
+            let fetched = tokio::select! {
+                biased;
+                _ = abort.cancelled() => return Err(CollectorError::Aborted { job_id: job.job_id }),
+                r = renewing(&self.pool, &lease, self.policy.lease, fetch) => r,
+            };
+            let Some(fetched) = fetched else {
+                return Ok(Outcome::LeaseLost);
+            };
+            let finalized = match fetched {
+                Ok(f) => {
+                    let collected = Collected {
+                        data: f.data,
+                        http_status: f.http_status,
+                        duration: f.duration,
+                    };
+                    self.finalize(
+                        || queue::finalize_success(&self.pool, &lease, &collected, &self.policy),
+                        abort,
+                    )
+                    .await?
+                    .map(|f| match f {
+                        Fenced::Committed(o) => {
+                            debug!(changed = o.changed, "succeeded");
+                            Outcome::Succeeded
+                        }
+                        Fenced::LeaseLost => Outcome::LeaseLost,
+                    })
+                }
+                Err(failure) => {
+                    let attempt = AttemptFailure {
+                        class: failure.class,
+                        http_status: failure.http_status,
+                        message: failure.message,
+                        duration: failure.duration,
+                    };
+                    info!(error_class = %attempt.class, http_status = ?attempt.http_status,
+                          message = %attempt.message, "attempt failed");
+                    self.finalize(
+                        || queue::finalize_failure(&self.pool, &lease, &attempt, &self.policy),
+                        abort,
+                    )
+                    .await?
+                    .map(|f| match f {
+                        Fenced::Committed(_) => Outcome::Failed,
+                        Fenced::LeaseLost => Outcome::LeaseLost,
+                    })
+                }
+            };
+            Ok(finalized.unwrap_or(Outcome::Error))
+        }
+        .instrument(span.clone())
+        .await?;
+        let _enter = span.enter();
+        match outcome {
+            Outcome::Succeeded => {
+                self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                self.metrics.succeeded.increment(1);
+            }
+            Outcome::Failed => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                self.metrics.failed.increment(1);
+            }
+            Outcome::LeaseLost => {
+                warn!("lease lost; attempt abandoned, nothing committed");
+                self.stats.lease_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.lease_lost.increment(1);
+            }
+            Outcome::Error => {}
+        }
+        Ok(())
+    }
+
+    /// Runs a finalization, retrying transient database errors while the
+    /// lease can still be valid. `None` if it never committed (the lease will
+    /// expire and the job be recovered).
+    async fn finalize<T, F, Fut>(
+        &self,
+        op: F,
+        abort: &CancellationToken,
+    ) -> Result<Option<T>, CollectorError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, queue::QueueError>>,
+    {
+        let deadline = Instant::now() + self.policy.lease;
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match op().await {
+                Ok(v) => return Ok(Some(v)),
+                Err(e) if Instant::now() + delay < deadline => {
+                    warn!(error = %e, "finalize failed; retrying");
+                    tokio::select! {
+                        _ = abort.cancelled() => return Ok(None),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    error!(error = %e, "finalize failed; leaving the job to lease recovery");
+                    return Ok(None);
+                }
+            }
+        }
+    }
+}
+
+/// Resolves when either token fires (an abort implies a drain).
+async fn stopped(drain: &CancellationToken, abort: &CancellationToken) {
+    tokio::select! {
+        _ = drain.cancelled() => {}
+        _ = abort.cancelled() => {}
+    }
+}
+
+enum Outcome {
+    Succeeded,
+    Failed,
+    LeaseLost,
+    Error,
+}
+
+/// Drives `fetch` while renewing the lease every third of its duration.
+/// `None` if the lease was lost meanwhile (the fetch is dropped).
+async fn renewing<F: std::future::Future>(
+    pool: &PgPool,
+    lease: &queue::Lease,
+    duration: Duration,
+    fetch: F,
+) -> Option<F::Output> {
+    let every = duration / 3;
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tokio::pin!(fetch);
+    loop {
+        tokio::select! {
+            out = &mut fetch => return Some(out),
+            _ = ticker.tick() => match queue::renew(pool, lease, duration).await {
+                Ok(Fenced::Committed(until)) => debug!(%until, "lease renewed"),
+                Ok(Fenced::LeaseLost) => return None,
+                // A failed renewal is not a lost lease: try again next tick.
+                Err(e) => warn!(error = %e, "lease renewal failed"),
+            },
+        }
+    }
+}
+
+/// Heartbeats every `interval` until `stop`; applies the operator's verdict:
+/// drained/disabled pauses claiming, retired drains the collector.
+async fn heartbeat_loop(
+    pool: PgPool,
+    uuid: uuid::Uuid,
+    interval: Duration,
+    claimable: Arc<AtomicBool>,
+    drain: CancellationToken,
+    stop: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        match registry::heartbeat(&pool, uuid).await {
+            Ok(HeartbeatReply::Alive {
+                claimable: c,
+                restored,
+            }) => {
+                if restored {
+                    info!("heartbeat restored after an outage");
+                }
+                if claimable.swap(c, Ordering::AcqRel) != c {
+                    info!(claimable = c, "operator changed the collector's state");
+                }
+            }
+            Ok(HeartbeatReply::Retired) => {
+                warn!("this incarnation was retired; draining");
+                claimable.store(false, Ordering::Release);
+                drain.cancel();
+            }
+            Err(e) => warn!(error = %e, "heartbeat failed; retrying next interval"),
+        }
+    }
+}

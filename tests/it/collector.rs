@@ -1,0 +1,890 @@
+//! The collector runtime end to end: real PostgreSQL, real HTTP to the fake
+//! Battlelog, in-process collectors and spawned `bf4ps-ops collector`
+//! processes killed or stopped mid-job.
+
+use std::process::{Child, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bf4ps_ops::collector::{Collector, CollectorMetrics, Stats};
+use bf4ps_ops::config::Tuning;
+use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
+use bf4ps_ops::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
+use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
+use bf4ps_ops::monitor::Monitor;
+use bf4ps_ops::queue::CollectorId;
+use bf4ps_ops::registry::Registration;
+use bf4ps_ops::upstream::Upstream;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Row};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::fixtures::{events, job, soldier};
+use crate::support::{TestDb, bin, eventually};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Short intervals so leases, heartbeats and retries play out in seconds.
+fn fast() -> Tuning {
+    Tuning {
+        lease_duration: Duration::from_secs(2),
+        max_claim_to_start: Duration::from_secs(1),
+        heartbeat_interval: Duration::from_millis(200),
+        heartbeat_lost_after: Duration::from_secs(1),
+        poll_interval: Duration::from_millis(200),
+        retry_base_delay: Duration::from_millis(100),
+        retry_max_delay: Duration::from_secs(1),
+        retry_jitter: 0.0,
+        egress_rate: 1000.0,
+        monitor_interval: Duration::from_millis(100),
+        ..Tuning::default()
+    }
+}
+
+/// The same, as environment variables for a spawned collector.
+fn fast_env() -> [(&'static str, &'static str); 7] {
+    [
+        ("BF4PS_LEASE_DURATION", "2s"),
+        ("BF4PS_MAX_CLAIM_TO_START", "1s"),
+        ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
+        ("BF4PS_HEARTBEAT_LOST_AFTER", "1s"),
+        ("BF4PS_POLL_INTERVAL", "200ms"),
+        ("BF4PS_RETRY_BASE_DELAY", "100ms"),
+        ("BF4PS_EGRESS_RATE", "1000"),
+    ]
+}
+
+struct Running {
+    id: CollectorId,
+    stats: Arc<Stats>,
+    drain: CancellationToken,
+    abort: CancellationToken,
+    task: JoinHandle<Result<(), bf4ps_ops::collector::CollectorError>>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.drain.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+}
+
+async fn start_collector(
+    db: &TestDb,
+    fake: &FakeServer,
+    name: &str,
+    lane: Lane,
+    egress: &str,
+    tuning: Tuning,
+    upstream_timeout: Duration,
+) -> Running {
+    let mut args = fake.upstream_args();
+    args.timeout = upstream_timeout;
+    let upstream = Arc::new(Upstream::new(&args).unwrap());
+    let root = CancellationToken::new();
+    let listener = Listener::spawn(
+        db.target.listen.clone(),
+        &[Channel::Jobs(lane)],
+        ListenerSettings::new(tuning.poll_interval),
+        metrics::Counter::noop(),
+        root.clone(),
+    );
+    let registration = Registration {
+        name: name.to_owned(),
+        hostname: "it-host".to_owned(),
+        lane,
+        egress_key: egress.to_owned(),
+        software_version: "test".to_owned(),
+    };
+    let c = Collector::register(
+        db.pool.clone(),
+        &registration,
+        upstream,
+        tuning,
+        listener,
+        CollectorMetrics::default(),
+    )
+    .await
+    .unwrap();
+    let (id, stats) = (c.id().clone(), c.stats());
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    let task = tokio::spawn({
+        let (drain, abort) = (drain.clone(), abort.clone());
+        async move {
+            let r = c.run(drain, abort).await;
+            root.cancel();
+            r
+        }
+    });
+    Running {
+        id,
+        stats,
+        drain,
+        abort,
+        task,
+    }
+}
+
+async fn fake() -> FakeServer {
+    FakeBattlelog::start(FakeSettings::default()).await.unwrap()
+}
+
+async fn count(pool: &PgPool, sql: &'static str, job_id: i64) -> i64 {
+    sqlx::query_scalar(sql)
+        .bind(job_id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn wait_event(pool: &PgPool, event_type: &'static str, job_id: i64, n: i64) {
+    eventually(WAIT, event_type, || async {
+        (events(pool, event_type, Some(job_id)).await >= n).then_some(())
+    })
+    .await;
+}
+
+#[sqlx::test]
+async fn collects_all_four_resources(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let s = soldier(p, 4242).await;
+    let c = start_collector(
+        &db,
+        &fake,
+        "happy",
+        Lane::Background,
+        "e",
+        fast(),
+        Duration::from_secs(5),
+    )
+    .await;
+
+    for round in 1..=3 {
+        if round == 3 {
+            fake.bump(Platform::Pc, 4242);
+        }
+        let mut ids = Vec::new();
+        for r in Resource::ALL {
+            ids.push(job(p, s, *r, Lane::Background, PriorityClass::Recent, 0, 0).await);
+        }
+        for id in &ids {
+            wait_event(p, "succeeded", *id, 1).await;
+            let ev = sqlx::query(
+                "SELECT duration_ms, http_status FROM collection_events
+                 WHERE job_id = $1 AND event_type = 'succeeded'",
+            )
+            .bind(id)
+            .fetch_one(p)
+            .await
+            .unwrap();
+            assert_eq!(ev.get::<Option<i32>, _>("http_status"), Some(200));
+            assert!(ev.get::<Option<i64>, _>("duration_ms").is_some());
+            let types: Vec<String> = sqlx::query_scalar(
+                "SELECT event_type FROM collection_events WHERE job_id = $1 ORDER BY event_id",
+            )
+            .bind(id)
+            .fetch_all(p)
+            .await
+            .unwrap();
+            assert_eq!(types, ["claimed", "started", "succeeded"]);
+        }
+        let current: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM soldier_resource_current WHERE soldier_id = $1",
+        )
+        .bind(s)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(current, 4);
+        let fresh: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM collection_state
+             WHERE soldier_id = $1 AND last_success_at > now() - interval '1 minute' AND success_count = $2",
+        )
+        .bind(s)
+        .bind(round as i64)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(fresh, 4, "round {round}");
+        // detailed history: appended on the first round and after the bump only.
+        let history: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM soldier_detailed_history WHERE soldier_id = $1",
+        )
+        .bind(s)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(history, if round < 3 { 1 } else { 2 }, "round {round}");
+    }
+    let data: serde_json::Value = sqlx::query_scalar(
+        "SELECT data FROM soldier_resource_current WHERE soldier_id = $1 AND resource = 'weapons'",
+    )
+    .bind(s)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(
+        data["weapons"].as_array().is_some_and(|w| !w.is_empty()),
+        "{data}"
+    );
+    assert_eq!(c.stats.succeeded.load(Ordering::Relaxed), 12);
+    c.stop().await;
+}
+
+#[sqlx::test]
+async fn failures_are_classified_and_last_good_data_survives(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let c = start_collector(
+        &db,
+        &fake,
+        "faulty",
+        Lane::Background,
+        "e",
+        fast(),
+        Duration::from_millis(800),
+    )
+    .await;
+
+    // 503 then 200: one retry with backoff, then success.
+    let s1 = soldier(p, 1).await;
+    fake.script(
+        Platform::Pc,
+        1,
+        None,
+        vec![Scripted::Status(503), Scripted::Ok],
+    );
+    let j = job(
+        p,
+        s1,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    let failed = sqlx::query(
+        "SELECT error_class, http_status, result FROM collection_events WHERE job_id = $1 AND event_type = 'failed'",
+    )
+    .bind(j)
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(
+        failed[0].get::<Option<String>, _>("error_class").as_deref(),
+        Some("server")
+    );
+    assert_eq!(failed[0].get::<Option<i32>, _>("http_status"), Some(503));
+    assert_eq!(events(p, "retry_scheduled", Some(j)).await, 1);
+    assert_eq!(events(p, "claimed", Some(j)).await, 2);
+
+    // 404 → terminal: job removed, state unavailable.
+    let s2 = soldier(p, 2).await;
+    fake.script(Platform::Pc, 2, None, vec![Scripted::Status(404)]);
+    let j = job(
+        p,
+        s2,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "failed", j, 1).await;
+    eventually(WAIT, "job removal", || async {
+        (count(
+            p,
+            "SELECT count(*) FROM collection_jobs WHERE job_id = $1",
+            j,
+        )
+        .await
+            == 0)
+            .then_some(())
+    })
+    .await;
+    let (unavailable, class): (bool, String) = sqlx::query_as(
+        "SELECT unavailable, last_error_class FROM collection_state WHERE soldier_id = $1 AND resource = 'detailed'",
+    )
+    .bind(s2)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(unavailable);
+    assert_eq!(class, "unavailable");
+
+    // Malformed JSON → parse failure; the previous data is byte-for-byte unchanged.
+    let s3 = soldier(p, 3).await;
+    let j = job(
+        p,
+        s3,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    let before: (String, Vec<u8>) = sqlx::query_as(
+        "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
+    )
+    .bind(s3)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    fake.bump(Platform::Pc, 3);
+    fake.script(
+        Platform::Pc,
+        3,
+        None,
+        vec![Scripted::Malformed, Scripted::MissingFields, Scripted::Hang],
+    );
+    let j = job(
+        p,
+        s3,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "failed", j, 2).await;
+    let classes: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT error_class FROM collection_events WHERE job_id = $1 AND event_type = 'failed' ORDER BY event_id",
+    )
+    .bind(j)
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        classes[..2],
+        [Some("parse".to_owned()), Some("parse".to_owned())]
+    );
+    let after: (String, Vec<u8>) = sqlx::query_as(
+        "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
+    )
+    .bind(s3)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        after, before,
+        "a parse failure touched last-known-good data"
+    );
+
+    // Then a hang: timeout class after the client timeout; the job is not lost
+    // and is retried to success.
+    wait_event(p, "failed", j, 3).await;
+    let class: Option<String> = sqlx::query_scalar(
+        "SELECT error_class FROM collection_events WHERE job_id = $1 AND event_type = 'failed'
+         ORDER BY event_id DESC LIMIT 1",
+    )
+    .bind(j)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(class.as_deref(), Some("timeout"));
+    wait_event(p, "succeeded", j, 1).await;
+    let messages: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT error_message FROM collection_events WHERE error_message IS NOT NULL",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert!(!messages.is_empty());
+    for m in messages.into_iter().flatten() {
+        assert!(
+            !m.contains(bf4ps_ops::fake_battlelog::BODY_MARKER),
+            "body leaked into an event: {m}"
+        );
+    }
+    c.stop().await;
+}
+
+#[sqlx::test]
+async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    // A 600 ms lease and a fetch that takes 2 s: only renewal keeps it.
+    let tuning = Tuning {
+        lease_duration: Duration::from_millis(600),
+        max_claim_to_start: Duration::from_millis(600),
+        ..fast()
+    };
+    let c = start_collector(
+        &db,
+        &fake,
+        "patient",
+        Lane::Background,
+        "e",
+        tuning.clone(),
+        Duration::from_secs(10),
+    )
+    .await;
+    let monitor = Monitor::from(&tuning);
+    let s = soldier(p, 9).await;
+    fake.script(
+        Platform::Pc,
+        9,
+        None,
+        vec![Scripted::Delay(Duration::from_secs(2))],
+    );
+    let j = job(
+        p,
+        s,
+        Resource::Vehicles,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "started", j, 1).await;
+    // A monitor runs all along and must find nothing to recover.
+    let recovered = tokio::spawn({
+        let p = p.clone();
+        async move {
+            let mut n = 0;
+            loop {
+                n += monitor.run_once(&p).await.unwrap().recovered;
+                if events(&p, "succeeded", Some(j)).await > 0 {
+                    return n;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    });
+    assert_eq!(
+        tokio::time::timeout(WAIT, recovered)
+            .await
+            .unwrap()
+            .unwrap(),
+        0
+    );
+    assert_eq!(events(p, "lease_expired", Some(j)).await, 0);
+    assert_eq!(c.stats.lease_lost.load(Ordering::Relaxed), 0);
+    c.stop().await;
+}
+
+fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> Child {
+    let mut cmd = bin();
+    cmd.args([
+        "collector",
+        "--name",
+        name,
+        "--lane",
+        "background",
+        "--egress-key",
+        "e",
+    ])
+    .args(["--upstream-url", &fake.url(), "--upstream-timeout", "30s"])
+    .env("DATABASE_URL", &db.url)
+    .env("BF4PS_LOG", "info")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    for (k, v) in fast_env() {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+async fn uuid_of(pool: &PgPool, name: &str) -> uuid::Uuid {
+    eventually(WAIT, "collector registration", || async {
+        sqlx::query_scalar::<_, uuid::Uuid>(
+            "SELECT collector_uuid FROM collectors WHERE collector_name = $1 AND retired_at IS NULL",
+        )
+        .bind(name)
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+    })
+    .await
+}
+
+/// Waits (without blocking the test's runtime, which serves the fake
+/// Battlelog) for a child process to exit; kills it and shows its stderr if
+/// it does not within the deadline.
+async fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let mut err = String::new();
+            if let Some(e) = child.stderr.as_mut() {
+                std::io::Read::read_to_string(e, &mut err).unwrap();
+            }
+            panic!("process did not exit; its stderr:\n{err}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[sqlx::test]
+async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let s = soldier(p, 31).await;
+    fake.script(Platform::Pc, 31, None, vec![Scripted::Hang]);
+    let j = job(
+        p,
+        s,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    let mut victim = spawn_collector_process(&db, &fake, "victim");
+    let victim_uuid = uuid_of(p, "victim").await;
+    wait_event(p, "started", j, 1).await;
+    victim.kill().unwrap(); // SIGKILL mid-fetch
+    victim.wait().unwrap();
+
+    // The monitor recovers the job once the lease expires, and marks the
+    // silent collector lost — once.
+    let monitor = Monitor::from(&fast());
+    eventually(WAIT, "recovery and loss", || async {
+        monitor.run_once(p).await.unwrap();
+        let lost = sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM collection_events WHERE event_type = 'heartbeat_lost' AND collector_uuid = $1",
+        )
+        .bind(victim_uuid)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        (events(p, "reclaimed", Some(j)).await == 1 && lost == 1).then_some(())
+    })
+    .await;
+    for _ in 0..3 {
+        monitor.run_once(p).await.unwrap();
+    }
+    let lost: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM collection_events WHERE event_type = 'heartbeat_lost' AND collector_uuid = $1",
+    )
+    .bind(victim_uuid)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(lost, 1);
+    assert_eq!(events(p, "lease_expired", Some(j)).await, 1);
+
+    // Another collector completes it.
+    sqlx::query("UPDATE collection_jobs SET eligible_at = now() WHERE job_id = $1")
+        .bind(j)
+        .execute(p)
+        .await
+        .unwrap();
+    let rescuer = start_collector(
+        &db,
+        &fake,
+        "rescuer",
+        Lane::Background,
+        "e",
+        fast(),
+        Duration::from_secs(5),
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    let owner: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT collector_uuid FROM collection_events WHERE job_id = $1 AND event_type = 'succeeded'",
+    )
+    .bind(j)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(owner, Some(rescuer.id.uuid));
+    rescuer.stop().await;
+
+    // Restarting under the same name is a new incarnation that retires the lost one.
+    let mut again = spawn_collector_process(&db, &fake, "victim");
+    let new_uuid = eventually(WAIT, "re-registration", || async {
+        let u = sqlx::query_scalar::<_, uuid::Uuid>(
+            "SELECT collector_uuid FROM collectors WHERE collector_name = 'victim' AND retired_at IS NULL",
+        )
+        .fetch_optional(p)
+        .await
+        .unwrap();
+        u.filter(|u| *u != victim_uuid)
+    })
+    .await;
+    let old_retired: bool = sqlx::query_scalar(
+        "SELECT retired_at IS NOT NULL FROM collectors WHERE collector_uuid = $1",
+    )
+    .bind(victim_uuid)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(old_retired);
+    assert_ne!(new_uuid, victim_uuid);
+
+    // While that one is healthy, a third start under the name fails clearly.
+    let mut third = spawn_collector_process(&db, &fake, "VICTIM");
+    let status = wait_exit(&mut third).await;
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(third.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("is in use by a healthy collector"), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{err}"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(again.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut again).await.success());
+}
+
+#[sqlx::test]
+async fn sigterm_finishes_the_current_job_and_exits_zero(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let s = soldier(p, 51).await;
+    fake.script(
+        Platform::Pc,
+        51,
+        None,
+        vec![Scripted::Delay(Duration::from_millis(1500))],
+    );
+    let j = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    let other = job(
+        p,
+        soldier(p, 52).await,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        60_000,
+    )
+    .await;
+    let mut child = spawn_collector_process(&db, &fake, "graceful");
+    let uuid = uuid_of(p, "graceful").await;
+    wait_event(p, "started", j, 1).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut child).await;
+    assert!(status.success(), "exit status {status:?}");
+    assert_eq!(events(p, "succeeded", Some(j)).await, 1);
+    let drained: bool =
+        sqlx::query_scalar("SELECT drained FROM collectors WHERE collector_uuid = $1")
+            .bind(uuid)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(drained);
+    // Nothing more was claimed after the signal.
+    sqlx::query("UPDATE collection_jobs SET eligible_at = now() WHERE job_id = $1")
+        .bind(other)
+        .execute(p)
+        .await
+        .unwrap();
+    assert_eq!(events(p, "claimed", Some(other)).await, 0);
+    // A clean stop is not a lost heartbeat, however long it stays silent.
+    sqlx::query("UPDATE collectors SET last_heartbeat_at = now() - interval '1 hour' WHERE collector_uuid = $1")
+        .bind(uuid)
+        .execute(p)
+        .await
+        .unwrap();
+    Monitor::from(&fast()).run_once(p).await.unwrap();
+    assert_eq!(events(p, "heartbeat_lost", None).await, 0);
+}
+
+#[sqlx::test]
+async fn collectors_sharing_an_egress_key_respect_its_rate(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let rate = 5.0;
+    for persona in 0..60 {
+        let s = soldier(p, 700 + persona).await;
+        job(
+            p,
+            s,
+            Resource::Profile,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            0,
+        )
+        .await;
+    }
+    let tuning = Tuning {
+        egress_rate: rate,
+        ..fast()
+    };
+    let mut running = Vec::new();
+    for i in 0..3 {
+        running.push(
+            start_collector(
+                &db,
+                &fake,
+                &format!("shared-{i}"),
+                Lane::Background,
+                "one-ip",
+                tuning.clone(),
+                Duration::from_secs(5),
+            )
+            .await,
+        );
+    }
+    eventually(WAIT, "15 requests", || async {
+        (fake.total_requests() >= 15).then_some(())
+    })
+    .await;
+    for r in running {
+        r.stop().await;
+    }
+    let mut at: Vec<_> = fake.requests().iter().map(|r| r.at).collect();
+    at.sort();
+    let span = (*at.last().unwrap() - at[0]).as_secs_f64();
+    // Long run: at most 1 + span·rate (one request of slack for gate → HTTP jitter).
+    assert!(
+        at.len() as f64 <= 2.0 + span * rate,
+        "{} requests in {span:.2}s at {rate}/s",
+        at.len()
+    );
+    // Any 1 s window: the rate, plus jitter slack between the gate and the request.
+    for (i, start) in at.iter().enumerate() {
+        let within = at[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*start) < Duration::from_secs(1))
+            .count();
+        assert!(
+            within as f64 <= rate + 2.0,
+            "{within} requests within 1 s at {rate}/s"
+        );
+    }
+}
+
+#[sqlx::test]
+async fn interactive_work_is_claimed_while_background_is_busy(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let mut busy = Vec::new();
+    let mut bg_jobs = Vec::new();
+    for i in 0..2 {
+        let persona = 900 + i;
+        let s = soldier(p, persona).await;
+        fake.script(
+            Platform::Pc,
+            persona,
+            None,
+            vec![Scripted::Delay(Duration::from_secs(3))],
+        );
+        bg_jobs.push(
+            job(
+                p,
+                s,
+                Resource::Detailed,
+                Lane::Background,
+                PriorityClass::Recent,
+                0,
+                0,
+            )
+            .await,
+        );
+        busy.push(
+            start_collector(
+                &db,
+                &fake,
+                &format!("bg-{i}"),
+                Lane::Background,
+                "bg",
+                fast(),
+                Duration::from_secs(10),
+            )
+            .await,
+        );
+    }
+    let inter = start_collector(
+        &db,
+        &fake,
+        "int-0",
+        Lane::Interactive,
+        "int",
+        fast(),
+        Duration::from_secs(5),
+    )
+    .await;
+    for j in &bg_jobs {
+        wait_event(p, "started", *j, 1).await;
+    }
+    let s = soldier(p, 999).await;
+    let j = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Interactive,
+        PriorityClass::Interactive,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    // Interactive finished while both background jobs were still in flight.
+    for bj in &bg_jobs {
+        assert_eq!(events(p, "succeeded", Some(*bj)).await, 0);
+    }
+    let owner: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT collector_uuid FROM collection_events WHERE job_id = $1 AND event_type = 'claimed'",
+    )
+    .bind(j)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(owner, Some(inter.id.uuid));
+    assert!(inter.stats.claims_after_notify.load(Ordering::Relaxed) >= 1);
+    inter.abort.cancel();
+    for b in busy {
+        b.abort.cancel();
+        let _ = b.task.await;
+    }
+    let _ = inter.task.await;
+}
