@@ -10,6 +10,7 @@
 //! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
 //! in [`BENCHES`] and add its arm to `run_one`.
 
+pub mod collect;
 pub mod queue;
 pub mod reference;
 
@@ -106,7 +107,7 @@ impl Ctx {
 }
 
 /// Every benchmark, in `bench all` order.
-pub const BENCHES: &[&str] = &["reference", "wake", "claim", "claim-depth"];
+pub const BENCHES: &[&str] = &["reference", "wake", "claim", "claim-depth", "collect"];
 
 /// Names accepted by `bench`.
 pub fn names() -> Vec<&'static str> {
@@ -119,6 +120,7 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
         "wake" => queue::wake(ctx).await,
         "claim" => queue::claim(ctx).await,
         "claim-depth" => queue::claim_depth(ctx).await,
+        "collect" => collect::run(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")
