@@ -5,6 +5,8 @@
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
@@ -72,6 +74,48 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Ask for an interactive refresh of one soldier (creates it if unknown);
+    /// prints each resource's job, state, queue position and ETA.
+    Request {
+        /// Platform: pc, ps4 or xboxone.
+        #[arg(long)]
+        platform: String,
+        /// Battlelog persona id.
+        #[arg(long)]
+        persona_id: i64,
+        /// A resource to refresh (repeatable; default: all four).
+        #[arg(long = "resource", value_name = "RESOURCE")]
+        resources: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage tracked soldiers.
+    Soldiers {
+        #[command(subcommand)]
+        command: SoldiersCommand,
+    },
+    /// Collectors, queue, freshness, projector and retention at a glance.
+    Status {
+        /// Print JSON (stable field names, see README) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `soldiers` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SoldiersCommand {
+    /// Import soldiers from CSV `platform,persona_id,name` (header optional).
+    /// Every row is validated first; one invalid row imports nothing unless
+    /// --skip-invalid.
+    Import {
+        /// The CSV file.
+        file: PathBuf,
+        /// Import the valid rows and report the invalid ones.
+        #[arg(long)]
+        skip_invalid: bool,
+    },
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to print.
@@ -99,6 +143,55 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 quick,
             };
             crate::bench::run(&ctx, &name, json).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Request {
+            platform,
+            persona_id,
+            resources,
+            json,
+        } => {
+            let pool = cli.db.target()?.connect(2).await?;
+            let rows =
+                crate::request::request_refresh(&pool, &platform, persona_id, &resources).await?;
+            print!("{}", crate::request::render(&rows, json));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Soldiers {
+            command: SoldiersCommand::Import { file, skip_invalid },
+        } => {
+            use crate::import::{ImportError, ImportOptions, import_file, invalid_lines};
+            let pool = cli.db.target()?.connect(2).await?;
+            let opts = ImportOptions {
+                skip_invalid,
+                progress: true,
+            };
+            match import_file(&pool, &file, opts).await {
+                Ok(report) => {
+                    for l in report.problems() {
+                        eprintln!("{l}");
+                    }
+                    println!("{}", report.summary());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if let ImportError::Invalid { invalid, .. } = &e {
+                        for l in invalid_lines(invalid, "invalid") {
+                            eprintln!("{l}");
+                        }
+                    }
+                    Err(e.into())
+                }
+            }
+        }
+        Command::Status { json } => {
+            let pool = cli.db.target()?.connect(2).await?;
+            let status = crate::status::gather(&pool, None).await?;
+            if json {
+                print!("{}", status.to_json());
+            } else {
+                print!("{}", status.render());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { tuning, json } => {

@@ -5,4 +5,8 @@
 mod support;
 
 mod cli;
+mod feeder;
+mod import;
+mod request;
 mod schema;
+mod status;
