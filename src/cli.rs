@@ -115,6 +115,14 @@ pub enum SoldiersCommand {
         /// Import the valid rows and report the invalid ones.
         #[arg(long)]
         skip_invalid: bool,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = crate::import::DEFAULT_BATCH_ROWS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        batch_rows: u32,
+        /// Batches loaded at once, each on its own connection.
+        #[arg(long, default_value_t = crate::import::DEFAULT_WORKERS as u32,
+              value_parser = clap::value_parser!(u32).range(1..=32))]
+        workers: u32,
     },
 }
 
@@ -158,14 +166,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Soldiers {
-            command: SoldiersCommand::Import { file, skip_invalid },
+            command:
+                SoldiersCommand::Import {
+                    file,
+                    skip_invalid,
+                    batch_rows,
+                    workers,
+                },
         } => {
             use crate::import::{ImportError, ImportOptions, import_file, invalid_lines};
-            let pool = cli.db.target()?.connect(2).await?;
+            use sqlx::ConnectOptions;
+            let mut target = cli.db.target()?;
+            // Batches take seconds by design: no slow-statement warnings.
+            target.pool = target.pool.disable_statement_logging();
             let opts = ImportOptions {
                 skip_invalid,
                 progress: true,
+                batch_rows: batch_rows as usize,
+                workers: workers as usize,
             };
+            let pool = target.connect(workers + 1).await?;
             match import_file(&pool, &file, opts).await {
                 Ok(report) => {
                     for l in report.problems() {

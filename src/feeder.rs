@@ -131,14 +131,16 @@ macro_rules! feed_sql {
     () => {
         concat!(
             "WITH due AS (",
-            " SELECT s.soldier_id, s.resource, s.next_attempt_at,",
+            " SELECT s.soldier_id, s.resource, s.next_attempt_at, so.persona_id, so.platform,",
             "  CASE WHEN s.last_success_at IS NULL THEN 'bootstrap'",
             "   WHEN s.last_changed_at >= now() - make_interval(secs => $2::float8) THEN 'active'",
             "   ELSE 'recent' END AS priority_class",
             " FROM collection_state AS s",
+            " CROSS JOIN LATERAL (SELECT x.persona_id, x.platform FROM soldiers AS x",
+            "  WHERE x.soldier_id = s.soldier_id LIMIT 1) AS so",
             " WHERE s.next_attempt_at <= now()",
-            "  AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j",
-            "   WHERE j.soldier_id = s.soldier_id AND j.resource = s.resource)",
+            "  AND (SELECT j.job_id FROM collection_jobs AS j",
+            "   WHERE j.soldier_id = s.soldier_id AND j.resource = s.resource) IS NULL",
             " ORDER BY s.next_attempt_at",
             " LIMIT $1::bigint",
             "), jobs AS (",
@@ -159,10 +161,10 @@ macro_rules! feed_sql {
             " INSERT INTO collection_events",
             "  (job_id, soldier_id, persona_id, platform, resource, lane,",
             "   event_type, attempt_number, metadata)",
-            " SELECT j.job_id, j.soldier_id, so.persona_id, so.platform, j.resource, j.lane,",
+            " SELECT j.job_id, j.soldier_id, d.persona_id, d.platform, j.resource, j.lane,",
             "  'created', j.attempt_count,",
             "  jsonb_build_object('priority_class', j.priority_class, 'reason', 'due')",
-            " FROM jobs AS j JOIN soldiers AS so ON so.soldier_id = j.soldier_id",
+            " FROM jobs AS j JOIN due AS d ON d.soldier_id = j.soldier_id AND d.resource = j.resource",
             " ORDER BY j.job_id",
             ")",
             " SELECT count(*) FILTER (WHERE priority_class = 'active'),",
@@ -172,6 +174,18 @@ macro_rules! feed_sql {
         )
     };
 }
+
+/// Planner settings of a cycle's transaction. The cycle's cost must not
+/// depend on statistics: right after a burst the planner may still believe
+/// `collection_jobs` is empty and probe it with a sequential scan per due
+/// pair (quadratic in the working set), or hash all of `soldiers`. With
+/// sequential scans disfavoured every lookup is an index probe; JIT would
+/// only add compile time to a statement that is cheap by construction. A
+/// cycle is idempotent (the pairs stay due until collected), so its commit
+/// need not wait for the WAL flush: a crash can only lose a cycle's jobs, and
+/// any collector's commit that saw them flushes them first.
+const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
+     SET LOCAL synchronous_commit = off";
 
 const FEED_SQL: &str = feed_sql!();
 
@@ -234,6 +248,7 @@ impl Feeder {
             tx.rollback().await?;
             return Ok(CycleReport::default());
         }
+        sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
         // A statement after the lock sees every earlier cycle's commit.
         let pending: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
             .fetch_one(&mut *tx)
@@ -262,9 +277,12 @@ impl Feeder {
     /// (`EXPLAIN`, not executed): shows that the backlog is read through
     /// `ix_collection_state_due`. For diagnostics, tests and the bench.
     pub async fn explain_cycle(&self, limit: i64) -> Result<String, FeederError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
         let lines: Vec<String> = bind_feed!(sqlx::query_scalar(EXPLAIN_FEED_SQL), self.cfg, limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.rollback().await?;
         Ok(lines.join("\n"))
     }
 

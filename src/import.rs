@@ -11,9 +11,16 @@
 //! - EVERY row is validated before anything is written. Invalid rows are
 //!   reported with their line number and reason; unless `--skip-invalid`,
 //!   one invalid row means nothing is imported;
-//! - the database side is one transaction: `COPY` into a temporary table,
-//!   then set-based upserts. A soldier that exists (same platform and
-//!   persona_id) gets its name updated, never a duplicate row;
+//! - the database side runs in batches of 50,000 rows, each ONE transaction
+//!   (`COPY` into a temporary table, then one set-based upsert that also
+//!   creates the new soldiers' state rows), two batches at a time. A soldier
+//!   and its four state rows are always committed together; a transaction
+//!   never grows with the file (locks, WAL bursts and the projector's
+//!   transaction horizon stay bounded). If the database fails mid-way, the
+//!   committed batches stay and the error says how many rows they hold;
+//!   importing the same file again finishes the job (it is idempotent);
+//! - a soldier that exists (same platform and persona_id) gets its name
+//!   updated, never a duplicate row;
 //! - a persona listed twice in the file: the LAST row wins, and every
 //!   earlier occurrence is reported as a duplicate (it is not an error).
 
@@ -21,6 +28,8 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
@@ -32,6 +41,13 @@ const PROGRESS_EVERY: u64 = 250_000;
 
 /// Bytes buffered before each `COPY` chunk is sent.
 const COPY_CHUNK: usize = 1 << 20;
+
+/// Rows per transaction: bounds how long an import holds locks and the
+/// projector's transaction horizon, and what a failure rolls back.
+pub const DEFAULT_BATCH_ROWS: usize = 50_000;
+
+/// Batches loaded concurrently (each on its own connection).
+pub const DEFAULT_WORKERS: usize = 2;
 
 /// Problems listed in full before "... and N more".
 const PROBLEMS_SHOWN: usize = 50;
@@ -58,18 +74,47 @@ pub enum ImportError {
         /// Every invalid row.
         invalid: Vec<InvalidRow>,
     },
-    /// The database failed; the transaction was rolled back.
+    /// The database failed before any batch was committed.
     #[error("import failed, nothing imported: {0}")]
     Db(#[from] sqlx::Error),
+    /// The database failed after some batches were committed.
+    #[error(
+        "import failed after {committed} of {total} rows were committed (importing is \
+         idempotent: run the same file again to finish): {source}"
+    )]
+    Partial {
+        /// Rows in committed batches.
+        committed: u64,
+        /// Valid rows to import.
+        total: u64,
+        /// The failure.
+        source: sqlx::Error,
+    },
 }
 
 /// How to import.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ImportOptions {
     /// Import the valid rows even when some are invalid.
     pub skip_invalid: bool,
     /// Print progress lines to stderr (rows validated, rows loaded).
     pub progress: bool,
+    /// Rows per transaction ([`DEFAULT_BATCH_ROWS`]).
+    pub batch_rows: usize,
+    /// Batches loaded at once, each on its own connection
+    /// ([`DEFAULT_WORKERS`]; the pool needs that many connections).
+    pub workers: usize,
+}
+
+impl Default for ImportOptions {
+    fn default() -> Self {
+        ImportOptions {
+            skip_invalid: false,
+            progress: false,
+            batch_rows: DEFAULT_BATCH_ROWS,
+            workers: DEFAULT_WORKERS,
+        }
+    }
 }
 
 /// A valid data row.
@@ -237,7 +282,7 @@ pub async fn import_file(
             invalid: parsed.invalid,
         });
     }
-    let counts = load(pool, &parsed.rows, opts.progress).await?;
+    let counts = load(pool, Arc::new(parsed.rows), opts).await?;
     Ok(ImportReport {
         file: display,
         header: parsed.header,
@@ -360,6 +405,11 @@ const UPSERT_SQL: &str = concat!(
     "WITH up AS (",
     " INSERT INTO soldiers AS s (platform, persona_id, display_name)",
     " SELECT i.platform, i.persona_id, i.display_name FROM bf4ps_import AS i",
+    // Rows that would change nothing skip the (speculative) insert attempt:
+    // re-importing an unchanged list costs one index probe per row.
+    " WHERE NOT EXISTS (SELECT 1 FROM soldiers AS e",
+    "  WHERE e.platform = i.platform AND e.persona_id = i.persona_id",
+    "   AND (i.display_name IS NULL OR e.display_name = i.display_name))",
     " ORDER BY i.platform, i.persona_id",
     " ON CONFLICT (platform, persona_id) DO UPDATE",
     "  SET display_name = EXCLUDED.display_name, updated_at = now()",
@@ -376,13 +426,93 @@ const UPSERT_SQL: &str = concat!(
     " SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up"
 );
 
-/// Writes valid rows in one transaction: `COPY` into a temporary table, then
-/// [`UPSERT_SQL`].
+/// Writes valid rows in batches of `opts.batch_rows`, each its own
+/// transaction (`COPY` into a temporary table, then [`UPSERT_SQL`]), on
+/// `opts.workers` connections at once. Rows are distinct personas (see
+/// [`parse`]), so batches never touch the same soldier.
 pub async fn load(
     pool: &PgPool,
-    rows: &[SoldierRow],
-    progress: bool,
-) -> Result<LoadCounts, sqlx::Error> {
+    rows: Arc<Vec<SoldierRow>>,
+    opts: ImportOptions,
+) -> Result<LoadCounts, ImportError> {
+    let total = rows.len() as u64;
+    let batch = opts.batch_rows.max(1);
+    let batches = rows.len().div_ceil(batch);
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let loaded = Arc::new(AtomicU64::new(0));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..opts.workers.clamp(1, batches.max(1)) {
+        let (pool, rows, next, stop, loaded) = (
+            pool.clone(),
+            rows.clone(),
+            next.clone(),
+            stop.clone(),
+            loaded.clone(),
+        );
+        workers.spawn(async move {
+            let mut counts = LoadCounts::default();
+            while !stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= batches {
+                    break;
+                }
+                let chunk = &rows[i * batch..((i + 1) * batch).min(rows.len())];
+                match load_batch(&pool, chunk).await {
+                    Ok(c) => {
+                        counts.inserted += c.inserted;
+                        counts.updated += c.updated;
+                        counts.unchanged += c.unchanged;
+                        let before = loaded.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+                        let after = before + chunk.len() as u64;
+                        if opts.progress && after / PROGRESS_EVERY > before / PROGRESS_EVERY {
+                            eprintln!("loaded {after} of {total} rows…");
+                        }
+                    }
+                    Err(e) => {
+                        stop.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(counts)
+        });
+    }
+    let mut counts = LoadCounts::default();
+    let mut failure = None;
+    while let Some(joined) = workers.join_next().await {
+        match joined {
+            Ok(Ok(c)) => {
+                counts.inserted += c.inserted;
+                counts.updated += c.updated;
+                counts.unchanged += c.unchanged;
+            }
+            Ok(Err(e)) => failure = failure.or(Some(e)),
+            Err(e) => {
+                failure = failure.or(Some(sqlx::Error::WorkerCrashed));
+                tracing::error!(error = %e, "import worker panicked");
+            }
+        }
+    }
+    match failure {
+        None => Ok(counts),
+        Some(source) => {
+            let committed = loaded.load(Ordering::Relaxed);
+            if committed == 0 {
+                Err(ImportError::Db(source))
+            } else {
+                Err(ImportError::Partial {
+                    committed,
+                    total,
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// One batch in one transaction.
+async fn load_batch(pool: &PgPool, rows: &[SoldierRow]) -> Result<LoadCounts, sqlx::Error> {
     let mut tx = pool.begin().await?;
     sqlx::query(
         "CREATE TEMPORARY TABLE bf4ps_import \
@@ -397,24 +527,17 @@ pub async fn load(
         )
         .await?;
     let mut buf: Vec<u8> = Vec::with_capacity(COPY_CHUNK + 4096);
-    for (n, row) in rows.iter().enumerate() {
+    for row in rows {
         encode_copy_row(&mut buf, row);
         if buf.len() >= COPY_CHUNK {
             copy.send(std::mem::take(&mut buf)).await?;
             buf.reserve(COPY_CHUNK + 4096);
-        }
-        let loaded = n as u64 + 1;
-        if progress && loaded.is_multiple_of(PROGRESS_EVERY) {
-            eprintln!("loaded {loaded} rows…");
         }
     }
     if !buf.is_empty() {
         copy.send(buf).await?;
     }
     copy.finish().await?;
-    if progress && rows.len() as u64 >= PROGRESS_EVERY {
-        eprintln!("loaded {} rows; upserting…", rows.len());
-    }
     let (inserted, updated): (i64, i64) = sqlx::query_as(UPSERT_SQL).fetch_one(&mut *tx).await?;
     tx.commit().await?;
     let (inserted, updated) = (inserted.max(0) as u64, updated.max(0) as u64);

@@ -10,6 +10,7 @@
 //! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
 //! in [`BENCHES`] and add its arm to `run_one`.
 
+pub mod feeder;
 pub mod reference;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,7 +106,7 @@ impl Ctx {
 }
 
 /// Every benchmark, in `bench all` order.
-pub const BENCHES: &[&str] = &["reference"];
+pub const BENCHES: &[&str] = &["reference", "feeder", "import"];
 
 /// Names accepted by `bench`.
 pub fn names() -> Vec<&'static str> {
@@ -115,6 +116,8 @@ pub fn names() -> Vec<&'static str> {
 async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
     match name {
         "reference" => reference::run(ctx).await,
+        "feeder" => feeder::run(ctx).await,
+        "import" => feeder::run_import(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")

@@ -113,7 +113,11 @@ async fn skip_invalid_imports_the_rest(_: PgPoolOptions, opts: PgConnectOptions)
 #[sqlx::test]
 async fn reimport_updates_names_without_duplicates(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    let opts = ImportOptions::default();
+    // Tiny batches on two connections: several transactions per file.
+    let opts = ImportOptions {
+        batch_rows: 2,
+        ..ImportOptions::default()
+    };
     let first = csv_file(
         "first.csv",
         "pc,1,One\npc,2,Two\nps4,1,PsOne\nxboxone,9,Nine\n",
@@ -224,4 +228,58 @@ async fn an_unreadable_or_empty_file(_: PgPoolOptions, opts: PgConnectOptions) {
         .await
         .unwrap();
     assert_eq!((r.data_rows, r.counts), (0, LoadCounts::default()));
+}
+
+#[sqlx::test]
+async fn a_failure_mid_way_keeps_whole_batches_and_a_rerun_finishes(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    // The database refuses persona 4 (think: a constraint added later).
+    crate::support::exec(
+        &db.pool,
+        "CREATE FUNCTION refuse_four() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.persona_id = 4 THEN RAISE EXCEPTION 'persona 4 refused'; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_four BEFORE INSERT ON soldiers
+             FOR EACH ROW EXECUTE FUNCTION refuse_four();",
+    )
+    .await
+    .unwrap();
+    let file = csv_file("four.csv", "pc,1,A\npc,2,B\npc,3,C\npc,4,D\n");
+    let opts = ImportOptions {
+        batch_rows: 2,
+        workers: 1,
+        ..ImportOptions::default()
+    };
+    let err = import_file(&db.pool, &file, opts).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "import failed after 2 of 4 rows were committed (importing is idempotent: \
+             run the same file again to finish): "
+        ) && text.contains("persona 4 refused"),
+        "{text}"
+    );
+    // The committed batch is whole: soldiers with their state rows.
+    assert_eq!(soldiers(&db.pool).await.len(), 2);
+    assert_eq!(state_shape(&db.pool).await, (8, 0));
+
+    crate::support::exec(&db.pool, "DROP TRIGGER refuse_four ON soldiers")
+        .await
+        .unwrap();
+    let r = import_file(&db.pool, &file, opts).await.unwrap();
+    assert_eq!(
+        r.counts,
+        LoadCounts {
+            inserted: 2,
+            updated: 0,
+            unchanged: 2
+        }
+    );
+    assert_eq!(soldiers(&db.pool).await.len(), 4);
+    assert_eq!(state_shape(&db.pool).await, (16, 0));
 }
