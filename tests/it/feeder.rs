@@ -647,3 +647,64 @@ async fn the_backlog_is_read_through_the_due_index(_: PgPoolOptions, opts: PgCon
     // And it still does what it says after a fill.
     assert_eq!(f.run_once().await.unwrap().inserted, 1_000);
 }
+
+#[sqlx::test]
+async fn the_loop_publishes_settings_refills_below_the_watermark_and_stops(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    seed(&db.pool, 100).await;
+    // The cadence is an hour: after the first cycle, only the low-watermark
+    // check (every 50 ms) can refill.
+    let tuning = Tuning {
+        feeder_target_depth: 20,
+        feeder_low_watermark: 10,
+        feeder_interval: Duration::from_secs(3600),
+        poll_interval: Duration::from_millis(50),
+        eta_window: Duration::from_secs(420),
+        egress_rate: 2.5,
+        ..Tuning::default()
+    };
+    tuning.validate().unwrap();
+    let f = Feeder::new(db.pool.clone(), FeederConfig::from_tuning(&tuning));
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn({
+        let cancel = cancel.clone();
+        async move { f.run(cancel).await }
+    });
+    let pending = || async {
+        scalar(
+            &db.pool,
+            "SELECT count(*) FROM collection_jobs WHERE status = 'pending'",
+        )
+        .await
+    };
+    crate::support::eventually(Duration::from_secs(10), "first cycle", || async {
+        (pending().await == 20).then_some(())
+    })
+    .await;
+    let (window_s, rate): (f64, f64) = sqlx::query_as(
+        "SELECT extract(epoch FROM eta_window)::float8, egress_rate FROM scheduling_settings",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((window_s, rate), (420.0, 2.5));
+
+    let c = collector(&db.pool, "bg-1", "background").await;
+    for _ in 0..11 {
+        let job = claim(&db.pool, "background", c).await.unwrap();
+        finish(&db.pool, &job, 3_600.0).await;
+    }
+    crate::support::eventually(Duration::from_secs(10), "watermark refill", || async {
+        (pending().await == 20).then_some(())
+    })
+    .await;
+
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the loop stops when cancelled")
+        .unwrap();
+}
