@@ -38,9 +38,11 @@
 //!   pending depth past `target_depth`; inserts are also idempotent on
 //!   `uq_collection_jobs_soldier_resource` (`ON CONFLICT DO NOTHING`);
 //! - a cycle reads the backlog through `ix_collection_state_due`
-//!   (`ORDER BY next_attempt_at LIMIT deficit`): its cost is bounded by the
+//!   (`ORDER BY next_attempt_at LIMIT deficit`) and probes `collection_jobs`
+//!   and `soldiers` by index per due pair: its cost is bounded by the
 //!   deficit plus the live jobs at the head of the due order, never by the
-//!   size of `collection_state`;
+//!   size of `collection_state` or `soldiers`, whatever the statistics say
+//!   (see `CYCLE_SETTINGS_SQL`);
 //! - a failed cycle is logged and retried on the next tick; the loop only
 //!   ends when its cancellation token fires.
 

@@ -242,7 +242,7 @@ impl ImportReport {
     }
 }
 
-/// `line N: reason` for each invalid row (the first [`PROBLEMS_SHOWN`]).
+/// `line N: verb: reason` for each invalid row (the first 50).
 pub fn invalid_lines(rows: &[InvalidRow], verb: &str) -> Vec<String> {
     let mut out: Vec<String> = rows
         .iter()
@@ -427,7 +427,7 @@ const UPSERT_SQL: &str = concat!(
 );
 
 /// Writes valid rows in batches of `opts.batch_rows`, each its own
-/// transaction (`COPY` into a temporary table, then [`UPSERT_SQL`]), on
+/// transaction (`COPY` into a temporary table, then `UPSERT_SQL`), on
 /// `opts.workers` connections at once. Rows are distinct personas (see
 /// [`parse`]), so batches never touch the same soldier.
 pub async fn load(
