@@ -67,7 +67,12 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     tuning
         .validate()
         .map_err(|e| BenchError::Other(e.to_string()))?;
-    let feeder = Feeder::new(db.pool.clone(), FeederConfig::from_tuning(&tuning));
+    // One connection, so its server process's CPU time can be read.
+    let feeder_pool = db.target.connect(1).await?;
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&feeder_pool)
+        .await?;
+    let feeder = Feeder::new(feeder_pool.clone(), FeederConfig::from_tuning(&tuning));
     let plan = feeder
         .explain_cycle(i64::from(target))
         .await
@@ -83,21 +88,26 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         json!({"scenario": scenario, "state_rows": state_rows, "target_depth": target,
                "plan": "index scan ix_collection_state_due"})
     };
+    // (wall ms, server CPU ms if readable, jobs inserted)
     let cycle = |f: &Feeder| {
         let f = f.clone();
         async move {
+            let cpu0 = backend_cpu_ms(backend);
             let t = Instant::now();
             let r = f
                 .run_once()
                 .await
                 .map_err(|e| BenchError::Other(e.to_string()))?;
-            Ok::<_, BenchError>((t.elapsed().as_secs_f64() * 1e3, r.inserted))
+            let wall = t.elapsed().as_secs_f64() * 1e3;
+            let cpu = cpu0.zip(backend_cpu_ms(backend)).map(|(a, b)| b - a);
+            Ok::<_, BenchError>((wall, cpu, r.inserted))
         }
     };
     let mut reports = Vec::new();
 
     // fill: empty working set → target.
     let mut fill = Vec::new();
+    let mut fill_cpu = Vec::new();
     for _ in 0..samples {
         exec(
             db,
@@ -106,7 +116,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         .await?;
         exec(db, "VACUUM ANALYZE collection_jobs").await?;
         exec(db, "VACUUM ANALYZE collection_events").await?;
-        let (ms, inserted) = cycle(&feeder).await?;
+        let (ms, cpu, inserted) = cycle(&feeder).await?;
+        fill_cpu.extend(cpu);
         if inserted != u64::from(target) {
             return Err(BenchError::Other(format!(
                 "fill inserted {inserted}, expected {target}"
@@ -115,15 +126,18 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         fill.push(ms);
     }
     let p50 = percentile(&mut fill, 50.0);
-    reports.push(
-        Report::new("feeder", params("fill"))
-            .figure("p50_ms", p50)
-            .figure("max_ms", percentile(&mut fill, 100.0))
-            .figure("jobs_per_s", f64::from(target) / (p50 / 1e3)),
-    );
+    let mut report = Report::new("feeder", params("fill"))
+        .figure("p50_ms", p50)
+        .figure("max_ms", percentile(&mut fill, 100.0))
+        .figure("jobs_per_s", f64::from(target) / (p50 / 1e3));
+    if fill_cpu.len() == samples {
+        report = report.figure("server_cpu_p50_ms", percentile(&mut fill_cpu, 50.0));
+    }
+    reports.push(report);
 
     // topup: claim-and-finish 10% (state moves on), then one cycle refills.
     let mut topup = Vec::new();
+    let mut topup_cpu = Vec::new();
     for _ in 0..samples {
         sqlx::query(
             "WITH done AS (
@@ -137,7 +151,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         .bind(i64::from(target / 10))
         .execute(&db.pool)
         .await?;
-        let (ms, inserted) = cycle(&feeder).await?;
+        let (ms, cpu, inserted) = cycle(&feeder).await?;
+        topup_cpu.extend(cpu);
         if inserted != u64::from(target / 10) {
             return Err(BenchError::Other(format!(
                 "topup inserted {inserted}, expected {}",
@@ -146,16 +161,18 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         }
         topup.push(ms);
     }
-    reports.push(
-        Report::new("feeder", params("topup"))
-            .figure("p50_ms", percentile(&mut topup, 50.0))
-            .figure("max_ms", percentile(&mut topup, 100.0)),
-    );
+    let mut report = Report::new("feeder", params("topup"))
+        .figure("p50_ms", percentile(&mut topup, 50.0))
+        .figure("max_ms", percentile(&mut topup, 100.0));
+    if topup_cpu.len() == samples {
+        report = report.figure("server_cpu_p50_ms", percentile(&mut topup_cpu, 50.0));
+    }
+    reports.push(report);
 
     // noop: full.
     let mut noop = Vec::new();
     for _ in 0..ctx.size(50, 10) {
-        let (ms, _) = cycle(&feeder).await?;
+        let (ms, _, _) = cycle(&feeder).await?;
         noop.push(ms);
     }
     reports.push(
@@ -163,7 +180,23 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             .figure("p50_ms", percentile(&mut noop, 50.0))
             .figure("p99_ms", percentile(&mut noop, 99.0)),
     );
+    feeder_pool.close().await;
     Ok(reports)
+}
+
+/// CPU time (user + system) a local server process has used, in ms, from
+/// `/proc/<pid>/stat` (clock ticks of 1/100 s); `None` when the server is not
+/// on this host or not readable. Wall time on a shared machine includes
+/// waiting for a core; this is the work itself.
+fn backend_cpu_ms(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
 }
 
 /// Runs the import benchmark.
