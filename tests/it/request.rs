@@ -674,3 +674,31 @@ async fn the_request_command_end_to_end(_: PgPoolOptions, opts: PgConnectOptions
     );
     assert_eq!(count(&db.pool, "SELECT count(*) FROM soldiers").await, 1);
 }
+
+#[sqlx::test]
+async fn concurrent_requests_for_one_new_soldier_create_each_job_once(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let pool = db.pool.clone();
+        calls.spawn(async move { request_refresh(&pool, "pc", 99, &[]).await.unwrap() });
+    }
+    let mut created = 0;
+    let mut job_ids = std::collections::BTreeSet::new();
+    while let Some(rows) = calls.join_next().await {
+        for r in rows.unwrap() {
+            job_ids.insert(r.job_id);
+            match r.state {
+                RefreshState::Created => created += 1,
+                RefreshState::Pending => {}
+                other => panic!("unexpected state {other}"),
+            }
+        }
+    }
+    assert_eq!(created, 4, "each resource's job is created exactly once");
+    assert_eq!(job_ids.len(), 4);
+    assert_eq!(sizes(&db.pool).await, (1, 4, 4, 4));
+}
