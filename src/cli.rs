@@ -5,6 +5,8 @@
 
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
@@ -95,6 +97,33 @@ pub enum Command {
         #[command(flatten)]
         settings: crate::fake_battlelog::FakeSettings,
     },
+    /// Ask for an interactive refresh of one soldier (creates it if unknown);
+    /// prints each resource's job, state, queue position and ETA.
+    Request {
+        /// Platform: pc, ps4 or xboxone.
+        #[arg(long)]
+        platform: String,
+        /// Battlelog persona id.
+        #[arg(long)]
+        persona_id: i64,
+        /// A resource to refresh (repeatable; default: all four).
+        #[arg(long = "resource", value_name = "RESOURCE")]
+        resources: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage tracked soldiers.
+    Soldiers {
+        #[command(subcommand)]
+        command: SoldiersCommand,
+    },
+    /// Collectors, queue, freshness, projector and retention at a glance.
+    Status {
+        /// Print JSON (stable field names, see README) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `bf4ps-ops collector` settings.
@@ -141,6 +170,29 @@ pub enum CollectorsCommand {
     Disable { name: String },
     /// Retire the incarnation (it stops; the name becomes reusable).
     Retire { name: String },
+}
+
+/// `soldiers` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SoldiersCommand {
+    /// Import soldiers from CSV `platform,persona_id,name` (header optional).
+    /// Every row is validated first; one invalid row imports nothing unless
+    /// --skip-invalid.
+    Import {
+        /// The CSV file.
+        file: PathBuf,
+        /// Import the valid rows and report the invalid ones.
+        #[arg(long)]
+        skip_invalid: bool,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = crate::import::DEFAULT_BATCH_ROWS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        batch_rows: u32,
+        /// Batches loaded at once, each on its own connection.
+        #[arg(long, default_value_t = crate::import::DEFAULT_WORKERS as u32,
+              value_parser = clap::value_parser!(u32).range(1..=32))]
+        workers: u32,
+    },
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to print.
@@ -196,6 +248,67 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::FakeBattlelog { listen, settings } => {
             crate::fake_battlelog::run_cli(&listen, settings).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Request {
+            platform,
+            persona_id,
+            resources,
+            json,
+        } => {
+            let pool = cli.db.target()?.connect(2).await?;
+            let rows =
+                crate::request::request_refresh(&pool, &platform, persona_id, &resources).await?;
+            print!("{}", crate::request::render(&rows, json));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Soldiers {
+            command:
+                SoldiersCommand::Import {
+                    file,
+                    skip_invalid,
+                    batch_rows,
+                    workers,
+                },
+        } => {
+            use crate::import::{ImportError, ImportOptions, import_file, invalid_lines};
+            use sqlx::ConnectOptions;
+            let mut target = cli.db.target()?;
+            // Batches take seconds by design: no slow-statement warnings.
+            target.pool = target.pool.disable_statement_logging();
+            let opts = ImportOptions {
+                skip_invalid,
+                progress: true,
+                batch_rows: batch_rows as usize,
+                workers: workers as usize,
+            };
+            let pool = target.connect(workers + 1).await?;
+            match import_file(&pool, &file, opts).await {
+                Ok(report) => {
+                    for l in report.problems() {
+                        eprintln!("{l}");
+                    }
+                    println!("{}", report.summary());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    if let ImportError::Invalid { invalid, .. } = &e {
+                        for l in invalid_lines(invalid, "invalid") {
+                            eprintln!("{l}");
+                        }
+                    }
+                    Err(e.into())
+                }
+            }
+        }
+        Command::Status { json } => {
+            let pool = cli.db.target()?.connect(2).await?;
+            let status = crate::status::gather(&pool, None).await?;
+            if json {
+                print!("{}", status.to_json());
+            } else {
+                print!("{}", status.render());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { tuning, json } => {

@@ -11,6 +11,7 @@
 //! in [`BENCHES`] and add its arm to `run_one`.
 
 pub mod collect;
+pub mod feeder;
 pub mod queue;
 pub mod reference;
 
@@ -107,7 +108,15 @@ impl Ctx {
 }
 
 /// Every benchmark, in `bench all` order.
-pub const BENCHES: &[&str] = &["reference", "wake", "claim", "claim-depth", "collect"];
+pub const BENCHES: &[&str] = &[
+    "reference",
+    "wake",
+    "claim",
+    "claim-depth",
+    "collect",
+    "feeder",
+    "import",
+];
 
 /// Names accepted by `bench`.
 pub fn names() -> Vec<&'static str> {
@@ -121,6 +130,8 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
         "claim" => queue::claim(ctx).await,
         "claim-depth" => queue::claim_depth(ctx).await,
         "collect" => collect::run(ctx).await,
+        "feeder" => feeder::run(ctx).await,
+        "import" => feeder::run_import(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")

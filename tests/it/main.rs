@@ -7,10 +7,14 @@ mod support;
 
 mod cli;
 mod collector;
+mod feeder;
+mod import;
 mod listener;
 mod observability;
 mod pgcluster;
 mod queue;
 mod registry;
+mod request;
 mod schema;
+mod status;
 mod upstream;

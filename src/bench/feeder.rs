@@ -1,0 +1,264 @@
+//! `bench feeder`: feed cycles against a large backlog. 1,000,000 due
+//! `collection_state` rows (quick: 100,000) in random due order, a third each
+//! bootstrap / active / recent; the cycle's plan must read them through
+//! `ix_collection_state_due` (the bench fails otherwise). Scenarios:
+//! - `fill`: an empty working set topped up to 10,000 jobs (quick: 1,000);
+//! - `topup`: a full working set after 10% of it was claimed and finished;
+//! - `noop`: a full working set (the cycle counts and returns).
+//!
+//! `bench import`: `soldiers import` of a generated 1,000,000-row CSV
+//! (quick: 50,000) into an empty database, then the same file again (every
+//! row unchanged).
+
+use std::time::Instant;
+
+use serde_json::json;
+use sqlx::ConnectOptions;
+
+use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use crate::config::Tuning;
+use crate::feeder::{Feeder, FeederConfig};
+use crate::import::{ImportOptions, import_file};
+
+/// Runs the feeder benchmark.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let db = ScratchDb::create(&ctx.target, 4).await?;
+    let result = measure(ctx, &db).await;
+    db.drop().await?;
+    result
+}
+
+async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
+    sqlx::raw_sql(sql).execute(&db.pool).await?;
+    Ok(())
+}
+
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
+    let state_rows = ctx.size(1_000_000, 100_000) as i64;
+    let target = ctx.size(10_000, 1_000) as u32;
+    let samples = ctx.size(5, 3);
+    eprintln!("feeder: seeding {state_rows} collection_state rows…");
+    sqlx::query(
+        "INSERT INTO soldiers (platform, persona_id, display_name)
+         SELECT 'pc', g, 'soldier ' || g FROM generate_series(1, $1 / 4) AS g",
+    )
+    .bind(state_rows)
+    .execute(&db.pool)
+    .await?;
+    exec(
+        db,
+        "INSERT INTO collection_state (soldier_id, resource, next_attempt_at,
+                                       last_success_at, last_changed_at)
+         SELECT s.soldier_id, r.resource, now() - random() * interval '7 days',
+                CASE WHEN s.soldier_id % 3 = 0 THEN NULL ELSE now() - interval '1 day' END,
+                CASE s.soldier_id % 3 WHEN 1 THEN now() - interval '1 day'
+                                      WHEN 2 THEN now() - interval '20 days' END
+         FROM soldiers AS s
+         CROSS JOIN (VALUES ('detailed'), ('profile'), ('weapons'), ('vehicles')) AS r (resource)",
+    )
+    .await?;
+    exec(db, "VACUUM ANALYZE").await?;
+
+    let tuning = Tuning {
+        feeder_target_depth: target,
+        feeder_low_watermark: target / 2,
+        ..Tuning::default()
+    };
+    tuning
+        .validate()
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    // One connection, so its server process's CPU time can be read.
+    let feeder_pool = db.target.connect(1).await?;
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&feeder_pool)
+        .await?;
+    let feeder = Feeder::new(feeder_pool.clone(), FeederConfig::from_tuning(&tuning));
+    let plan = feeder
+        .explain_cycle(i64::from(target))
+        .await
+        .map_err(|e| BenchError::Other(e.to_string()))?;
+    if !plan.contains("Index Scan using ix_collection_state_due on collection_state")
+        || plan.contains("Seq Scan on collection_state")
+    {
+        return Err(BenchError::Other(format!(
+            "the feed cycle does not read the backlog through ix_collection_state_due:\n{plan}"
+        )));
+    }
+    let params = |scenario: &str| {
+        json!({"scenario": scenario, "state_rows": state_rows, "target_depth": target,
+               "plan": "index scan ix_collection_state_due"})
+    };
+    // (wall ms, server CPU ms if readable, jobs inserted)
+    let cycle = |f: &Feeder| {
+        let f = f.clone();
+        async move {
+            let cpu0 = backend_cpu_ms(backend);
+            let t = Instant::now();
+            let r = f
+                .run_once()
+                .await
+                .map_err(|e| BenchError::Other(e.to_string()))?;
+            let wall = t.elapsed().as_secs_f64() * 1e3;
+            let cpu = cpu0.zip(backend_cpu_ms(backend)).map(|(a, b)| b - a);
+            Ok::<_, BenchError>((wall, cpu, r.inserted))
+        }
+    };
+    let mut reports = Vec::new();
+
+    // fill: empty working set → target.
+    let mut fill = Vec::new();
+    let mut fill_cpu = Vec::new();
+    for _ in 0..samples {
+        exec(
+            db,
+            "DELETE FROM collection_jobs; DELETE FROM collection_events",
+        )
+        .await?;
+        exec(db, "VACUUM ANALYZE collection_jobs").await?;
+        exec(db, "VACUUM ANALYZE collection_events").await?;
+        let (ms, cpu, inserted) = cycle(&feeder).await?;
+        fill_cpu.extend(cpu);
+        if inserted != u64::from(target) {
+            return Err(BenchError::Other(format!(
+                "fill inserted {inserted}, expected {target}"
+            )));
+        }
+        fill.push(ms);
+    }
+    let p50 = percentile(&mut fill, 50.0);
+    let mut report = Report::new("feeder", params("fill"))
+        .figure("p50_ms", p50)
+        .figure("max_ms", percentile(&mut fill, 100.0))
+        .figure("jobs_per_s", f64::from(target) / (p50 / 1e3));
+    if fill_cpu.len() == samples {
+        report = report.figure("server_cpu_p50_ms", percentile(&mut fill_cpu, 50.0));
+    }
+    reports.push(report);
+
+    // topup: claim-and-finish 10% (state moves on), then one cycle refills.
+    let mut topup = Vec::new();
+    let mut topup_cpu = Vec::new();
+    for _ in 0..samples {
+        sqlx::query(
+            "WITH done AS (
+                 DELETE FROM collection_jobs WHERE job_id IN (
+                     SELECT job_id FROM collection_jobs ORDER BY claim_rank, job_id LIMIT $1)
+                 RETURNING soldier_id, resource)
+             UPDATE collection_state AS s
+             SET next_attempt_at = now() + interval '1 day', last_success_at = now()
+             FROM done AS d WHERE s.soldier_id = d.soldier_id AND s.resource = d.resource",
+        )
+        .bind(i64::from(target / 10))
+        .execute(&db.pool)
+        .await?;
+        let (ms, cpu, inserted) = cycle(&feeder).await?;
+        topup_cpu.extend(cpu);
+        if inserted != u64::from(target / 10) {
+            return Err(BenchError::Other(format!(
+                "topup inserted {inserted}, expected {}",
+                target / 10
+            )));
+        }
+        topup.push(ms);
+    }
+    let mut report = Report::new("feeder", params("topup"))
+        .figure("p50_ms", percentile(&mut topup, 50.0))
+        .figure("max_ms", percentile(&mut topup, 100.0));
+    if topup_cpu.len() == samples {
+        report = report.figure("server_cpu_p50_ms", percentile(&mut topup_cpu, 50.0));
+    }
+    reports.push(report);
+
+    // noop: full.
+    let mut noop = Vec::new();
+    for _ in 0..ctx.size(50, 10) {
+        let (ms, _, _) = cycle(&feeder).await?;
+        noop.push(ms);
+    }
+    reports.push(
+        Report::new("feeder", params("noop"))
+            .figure("p50_ms", percentile(&mut noop, 50.0))
+            .figure("p99_ms", percentile(&mut noop, 99.0)),
+    );
+    feeder_pool.close().await;
+    Ok(reports)
+}
+
+/// CPU time (user + system) a local server process has used, in ms, from
+/// `/proc/<pid>/stat` (clock ticks of 1/100 s); `None` when the server is not
+/// on this host or not readable. Wall time on a shared machine includes
+/// waiting for a core; this is the work itself.
+fn backend_cpu_ms(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
+}
+
+/// Runs the import benchmark.
+pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let rows = ctx.size(1_000_000, 50_000);
+    let path = std::env::temp_dir().join(format!("bf4ps-bench-import-{}.csv", std::process::id()));
+    {
+        use std::io::Write;
+        let file = std::fs::File::create(&path)
+            .map_err(|e| BenchError::Other(format!("{}: {e}", path.display())))?;
+        let mut w = std::io::BufWriter::new(file);
+        let platforms = ["pc", "ps4", "xboxone"];
+        let io = |e: std::io::Error| BenchError::Other(e.to_string());
+        writeln!(w, "platform,persona_id,name").map_err(io)?;
+        for i in 0..rows {
+            writeln!(w, "{},{},Soldier{i}", platforms[i % 3], 1_000_000 + i).map_err(io)?;
+        }
+        w.flush().map_err(io)?;
+    }
+    let opts = ImportOptions {
+        progress: !ctx.quick,
+        ..ImportOptions::default()
+    };
+    let db = ScratchDb::create(&ctx.target, 2).await?;
+    let result = async {
+        // As `soldiers import` does: batches are slow statements by design.
+        let mut target = db.target.clone();
+        target.pool = target.pool.disable_statement_logging();
+        let pool = target.connect(opts.workers as u32 + 1).await?;
+        let mut reports = Vec::new();
+        for scenario in ["new", "unchanged"] {
+            let t = Instant::now();
+            let r = import_file(&pool, &path, opts)
+                .await
+                .map_err(|e| BenchError::Other(e.to_string()))?;
+            let secs = t.elapsed().as_secs_f64();
+            let expected = if scenario == "new" {
+                r.counts.inserted
+            } else {
+                r.counts.unchanged
+            };
+            if expected != rows as u64 {
+                return Err(BenchError::Other(format!(
+                    "{scenario} import: {:?}",
+                    r.counts
+                )));
+            }
+            reports.push(
+                Report::new(
+                    "import",
+                    json!({"scenario": scenario, "rows": rows, "batch_rows": opts.batch_rows,
+                           "workers": opts.workers}),
+                )
+                .figure("total_s", secs)
+                .figure("rows_per_s", rows as f64 / secs),
+            );
+        }
+        pool.close().await;
+        Ok(reports)
+    }
+    .await;
+    let _ = std::fs::remove_file(&path);
+    db.drop().await?;
+    result
+}

@@ -1,0 +1,251 @@
+//! Interactive refresh requests: the Rust side of the SQL function
+//! `bf4ps_request_refresh` (migration 0004), which the website calls inside
+//! its own transaction and `bf4ps-ops request` calls here.
+//!
+//! The SQL function does all the work (create the soldier if unknown, create
+//! or promote one interactive job per resource, report position and ETA), so
+//! the website and the CLI behave identically. The ETA formula lives only in
+//! `bf4ps_eta_seconds`; its inputs the website cannot know (ETA window,
+//! egress rate) come from the `scheduling_settings` row, which `serve`'s
+//! feeder overwrites at start with its configuration ([`publish_settings`]).
+//!
+//! Invariants: a request never duplicates a job (one live job per
+//! (soldier, resource)); calling it again changes nothing; bad input is a
+//! SQL error with SQLSTATE 22023 naming the bad value and the accepted ones,
+//! surfaced here as [`RequestError::Rejected`].
+
+use std::fmt;
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+/// A request that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// The database rejected the input (unknown platform or resource, bad
+    /// persona id): the message names the value and the accepted ones.
+    #[error("{0}")]
+    Rejected(String),
+    /// Any other database failure.
+    #[error("refresh request failed: {0}")]
+    Db(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for RequestError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("22023") => {
+                RequestError::Rejected(db.message().to_owned())
+            }
+            _ => RequestError::Db(e),
+        }
+    }
+}
+
+/// What the request did to one resource's job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefreshState {
+    /// A new interactive job was created.
+    Created,
+    /// A pending background job was moved to the interactive lane.
+    Promoted,
+    /// An interactive job was already pending.
+    Pending,
+    /// A collector has claimed the job (not started yet).
+    Claimed,
+    /// A collector is fetching it.
+    Running,
+}
+
+impl RefreshState {
+    /// The text the SQL function returns.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RefreshState::Created => "created",
+            RefreshState::Promoted => "promoted",
+            RefreshState::Pending => "pending",
+            RefreshState::Claimed => "claimed",
+            RefreshState::Running => "running",
+        }
+    }
+
+    fn parse(text: &str) -> Option<RefreshState> {
+        [
+            RefreshState::Created,
+            RefreshState::Promoted,
+            RefreshState::Pending,
+            RefreshState::Claimed,
+            RefreshState::Running,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+impl fmt::Display for RefreshState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of `bf4ps_request_refresh`: a requested resource's job.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RefreshRow {
+    /// The resource.
+    pub resource: String,
+    /// Its live job.
+    pub job_id: i64,
+    /// What the request did.
+    pub state: RefreshState,
+    /// 1-based place among pending interactive jobs in claim order; 0 when
+    /// already claimed or running.
+    pub position: i64,
+    /// Estimated seconds until collected; `None` when no interactive
+    /// collector is available.
+    pub eta_seconds: Option<f64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RawRow {
+    resource: String,
+    job_id: i64,
+    state: String,
+    position: i64,
+    eta_seconds: Option<f64>,
+}
+
+/// Requests an interactive refresh of (`platform`, `persona_id`) for
+/// `resources` (all four when empty), on a pool (its own transaction) or
+/// inside the caller's transaction.
+pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
+    executor: E,
+    platform: &str,
+    persona_id: i64,
+    resources: &[String],
+) -> Result<Vec<RefreshRow>, RequestError> {
+    let raw: Vec<RawRow> = if resources.is_empty() {
+        sqlx::query_as(
+            "SELECT resource, job_id, state, position, eta_seconds \
+             FROM bf4ps_request_refresh($1, $2)",
+        )
+        .bind(platform)
+        .bind(persona_id)
+        .fetch_all(executor)
+        .await?
+    } else {
+        sqlx::query_as(
+            "SELECT resource, job_id, state, position, eta_seconds \
+             FROM bf4ps_request_refresh($1, $2, $3)",
+        )
+        .bind(platform)
+        .bind(persona_id)
+        .bind(resources)
+        .fetch_all(executor)
+        .await?
+    };
+    raw.into_iter()
+        .map(|r| {
+            let state = RefreshState::parse(&r.state).ok_or_else(|| {
+                RequestError::Db(sqlx::Error::Decode(
+                    format!("unexpected refresh state {:?}", r.state).into(),
+                ))
+            })?;
+            Ok(RefreshRow {
+                resource: r.resource,
+                job_id: r.job_id,
+                state,
+                position: r.position,
+                eta_seconds: r.eta_seconds,
+            })
+        })
+        .collect()
+}
+
+/// Writes the ETA window and egress rate into `scheduling_settings`, where
+/// `bf4ps_request_refresh` reads them. `serve`'s feeder calls it at start.
+pub async fn publish_settings(
+    pool: &PgPool,
+    eta_window: Duration,
+    egress_rate: f64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO scheduling_settings AS s (singleton, eta_window, egress_rate, updated_at) \
+         VALUES (true, make_interval(secs => $1), $2, now()) \
+         ON CONFLICT (singleton) DO UPDATE \
+         SET eta_window = EXCLUDED.eta_window, egress_rate = EXCLUDED.egress_rate, \
+             updated_at = now()",
+    )
+    .bind(eta_window.as_secs_f64())
+    .bind(egress_rate)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Formats an ETA for people: `n/a` (no collector), `<1s`, `12s`, `3m 05s`,
+/// `2h 10m`.
+pub fn fmt_eta(eta: Option<f64>) -> String {
+    let Some(s) = eta else {
+        return "n/a (no interactive collector)".to_owned();
+    };
+    if s.is_nan() || s < 1.0 {
+        return "<1s".to_owned();
+    }
+    let s = s.ceil() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// The CLI's rendering: a table, or a JSON array of [`RefreshRow`]
+/// (`resource`, `job_id`, `state`, `position`, `eta_seconds`).
+pub fn render(rows: &[RefreshRow], json: bool) -> String {
+    if json {
+        return serde_json::to_string_pretty(rows).unwrap_or_default() + "\n";
+    }
+    let mut out = format!(
+        "{:<10} {:>10} {:<9} {:>8}  {}\n",
+        "RESOURCE", "JOB", "STATE", "POSITION", "ETA"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:<10} {:>10} {:<9} {:>8}  {}\n",
+            r.resource,
+            r.job_id,
+            r.state,
+            if r.position == 0 {
+                "-".to_owned()
+            } else {
+                r.position.to_string()
+            },
+            fmt_eta(r.eta_seconds)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etas_read_well() {
+        assert_eq!(fmt_eta(None), "n/a (no interactive collector)");
+        assert_eq!(fmt_eta(Some(0.4)), "<1s");
+        assert_eq!(fmt_eta(Some(f64::NAN)), "<1s");
+        assert_eq!(fmt_eta(Some(12.2)), "13s");
+        assert_eq!(fmt_eta(Some(185.0)), "3m 05s");
+        assert_eq!(fmt_eta(Some(7800.0)), "2h 10m");
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in ["created", "promoted", "pending", "claimed", "running"] {
+            assert_eq!(RefreshState::parse(s).unwrap().as_str(), s);
+        }
+        assert_eq!(RefreshState::parse("done"), None);
+    }
+}

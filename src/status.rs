@@ -1,0 +1,680 @@
+//! `bf4ps-ops status`: one screen an operator reads at a glance, or a JSON
+//! document for scripts (`--json`).
+//!
+//! Sections: collectors by lane and health (and each non-retired collector),
+//! the working set by lane/status/class with the oldest pending age per lane,
+//! freshness per resource by age band ([`FRESHNESS_BANDS`] + `never`),
+//! projector lag and retention state.
+//!
+//! Invariants:
+//! - every section is read in ONE read-only REPEATABLE READ transaction, so
+//!   the numbers are one consistent snapshot, and every age is measured
+//!   from the same instant (`generated_at`; injectable for tests);
+//! - the JSON field names are a stable interface (documented in README.md,
+//!   `format` is bumped on any incompatible change); every lane, status,
+//!   class, resource and band is always present, with 0 when empty;
+//! - projector and retention come from migration 0003's tables through
+//!   [`projector_status`] and [`retention_status`]; when those tables do
+//!   not exist the sections are `null` ("n/a"), never an error.
+
+use chrono::{DateTime, Utc};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use sqlx::{PgConnection, PgPool};
+
+use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
+use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
+
+/// Version of the JSON document's shape.
+pub const FORMAT: u32 = 1;
+
+/// Status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// A query failed.
+    #[error("reading status failed: {0}")]
+    Db(#[from] sqlx::Error),
+}
+
+/// The whole status document.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Status {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// The instant every age is measured from.
+    pub generated_at: DateTime<Utc>,
+    /// Collectors.
+    pub collectors: Collectors,
+    /// The working set (`collection_jobs`).
+    pub queue: PerLane<LaneQueue>,
+    /// Freshness of `collection_state` per resource.
+    pub freshness: PerResource<ResourceFreshness>,
+    /// Projector progress; `None` before migration 0003.
+    pub projector: Option<ProjectorStatus>,
+    /// Retention; `None` before migration 0003.
+    pub retention: Option<RetentionStatus>,
+}
+
+/// One value per lane.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PerLane<T> {
+    /// The interactive lane.
+    pub interactive: T,
+    /// The background lane.
+    pub background: T,
+}
+
+impl<T> PerLane<T> {
+    fn get_mut(&mut self, lane: Lane) -> &mut T {
+        match lane {
+            Lane::Interactive => &mut self.interactive,
+            Lane::Background => &mut self.background,
+        }
+    }
+
+    fn iter(&self) -> [(Lane, &T); 2] {
+        [
+            (Lane::Interactive, &self.interactive),
+            (Lane::Background, &self.background),
+        ]
+    }
+}
+
+/// One value per resource.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PerResource<T> {
+    /// `detailed`.
+    pub detailed: T,
+    /// `profile`.
+    pub profile: T,
+    /// `weapons`.
+    pub weapons: T,
+    /// `vehicles`.
+    pub vehicles: T,
+}
+
+impl<T> PerResource<T> {
+    fn get_mut(&mut self, r: Resource) -> &mut T {
+        match r {
+            Resource::Detailed => &mut self.detailed,
+            Resource::Profile => &mut self.profile,
+            Resource::Weapons => &mut self.weapons,
+            Resource::Vehicles => &mut self.vehicles,
+        }
+    }
+
+    fn iter(&self) -> [(Resource, &T); 4] {
+        [
+            (Resource::Detailed, &self.detailed),
+            (Resource::Profile, &self.profile),
+            (Resource::Weapons, &self.weapons),
+            (Resource::Vehicles, &self.vehicles),
+        ]
+    }
+}
+
+/// Collectors section.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Collectors {
+    /// Non-retired collectors per lane by heartbeat state.
+    pub counts: PerLane<HealthCounts>,
+    /// Every non-retired collector, by lane then name.
+    pub list: Vec<CollectorRow>,
+}
+
+/// Non-retired collectors of one lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HealthCounts {
+    /// Healthy, enabled and not drained: can claim work now.
+    pub available: u64,
+    /// Heartbeat state `healthy`.
+    pub healthy: u64,
+    /// Heartbeat state `lost`.
+    pub lost: u64,
+    /// Heartbeat state `unknown` (registered, no verdict yet).
+    pub unknown: u64,
+}
+
+/// One non-retired collector.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct CollectorRow {
+    /// Operator-facing name.
+    pub name: String,
+    /// Lane.
+    pub lane: Lane,
+    /// Egress key.
+    pub egress_key: String,
+    /// Heartbeat state.
+    pub health: HeartbeatState,
+    /// `enabled` flag.
+    pub enabled: bool,
+    /// `drained` flag.
+    pub drained: bool,
+    /// Seconds since the last heartbeat; `null` if none yet.
+    pub heartbeat_age_s: Option<f64>,
+    /// The job it holds, if any.
+    pub current_job_id: Option<i64>,
+}
+
+/// Live jobs of one lane.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LaneQueue {
+    /// Pending jobs by priority class.
+    pub pending: ByClass,
+    /// Claimed (not started) jobs by priority class.
+    pub claimed: ByClass,
+    /// Running jobs by priority class.
+    pub running: ByClass,
+    /// Seconds since the oldest eligible pending job became claimable;
+    /// `null` when none is pending and eligible.
+    pub oldest_pending_age_s: Option<f64>,
+}
+
+impl LaneQueue {
+    fn by_status(&mut self, s: JobStatus) -> &mut ByClass {
+        match s {
+            JobStatus::Pending => &mut self.pending,
+            JobStatus::Claimed => &mut self.claimed,
+            JobStatus::Running => &mut self.running,
+        }
+    }
+}
+
+/// Job counts by priority class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ByClass {
+    /// `interactive`.
+    pub interactive: u64,
+    /// `active`.
+    pub active: u64,
+    /// `recent`.
+    pub recent: u64,
+    /// `bootstrap`.
+    pub bootstrap: u64,
+}
+
+impl ByClass {
+    fn get_mut(&mut self, c: PriorityClass) -> &mut u64 {
+        match c {
+            PriorityClass::Interactive => &mut self.interactive,
+            PriorityClass::Active => &mut self.active,
+            PriorityClass::Recent => &mut self.recent,
+            PriorityClass::Bootstrap => &mut self.bootstrap,
+        }
+    }
+
+    /// Sum over classes.
+    pub fn total(&self) -> u64 {
+        self.interactive + self.active + self.recent + self.bootstrap
+    }
+}
+
+/// Freshness of one resource.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ResourceFreshness {
+    /// Pairs per band of last-success age (`lt_1h` … `gt_7d`, then `never`).
+    pub pairs: Bands,
+    /// Age of the oldest last success; `null` when none succeeded yet.
+    pub oldest_success_age_s: Option<f64>,
+}
+
+/// Counts per freshness band, in band order (serialized as a JSON object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bands(pub Vec<(&'static str, u64)>);
+
+impl Default for Bands {
+    fn default() -> Self {
+        Bands(
+            FRESHNESS_BANDS
+                .iter()
+                .map(|(name, _)| (*name, 0))
+                .chain([(FRESHNESS_NEVER, 0)])
+                .collect(),
+        )
+    }
+}
+
+impl Serialize for Bands {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// Projector progress (migration 0003's `projector_checkpoint`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProjectorStatus {
+    /// `event_id` of the checkpoint.
+    pub checkpoint_event_id: i64,
+    /// Events projected since the checkpoint was created.
+    pub projected_events: i64,
+    /// Committed events after the checkpoint (not yet projected).
+    pub backlog_events: i64,
+    /// Age of the oldest unprojected event; 0 when caught up.
+    pub lag_s: f64,
+    /// Age of the newest projected event's `occurred_at`; `null` if none.
+    pub last_event_age_s: Option<f64>,
+    /// Seconds since the checkpoint last moved; `null` without a checkpoint.
+    pub updated_age_s: Option<f64>,
+}
+
+/// Retention state (migration 0003's `retention_runs`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RetentionStatus {
+    /// The latest run, if any.
+    pub last_run: Option<RetentionRun>,
+    /// Age of the oldest retained event; `null` when there are none.
+    pub oldest_event_age_s: Option<f64>,
+}
+
+/// One retention run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct RetentionRun {
+    /// Start.
+    pub started_at: DateTime<Utc>,
+    /// End; `null` while running (or if it died).
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Events older than this were (to be) deleted.
+    pub cutoff: DateTime<Utc>,
+    /// Events deleted.
+    pub deleted: i64,
+    /// A dry run deletes nothing.
+    pub dry_run: bool,
+}
+
+/// Reads the status as of `at` (default: the database's `now()`).
+pub async fn gather(pool: &PgPool, at: Option<DateTime<Utc>>) -> Result<Status, StatusError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await?;
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT coalesce($1::timestamptz, now())")
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await?;
+    let collectors = collectors(&mut tx, at).await?;
+    let queue = queue(&mut tx, at).await?;
+    let freshness = freshness(&mut tx, at).await?;
+    let projector = projector_status(&mut tx, at).await?;
+    let retention = retention_status(&mut tx, at).await?;
+    tx.commit().await?;
+    Ok(Status {
+        format: FORMAT,
+        generated_at: at,
+        collectors,
+        queue,
+        freshness,
+        projector,
+        retention,
+    })
+}
+
+async fn collectors(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Collectors, sqlx::Error> {
+    let list: Vec<CollectorRow> = sqlx::query_as(
+        "SELECT collector_name AS name, lane, egress_key, heartbeat_state AS health, \
+                enabled, drained, \
+                extract(epoch FROM ($1 - last_heartbeat_at))::float8 AS heartbeat_age_s, \
+                current_job_id \
+         FROM collectors WHERE retired_at IS NULL \
+         ORDER BY lane DESC, lower(collector_name)",
+    )
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut counts = PerLane::<HealthCounts>::default();
+    for c in &list {
+        let n = counts.get_mut(c.lane);
+        match c.health {
+            HeartbeatState::Healthy => n.healthy += 1,
+            HeartbeatState::Lost => n.lost += 1,
+            HeartbeatState::Unknown => n.unknown += 1,
+        }
+        if c.health == HeartbeatState::Healthy && c.enabled && !c.drained {
+            n.available += 1;
+        }
+    }
+    Ok(Collectors { counts, list })
+}
+
+async fn queue(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<PerLane<LaneQueue>, sqlx::Error> {
+    let rows: Vec<(Lane, JobStatus, PriorityClass, i64)> = sqlx::query_as(
+        "SELECT lane, status, priority_class, count(*) FROM collection_jobs GROUP BY 1, 2, 3",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut q = PerLane::<LaneQueue>::default();
+    for (lane, status, class, n) in rows {
+        *q.get_mut(lane).by_status(status).get_mut(class) = n.max(0) as u64;
+    }
+    let oldest: Vec<(Lane, Option<f64>)> = sqlx::query_as(
+        "SELECT lane, extract(epoch FROM ($1 - min(eligible_at)))::float8 \
+         FROM collection_jobs WHERE status = 'pending' AND eligible_at <= $1 GROUP BY lane",
+    )
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (lane, age) in oldest {
+        q.get_mut(lane).oldest_pending_age_s = age;
+    }
+    Ok(q)
+}
+
+/// Upper bounds (seconds) of the bounded bands, for `width_bucket`.
+fn band_bounds() -> Vec<f64> {
+    FRESHNESS_BANDS
+        .iter()
+        .filter_map(|(_, bound)| bound.map(|b| b as f64))
+        .collect()
+}
+
+async fn freshness(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<PerResource<ResourceFreshness>, sqlx::Error> {
+    // width_bucket: 0 below the first bound … n at or above the last; NULL
+    // (never succeeded) stays NULL.
+    let rows: Vec<(Resource, Option<i32>, i64, Option<f64>)> = sqlx::query_as(
+        "SELECT resource, \
+                width_bucket(extract(epoch FROM ($1 - last_success_at))::float8, $2::float8[]), \
+                count(*), \
+                extract(epoch FROM ($1 - min(last_success_at)))::float8 \
+         FROM collection_state GROUP BY 1, 2",
+    )
+    .bind(at)
+    .bind(band_bounds())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut f = PerResource::<ResourceFreshness>::default();
+    let never = FRESHNESS_BANDS.len();
+    for (resource, band, n, oldest) in rows {
+        let r = f.get_mut(resource);
+        let i = band.map_or(never, |b| (b.max(0) as usize).min(never - 1));
+        r.pairs.0[i].1 += n.max(0) as u64;
+        if let Some(age) = oldest {
+            r.oldest_success_age_s = Some(r.oldest_success_age_s.map_or(age, |a| a.max(age)));
+        }
+    }
+    Ok(f)
+}
+
+async fn table_exists(conn: &mut PgConnection, name: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// Projector progress from migration 0003's `projector_checkpoint` and
+/// `collection_events.tx_id`; `None` when they do not exist (yet). A missing
+/// `main` checkpoint row counts as "nothing projected".
+pub async fn projector_status(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<Option<ProjectorStatus>, sqlx::Error> {
+    let ready: bool = sqlx::query_scalar(
+        "SELECT to_regclass('projector_checkpoint') IS NOT NULL AND EXISTS ( \
+             SELECT 1 FROM pg_attribute \
+             WHERE attrelid = 'collection_events'::regclass AND attname = 'tx_id' \
+               AND NOT attisdropped)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !ready {
+        return Ok(None);
+    }
+    let row: (i64, i64, i64, Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
+        "SELECT coalesce(cp.event_id, 0)::bigint, coalesce(cp.projected_events, 0)::bigint, \
+                b.backlog, extract(epoch FROM ($1 - b.oldest))::float8, \
+                extract(epoch FROM ($1 - cp.last_event_at))::float8, \
+                extract(epoch FROM ($1 - cp.updated_at))::float8 \
+         FROM (SELECT 1) AS one \
+         LEFT JOIN projector_checkpoint AS cp ON cp.projector = 'main' \
+         CROSS JOIN LATERAL ( \
+             SELECT count(*) AS backlog, min(e.occurred_at) AS oldest \
+             FROM collection_events AS e \
+             WHERE (e.tx_id, e.event_id) > (coalesce(cp.tx_id, '0'::xid8), coalesce(cp.event_id, 0)) \
+         ) AS b",
+    )
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await?;
+    let (checkpoint_event_id, projected_events, backlog_events, lag, last_event_age_s, updated) =
+        row;
+    Ok(Some(ProjectorStatus {
+        checkpoint_event_id,
+        projected_events,
+        backlog_events,
+        lag_s: lag.unwrap_or(0.0).max(0.0),
+        last_event_age_s,
+        updated_age_s: updated,
+    }))
+}
+
+/// Retention state from migration 0003's `retention_runs`; `None` when it
+/// does not exist (yet).
+pub async fn retention_status(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<Option<RetentionStatus>, sqlx::Error> {
+    if !table_exists(conn, "retention_runs").await? {
+        return Ok(None);
+    }
+    let last_run: Option<RetentionRun> = sqlx::query_as(
+        "SELECT started_at, finished_at, cutoff, deleted::bigint AS deleted, dry_run \
+         FROM retention_runs ORDER BY started_at DESC, run_id DESC LIMIT 1",
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let oldest_event_age_s: Option<f64> = sqlx::query_scalar(
+        "SELECT extract(epoch FROM ($1 - min(occurred_at)))::float8 FROM collection_events",
+    )
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Some(RetentionStatus {
+        last_run,
+        oldest_event_age_s,
+    }))
+}
+
+/// Formats an age for people: `-`, `850ms`, `12.3s`, `4m 05s`, `2h 10m`, `3d 04h`.
+pub fn fmt_age(age: Option<f64>) -> String {
+    let Some(s) = age else {
+        return "-".to_owned();
+    };
+    if !s.is_finite() {
+        return "?".to_owned();
+    }
+    let s = s.max(0.0);
+    if s < 1.0 {
+        return format!("{}ms", (s * 1000.0).round() as u64);
+    }
+    if s < 60.0 {
+        return format!("{s:.1}s");
+    }
+    let s = s.round() as u64;
+    match s {
+        0..3600 => format!("{}m {:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d {:02}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+impl Status {
+    /// The JSON document (pretty-printed, newline-terminated).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+    }
+
+    /// The human screen.
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let mut line = |s: String| {
+            o.push_str(s.trim_end());
+            o.push('\n');
+        };
+        line(format!(
+            "bf4ps-ops status at {}",
+            self.generated_at.format("%Y-%m-%d %H:%M:%S UTC")
+        ));
+        line(String::new());
+
+        line(format!(
+            "{:<14}{:>10}{:>9}{:>6}{:>9}",
+            "COLLECTORS", "available", "healthy", "lost", "unknown"
+        ));
+        for (lane, c) in self.collectors.counts.iter() {
+            line(format!(
+                "  {:<12}{:>10}{:>9}{:>6}{:>9}",
+                lane.as_str(),
+                c.available,
+                c.healthy,
+                c.lost,
+                c.unknown
+            ));
+        }
+        if !self.collectors.list.is_empty() {
+            line(String::new());
+            line(format!(
+                "  {:<20} {:<12} {:<12} {:<8} {:>10} {:>10}  {}",
+                "NAME", "LANE", "EGRESS", "HEALTH", "HEARTBEAT", "JOB", "FLAGS"
+            ));
+            for c in &self.collectors.list {
+                let mut flags = Vec::new();
+                if !c.enabled {
+                    flags.push("disabled");
+                }
+                if c.drained {
+                    flags.push("drained");
+                }
+                line(format!(
+                    "  {:<20} {:<12} {:<12} {:<8} {:>10} {:>10}  {}",
+                    c.name,
+                    c.lane.as_str(),
+                    c.egress_key,
+                    c.health.as_str(),
+                    fmt_age(c.heartbeat_age_s),
+                    c.current_job_id.map_or("-".to_owned(), |j| j.to_string()),
+                    flags.join(",")
+                ));
+            }
+        }
+        line(String::new());
+
+        line(format!(
+            "{:<14}{:>9}{:>13}{:>8}{:>8}{:>11}{:>9}{:>9}  {}",
+            "QUEUE",
+            "pending",
+            "interactive",
+            "active",
+            "recent",
+            "bootstrap",
+            "claimed",
+            "running",
+            "oldest pending"
+        ));
+        for (lane, q) in self.queue.iter() {
+            line(format!(
+                "  {:<12}{:>9}{:>13}{:>8}{:>8}{:>11}{:>9}{:>9}  {}",
+                lane.as_str(),
+                q.pending.total(),
+                q.pending.interactive,
+                q.pending.active,
+                q.pending.recent,
+                q.pending.bootstrap,
+                q.claimed.total(),
+                q.running.total(),
+                fmt_age(q.oldest_pending_age_s)
+            ));
+        }
+        line(String::new());
+
+        let mut head = format!("{:<14}", "FRESHNESS");
+        for (band, _) in &Bands::default().0 {
+            head.push_str(&format!("{band:>9}"));
+        }
+        head.push_str("  oldest success");
+        line(head);
+        for (resource, f) in self.freshness.iter() {
+            let mut row = format!("  {:<12}", resource.as_str());
+            for (_, n) in &f.pairs.0 {
+                row.push_str(&format!("{n:>9}"));
+            }
+            row.push_str(&format!("  {}", fmt_age(f.oldest_success_age_s)));
+            line(row);
+        }
+        line(String::new());
+
+        line(match &self.projector {
+            None => "PROJECTOR     n/a (projector tables not present: migration 0003)".to_owned(),
+            Some(p) => format!(
+                "PROJECTOR     backlog {} event(s), lag {}, checkpoint event {} \
+                 ({} projected), last moved {} ago",
+                p.backlog_events,
+                fmt_age(Some(p.lag_s)),
+                p.checkpoint_event_id,
+                p.projected_events,
+                fmt_age(p.updated_age_s)
+            ),
+        });
+        line(match &self.retention {
+            None => "RETENTION     n/a (retention tables not present: migration 0003)".to_owned(),
+            Some(r) => {
+                let last = match &r.last_run {
+                    None => "never run".to_owned(),
+                    Some(run) => format!(
+                        "last {}run started {}, {} deleted (cutoff {}){}",
+                        if run.dry_run { "dry " } else { "" },
+                        run.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                        run.deleted,
+                        run.cutoff.format("%Y-%m-%d %H:%M:%S UTC"),
+                        if run.finished_at.is_none() {
+                            ", not finished"
+                        } else {
+                            ""
+                        }
+                    ),
+                };
+                format!(
+                    "RETENTION     {last}; oldest event {}",
+                    fmt_age(r.oldest_event_age_s)
+                )
+            }
+        });
+        o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_match_the_catalog() {
+        // width_bucket indexes bounded bands 0..n-1 and the open band n.
+        assert_eq!(band_bounds().len() + 1, FRESHNESS_BANDS.len());
+        assert!(FRESHNESS_BANDS.last().unwrap().1.is_none());
+        assert!(band_bounds().windows(2).all(|w| w[0] < w[1]));
+        let json = serde_json::to_string(&Bands::default()).unwrap();
+        assert_eq!(
+            json,
+            r#"{"lt_1h":0,"1h_6h":0,"6h_24h":0,"1d_7d":0,"gt_7d":0,"never":0}"#
+        );
+    }
+
+    #[test]
+    fn ages_read_well() {
+        assert_eq!(fmt_age(None), "-");
+        assert_eq!(fmt_age(Some(0.25)), "250ms");
+        assert_eq!(fmt_age(Some(12.34)), "12.3s");
+        assert_eq!(fmt_age(Some(245.0)), "4m 05s");
+        assert_eq!(fmt_age(Some(7_800.0)), "2h 10m");
+        assert_eq!(fmt_age(Some(3.0 * 86_400.0 + 4.0 * 3600.0)), "3d 04h");
+        assert_eq!(fmt_age(Some(-3.0)), "0ms");
+    }
+}

@@ -1,0 +1,285 @@
+//! `bf4ps-ops soldiers import` against a real PostgreSQL: validate-first,
+//! `--skip-invalid`, re-import updates without duplicates, header detection.
+
+use std::path::PathBuf;
+
+use bf4ps_ops::import::{ImportOptions, LoadCounts, import_file};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::support::{TestDb, run_bin};
+
+/// Writes `contents` to a fresh file under the test target's temp dir.
+fn csv_file(name: &str, contents: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "import-{}-{}",
+        std::process::id(),
+        fastrand::u64(..)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
+}
+
+async fn soldiers(pool: &PgPool) -> Vec<(String, i64, Option<String>)> {
+    sqlx::query_as(
+        "SELECT platform, persona_id, display_name FROM soldiers ORDER BY platform, persona_id",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// (state rows, soldiers without exactly four of them)
+async fn state_shape(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM collection_state),
+                (SELECT count(*) FROM soldiers s
+                 WHERE (SELECT count(DISTINCT resource) FROM collection_state c
+                        WHERE c.soldier_id = s.soldier_id AND c.next_attempt_at <= now()) <> 4)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+const WITH_ONE_BAD_ROW: &str = "\
+platform,persona_id,name
+pc,101,Alpha
+xbox,102,Bravo
+ps4,103,Charlie
+";
+
+#[sqlx::test]
+async fn one_bad_row_imports_nothing_and_names_its_line(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let file = csv_file("bad.csv", WITH_ONE_BAD_ROW);
+    let out = run_bin(
+        &["soldiers", "import", file.to_str().unwrap()],
+        Some(&db.url),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines,
+        vec![
+            "line 3: invalid: unknown platform \"xbox\" (expected one of: pc, ps4, xboxone)",
+            &format!(
+                "error: 1 invalid row(s) in {}; nothing imported (fix them or pass --skip-invalid)",
+                file.display()
+            ),
+        ]
+    );
+    assert!(soldiers(&db.pool).await.is_empty());
+    assert_eq!(state_shape(&db.pool).await, (0, 0));
+}
+
+#[sqlx::test]
+async fn skip_invalid_imports_the_rest(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let file = csv_file("bad.csv", WITH_ONE_BAD_ROW);
+    let out = run_bin(
+        &[
+            "soldiers",
+            "import",
+            "--skip-invalid",
+            file.to_str().unwrap(),
+        ],
+        Some(&db.url),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.trim(),
+        "line 3: skipped: unknown platform \"xbox\" (expected one of: pc, ps4, xboxone)"
+    );
+    assert!(
+        stdout.contains("2 inserted, 0 updated, 0 unchanged, 1 skipped (invalid)"),
+        "{stdout}"
+    );
+    assert_eq!(
+        soldiers(&db.pool).await,
+        vec![
+            ("pc".to_owned(), 101, Some("Alpha".to_owned())),
+            ("ps4".to_owned(), 103, Some("Charlie".to_owned())),
+        ]
+    );
+    assert_eq!(state_shape(&db.pool).await, (8, 0));
+}
+
+#[sqlx::test]
+async fn reimport_updates_names_without_duplicates(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    // Tiny batches on two connections: several transactions per file.
+    let opts = ImportOptions {
+        batch_rows: 2,
+        ..ImportOptions::default()
+    };
+    let first = csv_file(
+        "first.csv",
+        "pc,1,One\npc,2,Two\nps4,1,PsOne\nxboxone,9,Nine\n",
+    );
+    let r = import_file(&db.pool, &first, opts).await.unwrap();
+    assert!(!r.header);
+    assert_eq!(
+        r.counts,
+        LoadCounts {
+            inserted: 4,
+            updated: 0,
+            unchanged: 0
+        }
+    );
+    // A request created persona pc/3 without a name; a collected pair has
+    // moved on. Re-import must keep both, and add no state rows.
+    bf4ps_ops::request::request_refresh(&db.pool, "pc", 3, &[])
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE collection_state SET next_attempt_at = '2030-01-01'
+         WHERE resource = 'weapons'
+           AND soldier_id = (SELECT soldier_id FROM soldiers WHERE platform = 'pc' AND persona_id = 1)",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    // Header in any case; a renamed, an unchanged, a nameless (keeps its
+    // name), the request-created one named, one new; pc/2 listed twice.
+    let second = csv_file(
+        "second.csv",
+        "PLATFORM,Persona_Id,Name\n\
+         pc,1,One Renamed\n\
+         pc,2,Old Two\n\
+         ps4,1,PsOne\n\
+         xboxone,9,\n\
+         pc,3,Three\n\
+         PC,4,Four\n\
+         pc,2,Two\n",
+    );
+    let r = import_file(&db.pool, &second, opts).await.unwrap();
+    assert!(r.header);
+    assert_eq!(r.data_rows, 7);
+    assert_eq!(
+        r.counts,
+        LoadCounts {
+            inserted: 1,
+            updated: 2,
+            unchanged: 3
+        }
+    );
+    assert_eq!(r.duplicates.len(), 1);
+    assert_eq!((r.duplicates[0].line, r.duplicates[0].kept_line), (3, 8));
+    assert_eq!(
+        r.problems(),
+        vec!["line 3: duplicate of line 8 (pc 2); the later row wins".to_owned()]
+    );
+    assert_eq!(
+        soldiers(&db.pool).await,
+        vec![
+            ("pc".to_owned(), 1, Some("One Renamed".to_owned())),
+            ("pc".to_owned(), 2, Some("Two".to_owned())),
+            ("pc".to_owned(), 3, Some("Three".to_owned())),
+            ("pc".to_owned(), 4, Some("Four".to_owned())),
+            ("ps4".to_owned(), 1, Some("PsOne".to_owned())),
+            ("xboxone".to_owned(), 9, Some("Nine".to_owned())),
+        ]
+    );
+    let (rows, _) = state_shape(&db.pool).await;
+    assert_eq!(rows, 24, "four state rows per soldier, none duplicated");
+    let moved: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM collection_state WHERE next_attempt_at = '2030-01-01'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(moved, 1, "existing soldiers' state is left alone");
+
+    // The same file again changes nothing.
+    let r = import_file(&db.pool, &second, opts).await.unwrap();
+    assert_eq!(
+        r.counts,
+        LoadCounts {
+            inserted: 0,
+            updated: 0,
+            unchanged: 6
+        }
+    );
+}
+
+#[sqlx::test]
+async fn an_unreadable_or_empty_file(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let out = run_bin(
+        &["soldiers", "import", "/nonexistent/soldiers.csv"],
+        Some(&db.url),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.trim()
+            .starts_with("error: cannot read /nonexistent/soldiers.csv: "),
+        "{err}"
+    );
+    let empty = csv_file("empty.csv", "platform,persona_id,name\n");
+    let r = import_file(&db.pool, &empty, ImportOptions::default())
+        .await
+        .unwrap();
+    assert_eq!((r.data_rows, r.counts), (0, LoadCounts::default()));
+}
+
+#[sqlx::test]
+async fn a_failure_mid_way_keeps_whole_batches_and_a_rerun_finishes(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    // The database refuses persona 4 (think: a constraint added later).
+    crate::support::exec(
+        &db.pool,
+        "CREATE FUNCTION refuse_four() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.persona_id = 4 THEN RAISE EXCEPTION 'persona 4 refused'; END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER refuse_four BEFORE INSERT ON soldiers
+             FOR EACH ROW EXECUTE FUNCTION refuse_four();",
+    )
+    .await
+    .unwrap();
+    let file = csv_file("four.csv", "pc,1,A\npc,2,B\npc,3,C\npc,4,D\n");
+    let opts = ImportOptions {
+        batch_rows: 2,
+        workers: 1,
+        ..ImportOptions::default()
+    };
+    let err = import_file(&db.pool, &file, opts).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "import failed after 2 of 4 rows were committed (importing is idempotent: \
+             run the same file again to finish): "
+        ) && text.contains("persona 4 refused"),
+        "{text}"
+    );
+    // The committed batch is whole: soldiers with their state rows.
+    assert_eq!(soldiers(&db.pool).await.len(), 2);
+    assert_eq!(state_shape(&db.pool).await, (8, 0));
+
+    crate::support::exec(&db.pool, "DROP TRIGGER refuse_four ON soldiers")
+        .await
+        .unwrap();
+    let r = import_file(&db.pool, &file, opts).await.unwrap();
+    assert_eq!(
+        r.counts,
+        LoadCounts {
+            inserted: 2,
+            updated: 0,
+            unchanged: 2
+        }
+    );
+    assert_eq!(soldiers(&db.pool).await.len(), 4);
+    assert_eq!(state_shape(&db.pool).await, (16, 0));
+}

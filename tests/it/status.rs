@@ -1,0 +1,298 @@
+//! `bf4ps-ops status` against a known database state: the JSON document
+//! exactly (library, fixed instant), the same through the binary (ages only
+//! grow), and the human screen without the projector tables.
+
+use bf4ps_ops::status;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::support::{TestDb, exec, run_bin};
+
+/// Migration 0003's projector/retention shapes, for branches that do not
+/// have it yet (idempotent: a no-op where 0003 is applied).
+const PROJECTOR_TABLES: &str = "
+ALTER TABLE collection_events
+    ADD COLUMN IF NOT EXISTS tx_id xid8 NOT NULL DEFAULT pg_current_xact_id();
+CREATE TABLE IF NOT EXISTS projector_checkpoint (
+    projector text PRIMARY KEY DEFAULT 'main',
+    tx_id xid8 NOT NULL,
+    event_id bigint NOT NULL,
+    projected_events bigint NOT NULL DEFAULT 0,
+    last_event_at timestamptz,
+    updated_at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS retention_runs (
+    run_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz,
+    cutoff timestamptz NOT NULL,
+    deleted bigint NOT NULL DEFAULT 0,
+    dry_run boolean NOT NULL DEFAULT false);
+";
+
+/// The known state, every time relative to `at` (`A`).
+fn fixture(at: DateTime<Utc>) -> String {
+    let a = format!("'{}'::timestamptz", at.to_rfc3339());
+    format!(
+        "
+INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1), ('pc', 2), ('pc', 3);
+INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES
+    (1, 'detailed', {a} - interval '30 minutes'),
+    (2, 'detailed', {a} - interval '2 hours'),
+    (3, 'detailed', NULL),
+    (1, 'profile', {a} - interval '6 hours'),
+    (2, 'profile', {a} - interval '1 day 1 minute'),
+    (3, 'profile', {a} - interval '8 days'),
+    (1, 'weapons', NULL),
+    (2, 'weapons', NULL),
+    (1, 'vehicles', {a} - interval '59 minutes'),
+    (2, 'vehicles', {a} - interval '7 days');
+INSERT INTO collectors (collector_uuid, collector_name, hostname, lane, egress_key,
+                        heartbeat_state, last_heartbeat_at, enabled, drained, retired_at) VALUES
+    ('00000000-0000-0000-0000-000000000001', 'int-a', 'h1', 'interactive', 'e1',
+     'healthy', {a} - interval '2 seconds', true, false, NULL),
+    ('00000000-0000-0000-0000-000000000002', 'int-b', 'h1', 'interactive', 'e1',
+     'lost', {a} - interval '95 seconds', true, true, NULL),
+    ('00000000-0000-0000-0000-000000000003', 'bg-a', 'h2', 'background', 'e2',
+     'healthy', {a} - interval '1.5 seconds', false, false, NULL),
+    ('00000000-0000-0000-0000-000000000004', 'bg-b', 'h2', 'background', 'e2',
+     'unknown', NULL, true, false, NULL),
+    ('00000000-0000-0000-0000-000000000005', 'bg-old', 'h3', 'background', 'e2',
+     'healthy', {a} - interval '1 day', true, false, {a} - interval '1 hour');
+INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, status,
+                             eligible_at, collector_uuid, lease_token, claimed_at,
+                             started_at, lease_expires_at) VALUES
+    (1, 'detailed', 'interactive', 'interactive', 'requested', 'pending',
+     {a} - interval '10 seconds', NULL, NULL, NULL, NULL, NULL),
+    (2, 'detailed', 'background', 'active', 'due', 'pending',
+     {a} - interval '30 seconds', NULL, NULL, NULL, NULL, NULL),
+    (3, 'detailed', 'background', 'bootstrap', 'due', 'pending',
+     {a} + interval '1 hour', NULL, NULL, NULL, NULL, NULL),
+    (1, 'profile', 'background', 'recent', 'due', 'claimed', {a} - interval '1 minute',
+     '00000000-0000-0000-0000-000000000003', gen_random_uuid(), {a}, NULL,
+     {a} + interval '1 minute'),
+    (2, 'profile', 'background', 'active', 'due', 'running', {a} - interval '1 minute',
+     '00000000-0000-0000-0000-000000000004', gen_random_uuid(), {a}, {a},
+     {a} + interval '1 minute'),
+    (3, 'profile', 'interactive', 'interactive', 'requested', 'claimed',
+     {a} - interval '1 minute', '00000000-0000-0000-0000-000000000001', gen_random_uuid(),
+     {a}, NULL, {a} + interval '1 minute');
+UPDATE collectors SET current_job_id = 6 WHERE collector_name = 'int-a';
+INSERT INTO collection_events (event_type, occurred_at) VALUES
+    ('created', {a} - interval '10 minutes'),
+    ('created', {a} - interval '5 minutes'),
+    ('created', {a} - interval '1 minute');
+INSERT INTO projector_checkpoint (projector, tx_id, event_id, projected_events,
+                                  last_event_at, updated_at)
+SELECT 'main', tx_id, event_id, 2, {a} - interval '5 minutes', {a} - interval '20 seconds'
+FROM collection_events WHERE event_id = 2
+ON CONFLICT (projector) DO UPDATE
+SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id,
+    projected_events = EXCLUDED.projected_events, last_event_at = EXCLUDED.last_event_at,
+    updated_at = EXCLUDED.updated_at;
+INSERT INTO retention_runs (started_at, finished_at, cutoff, deleted, dry_run) VALUES
+    ({a} - interval '2 days', {a} - interval '2 days', {a} - interval '182 days', 7, false),
+    ({a} - interval '1 hour', {a} - interval '1 hour' + interval '2 seconds',
+     {a} - interval '180 days', 42, false);
+"
+    )
+}
+
+fn ts(t: DateTime<Utc>) -> Value {
+    serde_json::to_value(t).unwrap()
+}
+
+fn expected(at: DateTime<Utc>) -> Value {
+    let zero = json!({"interactive": 0, "active": 0, "recent": 0, "bootstrap": 0});
+    json!({
+        "format": 1,
+        "generated_at": ts(at),
+        "collectors": {
+            "counts": {
+                "interactive": {"available": 1, "healthy": 1, "lost": 1, "unknown": 0},
+                "background": {"available": 0, "healthy": 1, "lost": 0, "unknown": 1}
+            },
+            "list": [
+                {"name": "int-a", "lane": "interactive", "egress_key": "e1", "health": "healthy",
+                 "enabled": true, "drained": false, "heartbeat_age_s": 2.0, "current_job_id": 6},
+                {"name": "int-b", "lane": "interactive", "egress_key": "e1", "health": "lost",
+                 "enabled": true, "drained": true, "heartbeat_age_s": 95.0, "current_job_id": null},
+                {"name": "bg-a", "lane": "background", "egress_key": "e2", "health": "healthy",
+                 "enabled": false, "drained": false, "heartbeat_age_s": 1.5, "current_job_id": null},
+                {"name": "bg-b", "lane": "background", "egress_key": "e2", "health": "unknown",
+                 "enabled": true, "drained": false, "heartbeat_age_s": null, "current_job_id": null}
+            ]
+        },
+        "queue": {
+            "interactive": {
+                "pending": {"interactive": 1, "active": 0, "recent": 0, "bootstrap": 0},
+                "claimed": {"interactive": 1, "active": 0, "recent": 0, "bootstrap": 0},
+                "running": zero,
+                "oldest_pending_age_s": 10.0
+            },
+            "background": {
+                "pending": {"interactive": 0, "active": 1, "recent": 0, "bootstrap": 1},
+                "claimed": {"interactive": 0, "active": 0, "recent": 1, "bootstrap": 0},
+                "running": {"interactive": 0, "active": 1, "recent": 0, "bootstrap": 0},
+                "oldest_pending_age_s": 30.0
+            }
+        },
+        "freshness": {
+            "detailed": {
+                "pairs": {"lt_1h": 1, "1h_6h": 1, "6h_24h": 0, "1d_7d": 0, "gt_7d": 0, "never": 1},
+                "oldest_success_age_s": 7200.0
+            },
+            "profile": {
+                "pairs": {"lt_1h": 0, "1h_6h": 0, "6h_24h": 1, "1d_7d": 1, "gt_7d": 1, "never": 0},
+                "oldest_success_age_s": 691_200.0
+            },
+            "weapons": {
+                "pairs": {"lt_1h": 0, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 0, "never": 2},
+                "oldest_success_age_s": null
+            },
+            "vehicles": {
+                "pairs": {"lt_1h": 1, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 1, "never": 0},
+                "oldest_success_age_s": 604_800.0
+            }
+        },
+        "projector": {
+            "checkpoint_event_id": 2,
+            "projected_events": 2,
+            "backlog_events": 1,
+            "lag_s": 60.0,
+            "last_event_age_s": 300.0,
+            "updated_age_s": 20.0
+        },
+        "retention": {
+            "last_run": {
+                "started_at": ts(at - Duration::hours(1)),
+                "finished_at": ts(at - Duration::hours(1) + Duration::seconds(2)),
+                "cutoff": ts(at - Duration::days(180)),
+                "deleted": 42,
+                "dry_run": false
+            },
+            "oldest_event_age_s": 600.0
+        }
+    })
+}
+
+/// `later` equals `earlier` except that ages may have grown by < 60 s.
+fn assert_same_but_older(later: &Value, earlier: &Value, path: &str) {
+    match (later, earlier) {
+        (Value::Object(l), Value::Object(e)) => {
+            let lk: Vec<_> = l.keys().collect();
+            let ek: Vec<_> = e.keys().collect();
+            assert_eq!(lk, ek, "keys at {path}");
+            for (k, lv) in l {
+                let p = format!("{path}.{k}");
+                if k == "generated_at" {
+                    continue;
+                }
+                if k.ends_with("_age_s") || k == "lag_s" {
+                    match (lv.as_f64(), e[k].as_f64()) {
+                        (Some(x), Some(y)) => {
+                            assert!(x >= y && x - y < 60.0, "{p}: {x} vs {y}")
+                        }
+                        _ => assert_eq!(lv, &e[k], "{p}"),
+                    }
+                    continue;
+                }
+                assert_same_but_older(lv, &e[k], &p);
+            }
+        }
+        (Value::Array(l), Value::Array(e)) => {
+            assert_eq!(l.len(), e.len(), "length at {path}");
+            for (i, (lv, ev)) in l.iter().zip(e).enumerate() {
+                assert_same_but_older(lv, ev, &format!("{path}[{i}]"));
+            }
+        }
+        _ => assert_eq!(later, earlier, "{path}"),
+    }
+}
+
+#[sqlx::test]
+async fn status_json_reflects_a_known_state_exactly(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    exec(&db.pool, PROJECTOR_TABLES).await.unwrap();
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    exec(&db.pool, fixture(at)).await.unwrap();
+
+    let s = status::gather(&db.pool, Some(at)).await.unwrap();
+    let doc: Value = serde_json::from_str(&s.to_json()).unwrap();
+    assert_eq!(doc, expected(at));
+
+    // The binary, a moment later: identical except for the growing ages.
+    let out = run_bin(&["status", "--json"], Some(&db.url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_same_but_older(&bin, &doc, "$");
+    let generated: DateTime<Utc> = serde_json::from_value(bin["generated_at"].clone()).unwrap();
+    assert!(generated >= at);
+}
+
+#[sqlx::test]
+async fn the_screen_shows_na_without_the_projector_tables(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    exec(&db.pool, PROJECTOR_TABLES).await.unwrap();
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    exec(&db.pool, fixture(at)).await.unwrap();
+    exec(
+        &db.pool,
+        "DROP TABLE projector_checkpoint, retention_runs CASCADE",
+    )
+    .await
+    .unwrap();
+
+    let s = status::gather(&db.pool, Some(at)).await.unwrap();
+    assert_eq!((s.projector.clone(), s.retention.clone()), (None, None));
+    let screen = s.render();
+    for line in [
+        "  interactive          1        1     1        0",
+        "  background           0        1     0        1",
+        "  int-a                interactive  e1           healthy        2.0s          6",
+        "  int-b                interactive  e1           lost         1m 35s          -  drained",
+        "  bg-a                 background   e2           healthy        1.5s          -  disabled",
+        "  bg-b                 background   e2           unknown           -          -",
+        "  interactive         1            1       0       0          0        1        0  10.0s",
+        "  background          2            0       1       0          1        1        1  30.0s",
+        "  detailed            1        1        0        0        0        1  2h 00m",
+        "  profile             0        0        1        1        1        0  8d 00h",
+        "  weapons             0        0        0        0        0        2  -",
+        "PROJECTOR     n/a (projector tables not present: migration 0003)",
+        "RETENTION     n/a (retention tables not present: migration 0003)",
+    ] {
+        assert!(
+            screen.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{screen}"
+        );
+    }
+    assert!(
+        !screen.contains("bg-old"),
+        "retired collectors are not listed"
+    );
+
+    let out = run_bin(&["status"], Some(&db.url));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("bf4ps-ops status at "), "{text}");
+    assert!(text.contains("PROJECTOR     n/a"), "{text}");
+    let json = run_bin(&["status", "--json"], Some(&db.url));
+    let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        (&doc["projector"], &doc["retention"]),
+        (&Value::Null, &Value::Null)
+    );
+}
