@@ -10,4 +10,8 @@ pub mod config;
 pub mod db;
 pub mod domain;
 pub mod metrics;
+pub mod gauges;
+pub mod projector;
+pub mod retention;
+pub mod serve;
 pub mod telemetry;
