@@ -153,9 +153,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let running = crate::serve::Serve::new(target, tuning, settings)
                 .start()
                 .await?;
-            running
-                .run_until(crate::serve::shutdown_signal())
-                .await?;
+            running.run_until(crate::serve::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Retention {
@@ -200,7 +198,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => {
             if batch == 0 {
-                anyhow::bail!("invalid --projector-batch (BF4PS_PROJECTOR_BATCH): must be at least 1");
+                anyhow::bail!(
+                    "invalid --projector-batch (BF4PS_PROJECTOR_BATCH): must be at least 1"
+                );
             }
             let target = cli.db.target()?;
             let pool = target.connect(2).await?;

@@ -199,7 +199,11 @@ impl GaugeRefresher {
         for ((lane, status, class), n) in counts {
             self.set(
                 "bf4ps_jobs",
-                &[("lane", &lane), ("status", &status), ("priority_class", &class)],
+                &[
+                    ("lane", &lane),
+                    ("status", &status),
+                    ("priority_class", &class),
+                ],
                 n as f64,
             );
         }
@@ -245,7 +249,10 @@ impl GaugeRefresher {
             }
             self.set(
                 "bf4ps_resource_pairs",
-                &[("resource", resource.as_str()), ("freshness", FRESHNESS_NEVER)],
+                &[
+                    ("resource", resource.as_str()),
+                    ("freshness", FRESHNESS_NEVER),
+                ],
                 r.map_or(0, |r| r.never) as f64,
             );
             self.set(
@@ -259,7 +266,11 @@ impl GaugeRefresher {
 
     async fn projection(&self) -> Result<(), GaugeError> {
         let lag = projector::lag(&self.pool).await?;
-        self.set("bf4ps_projector_backlog_events", &[], lag.backlog_events as f64);
+        self.set(
+            "bf4ps_projector_backlog_events",
+            &[],
+            lag.backlog_events as f64,
+        );
         self.set("bf4ps_projector_lag_seconds", &[], lag.lag_seconds);
         self.set(
             "bf4ps_projector_last_event_timestamp_seconds",
@@ -267,7 +278,11 @@ impl GaugeRefresher {
             lag.last_event_at.map_or(0.0, unix_seconds),
         );
         let horizon = projector::horizon(&self.pool).await?;
-        self.set("bf4ps_projector_horizon_held_seconds", &[], horizon.held_seconds);
+        self.set(
+            "bf4ps_projector_horizon_held_seconds",
+            &[],
+            horizon.held_seconds,
+        );
         let oldest: Option<DateTime<Utc>> = crate::retention::oldest_event(&self.pool).await?;
         self.set(
             "bf4ps_retention_oldest_event_timestamp_seconds",

@@ -463,35 +463,62 @@ impl Projector {
         settings: LoopSettings,
         cancel: CancellationToken,
     ) {
-        let mut lock: Option<LockSession> = None;
+        let mut conn: Option<LockConn> = None;
+        let mut leading = false;
         let mut error_backoff = Duration::from_millis(100);
         let mut held_delay = settings.held_retry;
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
-            if lock.as_ref().is_some_and(|l| l.lost.is_cancelled()) {
-                tracing::warn!("projector lock connection lost; leadership given up");
-                lock = None;
-                self.set_leader(false);
+            if conn.as_ref().is_some_and(|c| c.lost.is_cancelled()) {
+                conn = None;
+                if leading {
+                    tracing::warn!("projector lock connection lost; leadership given up");
+                    leading = false;
+                    self.set_leader(false);
+                    // Let a healthy standby take over before competing again.
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(jittered(settings.lock_retry * 2)) => {}
+                    }
+                    continue;
+                }
             }
-            let Some(session) = lock.as_ref() else {
-                match LockSession::try_acquire(&lock_config, settings.lock_ping).await {
-                    Ok(Some(s)) => {
+            let lock = match conn.as_ref() {
+                Some(c) => c,
+                None => match LockConn::connect(&lock_config, settings.lock_ping).await {
+                    Ok(c) => conn.insert(c),
+                    Err(e) => {
+                        tracing::warn!("projector: {e}");
+                        tokio::select! {
+                            _ = cancel.cancelled() => break,
+                            _ = tokio::time::sleep(jittered(settings.lock_retry)) => {}
+                        }
+                        continue;
+                    }
+                },
+            };
+            if !leading {
+                match lock.try_lock().await {
+                    Ok(true) => {
                         tracing::info!("projector lock taken; this process leads projection");
-                        lock = Some(s);
+                        leading = true;
                         self.set_leader(true);
                         continue;
                     }
-                    Ok(None) => {}
-                    Err(e) => tracing::warn!("projector: {e}"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!("projector: {e}");
+                        conn = None;
+                    }
                 }
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(jittered(settings.lock_retry)) => {}
                 }
                 continue;
-            };
-            let lost = session.lost.clone();
+            }
+            let lost = lock.lost.clone();
             match self.step(Some(&lost)).await {
                 Ok(step) => {
                     error_backoff = Duration::from_millis(100);
@@ -530,30 +557,31 @@ impl Projector {
                 }
             }
         }
-        drop(lock);
+        drop(conn);
         self.set_leader(false);
     }
 }
 
-/// The leader's dedicated lock connection. Dropping it closes the session
-/// and so releases the lock.
-struct LockSession {
-    _client: Arc<tokio_postgres::Client>,
+/// The dedicated (non-pool) connection on which the projector lock is
+/// tried and held. Dropping it closes the session, releasing the lock.
+/// `lost` fires when the connection ends or stops answering pings.
+struct LockConn {
+    client: Arc<tokio_postgres::Client>,
     lost: CancellationToken,
     stop: CancellationToken,
 }
 
-impl Drop for LockSession {
+impl Drop for LockConn {
     fn drop(&mut self) {
         self.stop.cancel();
     }
 }
 
-impl LockSession {
-    async fn try_acquire(
+impl LockConn {
+    async fn connect(
         config: &tokio_postgres::Config,
         ping: Duration,
-    ) -> Result<Option<LockSession>, ProjectorError> {
+    ) -> Result<LockConn, ProjectorError> {
         let mut config = config.clone();
         config.application_name("bf4ps-ops projector");
         let (client, connection) = config
@@ -577,15 +605,6 @@ impl LockSession {
                 lost.cancel();
             });
         }
-        let got: bool = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
-            .await
-            .map_err(ProjectorError::LockConnection)?
-            .get(0);
-        if !got {
-            stop.cancel();
-            return Ok(None);
-        }
         let client = Arc::new(client);
         {
             let client = client.clone();
@@ -607,11 +626,16 @@ impl LockSession {
                 }
             });
         }
-        Ok(Some(LockSession {
-            _client: client,
-            lost,
-            stop,
-        }))
+        Ok(LockConn { client, lost, stop })
+    }
+
+    async fn try_lock(&self) -> Result<bool, ProjectorError> {
+        Ok(self
+            .client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+            .await
+            .map_err(ProjectorError::LockConnection)?
+            .get(0))
     }
 }
 
@@ -898,7 +922,7 @@ async fn upsert_rollups(
     let mut buckets = Vec::with_capacity(n);
     let mut resources = Vec::with_capacity(n);
     let mut lanes = Vec::with_capacity(n);
-    let mut cols: Vec<Vec<i64>> = vec![Vec::with_capacity(n); 18];
+    let mut cols: Vec<Vec<i64>> = (0..18).map(|_| Vec::with_capacity(n)).collect();
     for ((bucket, resource, lane), d) in rollups {
         buckets.push(*bucket);
         resources.push(resource.clone());
@@ -992,11 +1016,7 @@ pub fn register_series(registry: &Registry, egress_keys: &[String]) {
                 &[("resource", resource.as_str()), ("code", code)],
             );
         }
-        for class in ErrorClass::ALL
-            .iter()
-            .map(|c| c.as_str())
-            .chain(["other"])
-        {
+        for class in ErrorClass::ALL.iter().map(|c| c.as_str()).chain(["other"]) {
             let _ = registry.counter(
                 "bf4ps_collection_errors_total",
                 &[("resource", resource.as_str()), ("error_class", class)],
@@ -1027,7 +1047,8 @@ pub struct Lag {
 
 /// Reads the projection lag.
 pub async fn lag(pool: &PgPool) -> Result<Lag, ProjectorError> {
-    let row: Option<(String, i64, i64, Option<DateTime<Utc>>, i64, f64)> = sqlx::query_as(concat!(
+    type LagRow = (String, i64, i64, Option<DateTime<Utc>>, i64, f64);
+    let row: Option<LagRow> = sqlx::query_as(concat!(
         "SELECT c.tx_id::text, c.event_id, c.projected_events, c.last_event_at, ",
         "(SELECT count(*) FROM collection_events e WHERE (e.tx_id, e.event_id) > (c.tx_id, c.event_id)), ",
         "coalesce((SELECT extract(epoch FROM now() - min(o.occurred_at))::float8 FROM ",
@@ -1141,9 +1162,10 @@ pub async fn rebuild(
     mut progress: impl FnMut(u64),
 ) -> Result<RebuildReport, ProjectorError> {
     let deadline = Instant::now() + wait;
-    let _lock = loop {
-        if let Some(s) = LockSession::try_acquire(lock_config, Duration::from_secs(1)).await? {
-            break s;
+    let lock = LockConn::connect(lock_config, Duration::from_secs(1)).await?;
+    loop {
+        if lock.try_lock().await? {
+            break;
         }
         if Instant::now() >= deadline {
             let holder: Option<String> = sqlx::query_scalar(concat!(
@@ -1162,7 +1184,7 @@ pub async fn rebuild(
             });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+    }
     let mut tx = pool.begin().await?;
     let horizon: String =
         sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
@@ -1222,7 +1244,11 @@ pub async fn rebuild(
     let rollup_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM event_rollup_hourly")
         .fetch_one(&mut *tx)
         .await?;
+    if lock.lost.is_cancelled() {
+        return Err(ProjectorError::LeadershipLost);
+    }
     tx.commit().await?;
+    drop(lock);
     Ok(RebuildReport {
         events,
         rollup_rows: rollup_rows as u64,
@@ -1320,11 +1346,13 @@ mod tests {
         assert_eq!(d.duration, (2, 1250, 1000));
         assert_eq!(d.refresh_age, (1, 3_600_000, 3_600_000));
         assert_eq!(
-            b.counters.get(&CounterKey::Error("profile".into(), "other".into())),
+            b.counters
+                .get(&CounterKey::Error("profile".into(), "other".into())),
             Some(&1)
         );
         assert_eq!(
-            b.counters.get(&CounterKey::Upstream("profile".into(), "none".into())),
+            b.counters
+                .get(&CounterKey::Upstream("profile".into(), "none".into())),
             Some(&1)
         );
         assert_eq!(b.counters.get(&CounterKey::Egress("eg".into())), Some(&3));

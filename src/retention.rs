@@ -163,8 +163,7 @@ async fn locked_run(
         report.eligible = Some(eligible as u64);
         report.unprojected_old = unprojected as u64;
     } else {
-        let counter =
-            registry.map(|r| r.counter("bf4ps_retention_deleted_events_total", &[]));
+        let counter = registry.map(|r| r.counter("bf4ps_retention_deleted_events_total", &[]));
         let limit = i64::from(settings.batch.max(1));
         loop {
             let started = Instant::now();

@@ -33,9 +33,7 @@ use crate::config::{Tuning, parse_duration};
 use crate::db::{self, DbError, DbTarget};
 use crate::gauges::GaugeRefresher;
 use crate::metrics::Registry;
-use crate::projector::{
-    self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, jittered,
-};
+use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, jittered};
 use crate::retention::{self, RetentionError, RetentionSettings};
 
 /// `serve`-specific settings (flags with `BF4PS_*` variables).
@@ -81,7 +79,9 @@ pub enum ServeError {
     #[error("serve start-up query failed: {0}")]
     Query(#[from] sqlx::Error),
     /// The HTTP address could not be bound.
-    #[error("cannot listen on {addr}: {source} (is another serve running? set --listen/BF4PS_LISTEN)")]
+    #[error(
+        "cannot listen on {addr}: {source} (is another serve running? set --listen/BF4PS_LISTEN)"
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -180,9 +180,8 @@ impl Serve {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let run: TaskFn = Box::new(move |ctx| {
-            Box::pin(async move { f(ctx).await.map_err(|e| error_chain(&e)) })
-        });
+        let run: TaskFn =
+            Box::new(move |ctx| Box::pin(async move { f(ctx).await.map_err(|e| error_chain(&e)) }));
         self.tasks.push((name.to_owned(), run));
         self
     }
@@ -269,7 +268,8 @@ impl Serve {
 
         // Gauges.
         {
-            let refresher = GaugeRefresher::new(pool.clone(), registry.clone(), Some(state.clone()));
+            let refresher =
+                GaugeRefresher::new(pool.clone(), registry.clone(), Some(state.clone()));
             let c = cancel.child_token();
             let interval = tuning.gauge_interval;
             let h = tasks.spawn(async move {
@@ -509,7 +509,10 @@ struct AppState {
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.registry.render(),
     )
 }

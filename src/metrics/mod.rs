@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder};
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 use metrics_util::MetricKindMask;
 
 use catalog::{CATALOG, Exporter, Kind};
@@ -49,11 +51,8 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-static METADATA: Metadata<'static> = Metadata::new(
-    module_path!(),
-    metrics::Level::INFO,
-    Some(module_path!()),
-);
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
 impl Registry {
     /// A registry whose series never expire (collector processes).
@@ -73,8 +72,7 @@ impl Registry {
         for def in CATALOG.iter().filter(|d| d.kind == Kind::Histogram) {
             if let Some(b) = buckets(def.name) {
                 // Only fails for empty bucket lists; the catalog's are not.
-                builder = match builder.set_buckets_for_metric(Matcher::Full(def.name.into()), b)
-                {
+                builder = match builder.set_buckets_for_metric(Matcher::Full(def.name.into()), b) {
                     Ok(b) => b,
                     Err(_) => PrometheusBuilder::new(),
                 };
@@ -146,8 +144,11 @@ impl Registry {
 
     /// Sets `bf4ps_build_info{version}` to 1.
     pub fn set_build_info(&self) {
-        self.gauge("bf4ps_build_info", &[("version", env!("CARGO_PKG_VERSION"))])
-            .set(1.0);
+        self.gauge(
+            "bf4ps_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+        )
+        .set(1.0);
     }
 
     /// Whether `name` is exported by `exporter` (for tests and docs).
@@ -162,9 +163,12 @@ impl Default for Registry {
     }
 }
 
-/// Parsed sample of a text exposition: `(name, labels, value)`. For tests,
-/// benches and `status`; tolerant of HELP/TYPE lines and blank lines.
-pub fn parse_exposition(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+/// One sample of a text exposition: `(name, labels, value)`.
+pub type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the samples of a text exposition. For tests, benches and
+/// `status`; tolerant of HELP/TYPE lines and blank lines.
+pub fn parse_exposition(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -248,18 +252,33 @@ mod tests {
     fn registries_are_independent_and_render_histograms() {
         let a = Registry::new();
         let b = Registry::new();
-        a.counter("bf4ps_projector_projected_events_total", &[]).increment(3);
-        b.counter("bf4ps_projector_projected_events_total", &[]).increment(1);
+        a.counter("bf4ps_projector_projected_events_total", &[])
+            .increment(3);
+        b.counter("bf4ps_projector_projected_events_total", &[])
+            .increment(1);
         let h = a.histogram(
             "bf4ps_collection_duration_seconds",
-            &[("lane", "background"), ("resource", "profile"), ("result", "succeeded")],
+            &[
+                ("lane", "background"),
+                ("resource", "profile"),
+                ("result", "succeeded"),
+            ],
         );
         h.record(0.2);
         h.record(7.0);
         let text = a.render();
-        assert_eq!(value(&text, "bf4ps_projector_projected_events_total", &[]), Some(3.0));
-        assert!(text.contains("# TYPE bf4ps_collection_duration_seconds histogram"), "{text}");
-        assert!(text.contains("# HELP bf4ps_projector_projected_events_total"), "{text}");
+        assert_eq!(
+            value(&text, "bf4ps_projector_projected_events_total", &[]),
+            Some(3.0)
+        );
+        assert!(
+            text.contains("# TYPE bf4ps_collection_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP bf4ps_projector_projected_events_total"),
+            "{text}"
+        );
         let lbl = [
             ("lane", "background"),
             ("resource", "profile"),
@@ -267,11 +286,20 @@ mod tests {
         ];
         let mut with_le = lbl.to_vec();
         with_le.push(("le", "0.25"));
-        assert_eq!(value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le), Some(1.0));
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le),
+            Some(1.0)
+        );
         with_le.pop();
         with_le.push(("le", "+Inf"));
-        assert_eq!(value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le), Some(2.0));
-        assert_eq!(value(&text, "bf4ps_collection_duration_seconds_count", &lbl), Some(2.0));
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_count", &lbl),
+            Some(2.0)
+        );
         assert_eq!(
             value(&b.render(), "bf4ps_projector_projected_events_total", &[]),
             Some(1.0)

@@ -5,4 +5,7 @@
 mod support;
 
 mod cli;
+mod projector;
+mod retention;
 mod schema;
+mod serve;
