@@ -20,6 +20,34 @@ ALTER TABLE collection_events
 CREATE INDEX ix_collection_events_tx
     ON collection_events (tx_id, event_id);
 
+-- The projection horizon: every event with tx_id below it belongs to a
+-- transaction that has finished as of the calling statement's snapshot, so
+-- reading "tx_id < horizon" in that same statement never skips an event that
+-- commits later. It is the snapshot's oldest in-progress transaction id,
+-- ignoring transactions provably running in ANOTHER database of the cluster
+-- (they cannot insert here; without this, a long transaction anywhere on the
+-- server would stall projection), or the snapshot's xmax when none is left.
+-- A transaction whose database cannot be proven (it just ended, or is not
+-- visible in pg_stat_activity) counts as ours: conservative. Top-level ids
+-- only: tx_id is pg_current_xact_id(), the top-level id, even in a savepoint.
+CREATE FUNCTION bf4ps_projection_horizon() RETURNS xid8
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+        (SELECT min(x.xid)
+         FROM pg_snapshot_xip(s.snap) AS x(xid)
+         WHERE NOT EXISTS (
+             SELECT 1 FROM pg_stat_activity a
+             WHERE a.backend_xid = xid(x.xid)
+               AND a.datid IS NOT NULL
+               AND a.datid <> (SELECT d.oid FROM pg_database d
+                               WHERE d.datname = current_database()))
+           AND NOT EXISTS (
+             SELECT 1 FROM pg_prepared_xacts p
+             WHERE p.transaction = xid(x.xid) AND p.database <> current_database())),
+        pg_snapshot_xmax(s.snap))
+    FROM (SELECT pg_current_snapshot() AS snap) s
+$$;
+
 -- One row per projector (only 'main' today). Every batch moves it with a
 -- compare-and-set on the previous (tx_id, event_id), in the same transaction
 -- as the rollup upserts.

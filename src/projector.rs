@@ -4,8 +4,11 @@
 //!
 //! Invariants:
 //! - **commit-safe reading**: only events whose inserting transaction has
-//!   finished are read (`tx_id < pg_snapshot_xmin(pg_current_snapshot())`),
-//!   after the checkpoint `(tx_id, event_id)`, in `(tx_id, event_id)` order.
+//!   finished are read: `tx_id < bf4ps_projection_horizon()`, which is
+//!   `pg_snapshot_xmin(pg_current_snapshot())` ignoring transactions provably
+//!   running in other databases of the cluster (migration 0003), evaluated in
+//!   the reading statement's own snapshot; after the checkpoint
+//!   `(tx_id, event_id)`, in `(tx_id, event_id)` order.
 //!   A transaction that commits late has a `tx_id` at or above the horizon
 //!   until it finishes, so it is never skipped; nothing is ever skipped by
 //!   timeout;
@@ -239,14 +242,15 @@ fn parse_tx(text: &str) -> Result<u64, ProjectorError> {
 }
 
 /// Commit-safe read of the next batch. `$4` fixes the horizon (rebuild);
-/// NULL means the current snapshot's xmin.
+/// NULL means `bf4ps_projection_horizon()` of this statement's snapshot
+/// (the oldest transaction of this database still in progress).
 const READ_BATCH: &str = concat!(
     "SELECT event_id, tx_id::text AS tx_id, occurred_at, event_type, lane, resource, ",
     "egress_key_snapshot, result, duration_ms, http_status, error_class, ",
     "metadata->>'previous_success_at' AS previous_success_at ",
     "FROM collection_events ",
     "WHERE (tx_id, event_id) > ($1::text::xid8, $2) ",
-    "AND tx_id < coalesce($4::text::xid8, pg_snapshot_xmin(pg_current_snapshot())) ",
+    "AND tx_id < coalesce($4::text::xid8, (SELECT bf4ps_projection_horizon())) ",
     "ORDER BY tx_id, event_id LIMIT $3"
 );
 
@@ -314,7 +318,7 @@ where
 {
     sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM collection_events \
-         WHERE tx_id >= pg_snapshot_xmin(pg_current_snapshot()))",
+         WHERE tx_id >= (SELECT bf4ps_projection_horizon()))",
     )
     .fetch_one(executor)
     .await
@@ -1118,10 +1122,11 @@ pub async fn horizon(pool: &PgPool) -> Result<Horizon, ProjectorError> {
         "         coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_seconds, ",
         "         age(a.backend_xid) AS xid_age ",
         "  FROM pg_stat_activity a WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid() ",
+        "  AND (a.datname IS NULL OR a.datname = current_database()) ",
         "  UNION ALL ",
         "  SELECT 0, p.database::text, p.gid, 'prepared', NULL, ",
         "         extract(epoch FROM now() - p.prepared)::float8, age(p.transaction) ",
-        "  FROM pg_prepared_xacts p",
+        "  FROM pg_prepared_xacts p WHERE p.database = current_database()",
         ") h ORDER BY xid_age DESC LIMIT 1"
     ))
     .fetch_optional(&mut *conn)
@@ -1186,10 +1191,9 @@ pub async fn rebuild(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let mut tx = pool.begin().await?;
-    let horizon: String =
-        sqlx::query_scalar("SELECT pg_snapshot_xmin(pg_current_snapshot())::text")
-            .fetch_one(&mut *tx)
-            .await?;
+    let horizon: String = sqlx::query_scalar("SELECT bf4ps_projection_horizon()::text")
+        .fetch_one(&mut *tx)
+        .await?;
     let reset = sqlx::query(
         "UPDATE projector_checkpoint SET tx_id = '0', event_id = 0, projected_events = 0, \
          last_event_at = NULL, updated_at = now() WHERE projector = $1",

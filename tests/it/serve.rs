@@ -149,6 +149,22 @@ async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts:
                     ("egress_key", "egress-a"),
                 ],
             ) == Some(1.0);
+        if !done {
+            eprintln!(
+                "waiting: projected {:?} backlog {:?} busy {:?}",
+                sample(&text, "bf4ps_projector_projected_events_total", &[]),
+                sample(&text, "bf4ps_projector_backlog_events", &[]),
+                sample(
+                    &text,
+                    "bf4ps_collector_busy",
+                    &[
+                        ("collector", "c1"),
+                        ("lane", "background"),
+                        ("egress_key", "egress-a")
+                    ]
+                )
+            );
+        }
         done.then_some(text)
     })
     .await;
