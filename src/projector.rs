@@ -532,6 +532,10 @@ impl Projector {
                         continue;
                     }
                     if step.held_back {
+                        // Re-poll soon; back off only while nothing moves.
+                        if step.projected > 0 {
+                            held_delay = settings.held_retry;
+                        }
                         let delay = held_delay;
                         held_delay = (held_delay * 2).min(settings.max_held_retry);
                         tokio::select! {

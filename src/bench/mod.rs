@@ -10,7 +10,10 @@
 //! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
 //! in [`BENCHES`] and add its arm to `run_one`.
 
+pub mod notify_overhead;
+pub mod projector;
 pub mod reference;
+pub mod retention;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -105,7 +108,7 @@ impl Ctx {
 }
 
 /// Every benchmark, in `bench all` order.
-pub const BENCHES: &[&str] = &["reference"];
+pub const BENCHES: &[&str] = &["reference", "projector", "notify-overhead", "retention"];
 
 /// Names accepted by `bench`.
 pub fn names() -> Vec<&'static str> {
@@ -115,6 +118,9 @@ pub fn names() -> Vec<&'static str> {
 async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
     match name {
         "reference" => reference::run(ctx).await,
+        "projector" => projector::run(ctx).await,
+        "notify-overhead" => notify_overhead::run(ctx).await,
+        "retention" => retention::run(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")
