@@ -30,22 +30,26 @@ CREATE INDEX ix_collection_events_tx
 -- A transaction whose database cannot be proven (it just ended, or is not
 -- visible in pg_stat_activity) counts as ours: conservative. Top-level ids
 -- only: tx_id is pg_current_xact_id(), the top-level id, even in a savepoint.
+-- (plpgsql for its cached plans; STABLE, so it runs in the caller's snapshot)
 CREATE FUNCTION bf4ps_projection_horizon() RETURNS xid8
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(
-        (SELECT min(x.xid)
-         FROM pg_snapshot_xip(s.snap) AS x(xid)
-         WHERE NOT EXISTS (
-             SELECT 1 FROM pg_stat_activity a
-             WHERE a.backend_xid = xid(x.xid)
-               AND a.datid IS NOT NULL
-               AND a.datid <> (SELECT d.oid FROM pg_database d
-                               WHERE d.datname = current_database()))
-           AND NOT EXISTS (
-             SELECT 1 FROM pg_prepared_xacts p
-             WHERE p.transaction = xid(x.xid) AND p.database <> current_database())),
-        pg_snapshot_xmax(s.snap))
-    FROM (SELECT pg_current_snapshot() AS snap) s
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN (
+        SELECT coalesce(
+            (SELECT min(x.xid)
+             FROM pg_snapshot_xip(s.snap) AS x(xid)
+             WHERE xid(x.xid) NOT IN (
+                     SELECT a.backend_xid FROM pg_stat_get_activity(NULL) a
+                     WHERE a.backend_xid IS NOT NULL
+                       AND a.datid IS NOT NULL AND a.datid <> 0
+                       AND a.datid <> (SELECT d.oid FROM pg_database d
+                                       WHERE d.datname = current_database()))
+               AND xid(x.xid) NOT IN (
+                     SELECT p.transaction FROM pg_prepared_xacts p
+                     WHERE p.database <> current_database())),
+            pg_snapshot_xmax(s.snap))
+        FROM (SELECT pg_current_snapshot() AS snap) s);
+END;
 $$;
 
 -- One row per projector (only 'main' today). Every batch moves it with a

@@ -223,7 +223,8 @@ impl ProjectorState {
 #[derive(sqlx::FromRow)]
 struct EventRow {
     event_id: i64,
-    tx_id: String,
+    /// xid8 as text (never sort by it: text order is not numeric order).
+    tx_text: String,
     occurred_at: DateTime<Utc>,
     event_type: String,
     lane: Option<String>,
@@ -245,13 +246,13 @@ fn parse_tx(text: &str) -> Result<u64, ProjectorError> {
 /// NULL means `bf4ps_projection_horizon()` of this statement's snapshot
 /// (the oldest transaction of this database still in progress).
 const READ_BATCH: &str = concat!(
-    "SELECT event_id, tx_id::text AS tx_id, occurred_at, event_type, lane, resource, ",
+    "SELECT event_id, tx_id::text AS tx_text, occurred_at, event_type, lane, resource, ",
     "egress_key_snapshot, result, duration_ms, http_status, error_class, ",
     "metadata->>'previous_success_at' AS previous_success_at ",
     "FROM collection_events ",
     "WHERE (tx_id, event_id) > ($1::text::xid8, $2) ",
     "AND tx_id < coalesce($4::text::xid8, (SELECT bf4ps_projection_horizon())) ",
-    "ORDER BY tx_id, event_id LIMIT $3"
+    "ORDER BY collection_events.tx_id, collection_events.event_id LIMIT $3"
 );
 
 const UPSERT_ROLLUPS: &str = concat!(
@@ -758,7 +759,7 @@ impl Batch {
         for r in rows {
             b.count += 1;
             b.last = Position {
-                tx_id: parse_tx(&r.tx_id)?,
+                tx_id: parse_tx(&r.tx_text)?,
                 event_id: r.event_id,
             };
             if b.max_occurred_at.is_none_or(|m| r.occurred_at > m) {
@@ -1306,7 +1307,7 @@ mod tests {
     fn row(id: i64, t: &str) -> EventRow {
         EventRow {
             event_id: id,
-            tx_id: (100 + id).to_string(),
+            tx_text: (100 + id).to_string(),
             occurred_at: DateTime::parse_from_rfc3339("2024-03-01T10:15:00Z")
                 .unwrap()
                 .with_timezone(&Utc),

@@ -853,3 +853,36 @@ async fn rebuild_replays_the_retained_window(_: PgPoolOptions, opts: PgConnectOp
     cancel.cancel();
     inst.task.await.unwrap();
 }
+
+#[sqlx::test]
+async fn order_is_numeric_across_transaction_id_digits(_: PgPoolOptions, opts: PgConnectOptions) {
+    // tx_id 1000 sorts before 999 as text: reading must order by the xid8
+    // value, or the checkpoint would jump past tx 999 and lose its event.
+    let db = TestDb::new(opts).await;
+    let late: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, tx_id) \
+         VALUES ('succeeded', 'background', 'profile', '1000') RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let early: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, tx_id) \
+         VALUES ('failed', 'background', 'profile', '999') RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let p = Projector::new(db.pool.clone(), Registry::new(), 1);
+    let first = p.run_once().await.unwrap();
+    assert_eq!(
+        (first.position.tx_id, first.position.event_id),
+        (999, early)
+    );
+    let second = p.run_once().await.unwrap();
+    assert_eq!(
+        (second.position.tx_id, second.position.event_id),
+        (1000, late)
+    );
+    assert_eq!(checkpoint_count(&db.pool).await, 2);
+}
