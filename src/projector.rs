@@ -67,11 +67,14 @@ pub enum ProjectorError {
     /// The dedicated lock connection failed.
     #[error("projector lock connection failed: {0}")]
     LockConnection(#[source] tokio_postgres::Error),
-    /// `projector rebuild` could not take the projector lock in time.
+    /// `projector rebuild` could not take the projector (or retention) lock in time.
     #[error(
-        "the projector lock is held by {holder} (a running `serve`?); stop it or wait, then retry"
+        "the {lock} lock is held by {holder} (a running `serve` leads projection and runs \
+         retention); stop it or wait, then retry"
     )]
     LockBusy {
+        /// Which lock: projector or retention.
+        lock: &'static str,
         /// Who holds it (pid, application name, client address).
         holder: String,
     },
@@ -317,9 +320,11 @@ async fn held_back<'e, E>(executor: E) -> Result<bool, sqlx::Error>
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
+    // max() is one backward step in ix_collection_events_tx (skipping rows
+    // of transactions still in progress); never a scan.
     sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM collection_events \
-         WHERE tx_id >= (SELECT bf4ps_projection_horizon()))",
+        "SELECT coalesce(max(tx_id) >= (SELECT bf4ps_projection_horizon()), false) \
+         FROM collection_events",
     )
     .fetch_one(executor)
     .await
@@ -388,6 +393,13 @@ impl Projector {
             });
         }
         let full = rows.len() as u64 >= u64::from(self.batch);
+        // Before any write: this transaction has no id yet, so it holds no
+        // horizon back while it checks.
+        let held = if full {
+            false
+        } else {
+            held_back(&mut *tx).await?
+        };
         let batch = Batch::from_rows(&rows)?;
         let moved = sqlx::query(CAS_CHECKPOINT)
             .bind(from.tx_id.to_string())
@@ -405,11 +417,6 @@ impl Projector {
             return Err(ProjectorError::CheckpointMoved);
         }
         upsert_rollups(&mut tx, &batch.rollups).await?;
-        let held = if full {
-            false
-        } else {
-            held_back(&mut *tx).await?
-        };
         if let Some(hook) = &self.hook {
             let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
                 .fetch_one(&mut *tx)
@@ -639,9 +646,13 @@ impl LockConn {
     }
 
     async fn try_lock(&self) -> Result<bool, ProjectorError> {
+        self.try_lock_key(LOCK_KEY).await
+    }
+
+    async fn try_lock_key(&self, key: i64) -> Result<bool, ProjectorError> {
         Ok(self
             .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LOCK_KEY])
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
             .await
             .map_err(ProjectorError::LockConnection)?
             .get(0))
@@ -1146,6 +1157,33 @@ pub async fn horizon(pool: &PgPool) -> Result<Horizon, ProjectorError> {
 // Rebuild
 // ---------------------------------------------------------------------------
 
+/// Waits a little for an advisory lock, or fails naming its holder.
+async fn busy_or_wait(pool: &PgPool, key: i64, deadline: Instant) -> Result<(), ProjectorError> {
+    if Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        return Ok(());
+    }
+    let holder: Option<String> = sqlx::query_scalar(concat!(
+        "SELECT format('pid %s (%s%s)', a.pid, coalesce(nullif(a.application_name, ''), '?'), ",
+        "coalesce(' from ' || a.client_addr::text, '')) ",
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid ",
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.database = ",
+        "(SELECT oid FROM pg_database WHERE datname = current_database()) ",
+        "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 LIMIT 1"
+    ))
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
+    Err(ProjectorError::LockBusy {
+        lock: if key == LOCK_KEY {
+            "projector"
+        } else {
+            "retention"
+        },
+        holder: holder.unwrap_or_else(|| "another session".to_owned()),
+    })
+}
+
 /// What `projector rebuild` did.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RebuildReport {
@@ -1160,9 +1198,8 @@ pub struct RebuildReport {
 /// Replays every retained event into empty rollups and resets the
 /// checkpoint, in ONE transaction: readers keep seeing the old rollups until
 /// it commits, and a failure leaves everything as it was. Takes the
-/// projector lock first (waiting up to `wait`), so no loop projects
-/// meanwhile; retention cannot delete meanwhile either (it locks the
-/// checkpoint row, which the rebuild holds). Prometheus counters are not
+/// projector lock first and then the retention lock (waiting up to `wait`
+/// for each), so no loop projects and no retention deletes meanwhile. Prometheus counters are not
 /// touched. `progress` gets (events replayed so far) after each batch.
 pub async fn rebuild(
     pool: &PgPool,
@@ -1177,23 +1214,15 @@ pub async fn rebuild(
         if lock.try_lock().await? {
             break;
         }
-        if Instant::now() >= deadline {
-            let holder: Option<String> = sqlx::query_scalar(concat!(
-                "SELECT format('pid %s (%s%s)', a.pid, coalesce(nullif(a.application_name, ''), '?'), ",
-                "coalesce(' from ' || a.client_addr::text, '')) ",
-                "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid ",
-                "WHERE l.locktype = 'advisory' AND l.granted AND l.database = ",
-                "(SELECT oid FROM pg_database WHERE datname = current_database()) ",
-                "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 LIMIT 1"
-            ))
-            .bind(LOCK_KEY)
-            .fetch_optional(pool)
-            .await?;
-            return Err(ProjectorError::LockBusy {
-                holder: holder.unwrap_or_else(|| "another session".to_owned()),
-            });
+        busy_or_wait(pool, LOCK_KEY, deadline).await?;
+    }
+    // Retention must not run meanwhile: the checkpoint goes back to 0 and
+    // climbs again inside this transaction.
+    loop {
+        if lock.try_lock_key(crate::retention::LOCK_KEY).await? {
+            break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        busy_or_wait(pool, crate::retention::LOCK_KEY, deadline).await?;
     }
     let mut tx = pool.begin().await?;
     let horizon: String = sqlx::query_scalar("SELECT bf4ps_projection_horizon()::text")

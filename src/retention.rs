@@ -3,9 +3,11 @@
 //!
 //! Invariants:
 //! - only `collection_events` is ever deleted, and only events already
-//!   projected: each batch locks the projector checkpoint row `FOR SHARE`
-//!   and deletes only events at or before it, so neither the projector nor
-//!   a rebuild can move the checkpoint under a batch;
+//!   projected: each batch deletes only events at or before the checkpoint
+//!   as that statement reads it. The checkpoint only moves forward while
+//!   retention runs (`projector rebuild`, which resets it, holds the
+//!   retention lock), and the row is read `FOR KEY SHARE`, which never
+//!   blocks the projector's checkpoint update;
 //! - one runner at a time per database (session advisory lock
 //!   [`LOCK_KEY`]); a second runner returns [`RetentionError::Busy`];
 //! - every run is recorded in `retention_runs` (dry runs too, with
@@ -78,7 +80,7 @@ pub struct RetentionReport {
 }
 
 const DELETE_BATCH: &str = concat!(
-    "WITH cp AS (SELECT tx_id, event_id FROM projector_checkpoint WHERE projector = $3 FOR SHARE), ",
+    "WITH cp AS (SELECT tx_id, event_id FROM projector_checkpoint WHERE projector = $3 FOR KEY SHARE), ",
     "doomed AS (SELECT e.event_id FROM collection_events e, cp ",
     "  WHERE e.occurred_at < $1 AND (e.tx_id, e.event_id) <= (cp.tx_id, cp.event_id) ",
     "  ORDER BY e.occurred_at LIMIT $2) ",
