@@ -70,6 +70,23 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the control plane: projector, gauges, retention and HTTP /metrics, /healthz, /readyz.
+    Serve {
+        #[command(flatten)]
+        settings: crate::serve::ServeSettings,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Event retention.
+    Retention {
+        #[command(subcommand)]
+        command: RetentionCommand,
+    },
+    /// Projector maintenance.
+    Projector {
+        #[command(subcommand)]
+        command: ProjectorCommand,
+    },
     /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
     Bench {
         /// Benchmark name, or `all`.
@@ -195,6 +212,34 @@ pub enum SoldiersCommand {
     },
 }
 
+/// `retention` subcommands.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum RetentionCommand {
+    /// Delete projected events older than the retention period (BF4PS_RETENTION).
+    Run {
+        /// Only count what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+}
+
+/// `projector` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProjectorCommand {
+    /// Replay the retained events into empty rollups and reset the checkpoint (one transaction).
+    Rebuild {
+        /// How long to wait for the projector lock (held by a running serve).
+        #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
+        wait: std::time::Duration,
+        /// Events per replay batch.
+        #[arg(long, env = "BF4PS_PROJECTOR_BATCH", default_value = crate::config::defaults::PROJECTOR_BATCH)]
+        batch: u32,
+    },
+}
+
 /// Runs a parsed command. Errors are returned with context for `main` to print.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
@@ -309,6 +354,79 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", status.render());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve { settings, tuning } => {
+            tuning.validate()?;
+            settings.validate()?;
+            let target = cli.db.target()?;
+            let running = crate::serve::Serve::new(target, tuning, settings)
+                .start()
+                .await?;
+            running.run_until(crate::serve::shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Retention {
+            command: RetentionCommand::Run { dry_run, tuning },
+        } => {
+            tuning.validate()?;
+            let target = cli.db.target()?;
+            let pool = target.connect(2).await?;
+            let settings = crate::retention::RetentionSettings {
+                retention: tuning.retention,
+                batch: tuning.retention_batch,
+                dry_run,
+                now: None,
+            };
+            let report = crate::retention::run_once(&pool, &settings, None, |p| {
+                eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
+            })
+            .await?;
+            let cutoff = report.cutoff.to_rfc3339();
+            if dry_run {
+                println!(
+                    "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
+                     {} older event(s) are kept until projected",
+                    report.eligible.unwrap_or(0),
+                    fmt_duration(tuning.retention),
+                    report.unprojected_old
+                );
+            } else {
+                println!(
+                    "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
+                     longest batch {} ms; {} older event(s) kept until projected",
+                    report.deleted,
+                    fmt_duration(tuning.retention),
+                    report.batches,
+                    report.longest_batch.as_millis(),
+                    report.unprojected_old
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Projector {
+            command: ProjectorCommand::Rebuild { wait, batch },
+        } => {
+            if batch == 0 {
+                anyhow::bail!(
+                    "invalid --projector-batch (BF4PS_PROJECTOR_BATCH): must be at least 1"
+                );
+            }
+            let target = cli.db.target()?;
+            let pool = target.connect(2).await?;
+            db::migrate(&pool).await?;
+            eprintln!("taking the projector lock…");
+            let report = crate::projector::rebuild(&pool, &target.listen, batch, wait, |n| {
+                eprintln!("replayed {n} event(s)");
+            })
+            .await?;
+            println!(
+                "rebuilt rollups from {} retained event(s) into {} row(s); checkpoint at tx {} event {}",
+                report.events,
+                report.rollup_rows,
+                report.checkpoint.tx_id,
+                report.checkpoint.event_id
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { tuning, json } => {

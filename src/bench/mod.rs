@@ -12,8 +12,11 @@
 
 pub mod collect;
 pub mod feeder;
+pub mod notify_overhead;
+pub mod projector;
 pub mod queue;
 pub mod reference;
+pub mod retention;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -116,6 +119,9 @@ pub const BENCHES: &[&str] = &[
     "collect",
     "feeder",
     "import",
+    "projector",
+    "notify-overhead",
+    "retention",
 ];
 
 /// Names accepted by `bench`.
@@ -132,6 +138,9 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
         "collect" => collect::run(ctx).await,
         "feeder" => feeder::run(ctx).await,
         "import" => feeder::run_import(ctx).await,
+        "projector" => projector::run(ctx).await,
+        "notify-overhead" => notify_overhead::run(ctx).await,
+        "retention" => retention::run(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")

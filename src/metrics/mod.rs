@@ -1,4 +1,321 @@
 //! Prometheus metrics: the catalog of exported families (names, types,
-//! labels) and, in the runtime modules, their registration.
+//! labels) and [`Registry`], the per-process (per-instance) registry that
+//! hands out metric handles and renders the exposition.
+//!
+//! Invariants:
+//! - no global recorder: every `serve`/collector instance owns a [`Registry`],
+//!   so many instances can live in one process (tests) without sharing counts;
+//! - only [`catalog::CATALOG`] names are used (checked in debug builds), with
+//!   the catalog's label names in order;
+//! - histograms render as real Prometheus histograms (`_bucket`, `_sum`,
+//!   `_count`) with the catalog's buckets, never as summaries;
+//! - with [`Registry::with_gauge_expiry`], a gauge series not set for the
+//!   expiry period disappears from the exposition, so owners of table-backed
+//!   gauges re-set every live series each refresh and must fetch the handle
+//!   again for every set ([`Registry::gauge`] is a cheap lookup).
 
 pub mod catalog;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
+use metrics_util::MetricKindMask;
+
+use catalog::{CATALOG, Exporter, Kind};
+
+/// Buckets of a histogram family (None for non-histograms).
+pub fn buckets(name: &str) -> Option<&'static [f64]> {
+    match name {
+        "bf4ps_collection_duration_seconds" => Some(catalog::DURATION_BUCKETS),
+        "bf4ps_refresh_age_seconds" => Some(catalog::REFRESH_AGE_BUCKETS),
+        "bf4ps_collector_egress_wait_seconds" => Some(catalog::EGRESS_WAIT_BUCKETS),
+        _ => None,
+    }
+}
+
+/// A per-instance metrics registry backed by a `PrometheusRecorder`.
+/// Cloning shares the same series.
+#[derive(Clone)]
+pub struct Registry {
+    recorder: Arc<PrometheusRecorder>,
+    handle: PrometheusHandle,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Registry")
+    }
+}
+
+static METADATA: Metadata<'static> =
+    Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+impl Registry {
+    /// A registry whose series never expire (collector processes).
+    pub fn new() -> Registry {
+        Registry::build(None)
+    }
+
+    /// A registry whose gauge series vanish when not set for `expiry`
+    /// (`serve`: table-backed gauges of retired collectors must disappear).
+    /// Counters and histograms never expire.
+    pub fn with_gauge_expiry(expiry: Duration) -> Registry {
+        Registry::build(Some(expiry))
+    }
+
+    fn build(gauge_expiry: Option<Duration>) -> Registry {
+        let mut builder = PrometheusBuilder::new();
+        for def in CATALOG.iter().filter(|d| d.kind == Kind::Histogram) {
+            if let Some(b) = buckets(def.name) {
+                // Only fails for empty bucket lists; the catalog's are not.
+                builder = match builder.set_buckets_for_metric(Matcher::Full(def.name.into()), b) {
+                    Ok(b) => b,
+                    Err(_) => PrometheusBuilder::new(),
+                };
+            }
+        }
+        if let Some(expiry) = gauge_expiry {
+            builder = builder.idle_timeout(MetricKindMask::GAUGE, Some(expiry));
+        }
+        let recorder = builder.build_recorder();
+        for def in CATALOG {
+            let name = KeyName::from_const_str(def.name);
+            let help = metrics::SharedString::const_str(def.help);
+            match def.kind {
+                Kind::Counter => recorder.describe_counter(name, None, help),
+                Kind::Gauge => recorder.describe_gauge(name, None, help),
+                Kind::Histogram => recorder.describe_histogram(name, None, help),
+            }
+        }
+        let handle = recorder.handle();
+        Registry {
+            recorder: Arc::new(recorder),
+            handle,
+        }
+    }
+
+    fn key(name: &'static str, kind: Kind, labels: &[(&'static str, &str)]) -> Key {
+        debug_assert!(
+            catalog::find(name).is_some_and(|d| d.kind == kind
+                && d.labels.len() == labels.len()
+                && d.labels.iter().zip(labels).all(|(a, (b, _))| a == b)),
+            "metric {name} with labels {labels:?} does not match the catalog"
+        );
+        let labels: Vec<Label> = labels
+            .iter()
+            .map(|(k, v)| Label::new(*k, (*v).to_owned()))
+            .collect();
+        Key::from_parts(name, labels)
+    }
+
+    /// The counter series `name{labels}` (registered, reading 0, from now on).
+    pub fn counter(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Counter {
+        self.recorder
+            .register_counter(&Self::key(name, Kind::Counter, labels), &METADATA)
+    }
+
+    /// The gauge series `name{labels}`.
+    pub fn gauge(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Gauge {
+        self.recorder
+            .register_gauge(&Self::key(name, Kind::Gauge, labels), &METADATA)
+    }
+
+    /// The histogram series `name{labels}` (catalog buckets).
+    pub fn histogram(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Histogram {
+        self.recorder
+            .register_histogram(&Self::key(name, Kind::Histogram, labels), &METADATA)
+    }
+
+    /// Folds recorded histogram samples into their buckets. Call regularly
+    /// (the projector and the gauge refresher do) so samples recorded between
+    /// scrapes do not accumulate in memory.
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// The Prometheus text exposition of every registered series.
+    pub fn render(&self) -> String {
+        self.handle.render()
+    }
+
+    /// Sets `bf4ps_build_info{version}` to 1.
+    pub fn set_build_info(&self) {
+        self.gauge(
+            "bf4ps_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))],
+        )
+        .set(1.0);
+    }
+
+    /// Whether `name` is exported by `exporter` (for tests and docs).
+    pub fn exported_by(name: &str, exporter: Exporter) -> bool {
+        catalog::find(name).is_some_and(|d| d.exporter == exporter || d.exporter == Exporter::Any)
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+/// One sample of a text exposition: `(name, labels, value)`.
+pub type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the samples of a text exposition. For tests, benches and
+/// `status`; tolerant of HELP/TYPE lines and blank lines.
+pub fn parse_exposition(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (series, value) = match line.rsplit_once(' ') {
+            Some(p) => p,
+            None => continue,
+        };
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => match v.parse() {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, parse_labels(rest.trim_end_matches('}'))),
+            None => (series, Vec::new()),
+        };
+        out.push((name.to_owned(), labels, value));
+    }
+    out
+}
+
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' {
+                break;
+            }
+            if c != ',' && !c.is_whitespace() {
+                key.push(c);
+            }
+            chars.next();
+        }
+        if chars.next().is_none() || chars.next() != Some('"') {
+            break;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(o) => value.push(o),
+                    None => break,
+                },
+                '"' => break,
+                o => value.push(o),
+            }
+        }
+        out.push((key, value));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        parse_exposition(text).into_iter().find_map(|(n, l, v)| {
+            let want: Vec<(String, String)> = labels
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect();
+            let mut l = l;
+            l.sort();
+            let mut want = want;
+            want.sort();
+            (n == name && l == want).then_some(v)
+        })
+    }
+
+    #[test]
+    fn registries_are_independent_and_render_histograms() {
+        let a = Registry::new();
+        let b = Registry::new();
+        a.counter("bf4ps_projector_projected_events_total", &[])
+            .increment(3);
+        b.counter("bf4ps_projector_projected_events_total", &[])
+            .increment(1);
+        let h = a.histogram(
+            "bf4ps_collection_duration_seconds",
+            &[
+                ("lane", "background"),
+                ("resource", "profile"),
+                ("result", "succeeded"),
+            ],
+        );
+        h.record(0.2);
+        h.record(7.0);
+        let text = a.render();
+        assert_eq!(
+            value(&text, "bf4ps_projector_projected_events_total", &[]),
+            Some(3.0)
+        );
+        assert!(
+            text.contains("# TYPE bf4ps_collection_duration_seconds histogram"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP bf4ps_projector_projected_events_total"),
+            "{text}"
+        );
+        let lbl = [
+            ("lane", "background"),
+            ("resource", "profile"),
+            ("result", "succeeded"),
+        ];
+        let mut with_le = lbl.to_vec();
+        with_le.push(("le", "0.25"));
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le),
+            Some(1.0)
+        );
+        with_le.pop();
+        with_le.push(("le", "+Inf"));
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_bucket", &with_le),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&text, "bf4ps_collection_duration_seconds_count", &lbl),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&b.render(), "bf4ps_projector_projected_events_total", &[]),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn labels_with_escapes_parse() {
+        let parsed = parse_exposition("x{a=\"1\",b=\"q\\\"x\"} 2\n");
+        assert_eq!(
+            parsed,
+            vec![(
+                "x".to_owned(),
+                vec![("a".into(), "1".into()), ("b".into(), "q\"x".into())],
+                2.0
+            )]
+        );
+    }
+}

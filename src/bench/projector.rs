@@ -1,0 +1,294 @@
+//! `bench projector`: catch-up rate over pre-inserted events, and the
+//! steady-state lag from an event's commit to the counter update while
+//! events are written at a fixed rate (with NOTIFY wake-ups in the default
+//! `outcomes` mode; a bench-local LISTEN connection stands in for the
+//! product listener).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use crate::metrics::Registry;
+use crate::projector::{LoopSettings, Position, Projector, Wake, WakeFuture};
+
+/// Inserts `n` events of a realistic job mix (created, claimed, started,
+/// succeeded/failed), 100k per statement.
+pub(crate) async fn insert_events(
+    pool: &sqlx::PgPool,
+    n: usize,
+    days_ago: f64,
+) -> Result<(), BenchError> {
+    let chunk = 100_000usize;
+    let mut done = 0usize;
+    while done < n {
+        let k = chunk.min(n - done);
+        sqlx::query(concat!(
+            "INSERT INTO collection_events (occurred_at, egress_key_snapshot, resource, lane, ",
+            "event_type, result, duration_ms, http_status, error_class, metadata) ",
+            "SELECT now() - $2::float8 * interval '1 day' - (g % 3600) * interval '1 second', ",
+            "'egress-' || (g % 4), (ARRAY['detailed','profile','weapons','vehicles'])[1 + g % 4], ",
+            "(ARRAY['background','interactive'])[1 + (g / 7) % 2], ",
+            "(ARRAY['created','claimed','started','succeeded','claimed','started','failed'])[1 + g % 7], ",
+            "CASE WHEN g % 7 = 6 THEN 'retry' END, ",
+            "CASE WHEN g % 7 IN (3, 6) THEN 50 + g % 2000 END, ",
+            "CASE WHEN g % 7 = 3 THEN 200 WHEN g % 7 = 6 THEN 503 END, ",
+            "CASE WHEN g % 7 = 6 THEN 'server' END, ",
+            "CASE WHEN g % 7 = 3 THEN jsonb_build_object('previous_success_at', now() - interval '3 hours') END ",
+            "FROM generate_series(1, $1) g"
+        ))
+        .bind(k as i64)
+        .bind(days_ago)
+        .execute(pool)
+        .await?;
+        done += k;
+    }
+    sqlx::query("ANALYZE collection_events")
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Runs the projector benchmark.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    let db = ScratchDb::create(&ctx.target, 12).await?;
+    let result = measure(ctx, &db).await;
+    db.drop().await?;
+    result
+}
+
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
+    let mut reports = Vec::new();
+    let batch = crate::config::Tuning::default().projector_batch;
+
+    // 1. Catch-up.
+    let n = ctx.size(1_000_000, 50_000);
+    eprintln!("inserting {n} events…");
+    insert_events(&db.pool, n, 0.0).await?;
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry.clone(), batch);
+    let start = Instant::now();
+    let mut projected = 0u64;
+    while projected < n as u64 {
+        let step = p
+            .run_once()
+            .await
+            .map_err(|e| BenchError::Other(e.to_string()))?;
+        projected += step.projected;
+        if step.projected == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let counted = crate::metrics::parse_exposition(&registry.render())
+        .into_iter()
+        .filter(|(name, _, _)| name == "bf4ps_collection_events_total")
+        .map(|(_, _, v)| v)
+        .sum::<f64>();
+    if counted as u64 != n as u64 {
+        return Err(BenchError::Other(format!(
+            "catch-up counted {counted} events, inserted {n}"
+        )));
+    }
+    reports.push(
+        Report::new(
+            "projector",
+            json!({"scenario": "catch_up", "events": n, "batch": batch}),
+        )
+        .figure("events_per_s", n as f64 / secs)
+        .figure("elapsed_s", secs),
+    );
+
+    // 2. Steady-state lag at a fixed write rate.
+    let rate = 2_000.0;
+    let seconds = ctx.size(20, 5) as f64;
+    reports.push(steady_lag(db, rate, seconds, batch).await?);
+    Ok(reports)
+}
+
+/// Bench-only LISTEN waker with a fallback poll.
+struct NotifyWake {
+    notify: Arc<tokio::sync::Notify>,
+    poll: Duration,
+}
+
+impl Wake for NotifyWake {
+    fn wait(&mut self) -> WakeFuture<'_> {
+        let n = self.notify.clone();
+        let poll = self.poll;
+        Box::pin(async move {
+            tokio::select! {
+                _ = n.notified() => {}
+                _ = tokio::time::sleep(poll) => {}
+            }
+        })
+    }
+}
+
+async fn listen(
+    config: &tokio_postgres::Config,
+    cancel: CancellationToken,
+) -> Result<NotifyWake, BenchError> {
+    let (client, mut connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| BenchError::Other(format!("LISTEN connection: {e}")))?;
+    let notify = Arc::new(tokio::sync::Notify::new());
+    let n = notify.clone();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        let drive = async {
+            while let Some(Ok(m)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                if let tokio_postgres::AsyncMessage::Notification(_) = m {
+                    n.notify_one();
+                }
+            }
+        };
+        tokio::select! {
+            _ = drive => {}
+            _ = stop.cancelled() => {}
+        }
+    });
+    client
+        .batch_execute("LISTEN bf4ps_events")
+        .await
+        .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
+    // Keep the session open until the run ends.
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        drop(client);
+    });
+    Ok(NotifyWake {
+        notify,
+        poll: Duration::from_secs(1),
+    })
+}
+
+#[derive(Default)]
+struct Pending {
+    projected_to: Position,
+    waiting: BTreeMap<Position, Instant>,
+    lags_ms: Vec<f64>,
+}
+
+async fn steady_lag(
+    db: &ScratchDb,
+    rate: f64,
+    seconds: f64,
+    batch: u32,
+) -> Result<Report, BenchError> {
+    // Skip past the catch-up events.
+    let cancel = CancellationToken::new();
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry, batch);
+    let mut progress = p.progress();
+    let wake = listen(&db.target.listen, cancel.clone()).await?;
+    let projector = tokio::spawn(p.run(
+        db.target.listen.clone(),
+        Box::new(wake),
+        LoopSettings::new(batch),
+        cancel.clone(),
+    ));
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    let observer = {
+        let pending = pending.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    r = progress.changed() => if r.is_err() { break },
+                }
+                let pos = progress.borrow_and_update().position;
+                let now = Instant::now();
+                let Ok(mut p) = pending.lock() else { break };
+                p.projected_to = pos;
+                let later = p.waiting.split_off(&Position {
+                    tx_id: pos.tx_id,
+                    event_id: pos.event_id.saturating_add(1),
+                });
+                let done = std::mem::replace(&mut p.waiting, later);
+                for (_, t) in done {
+                    p.lags_ms
+                        .push(now.saturating_duration_since(t).as_secs_f64() * 1e3);
+                }
+            }
+        })
+    };
+    let writers = 4;
+    let per_writer = rate / writers as f64;
+    let total = (rate * seconds) as usize;
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let pool = db.pool.clone();
+        let pending = pending.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / per_writer));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let types = ["claimed", "started", "succeeded"];
+            for i in 0..(total / writers) {
+                tick.tick().await;
+                let (tx, id): (String, i64) = sqlx::query_as(
+                    "INSERT INTO collection_events (event_type, lane, resource, duration_ms, http_status) \
+                     VALUES ($1, 'background', 'profile', 120, 200) RETURNING tx_id::text, event_id",
+                )
+                .bind(types[(i + w) % 3])
+                .fetch_one(&pool)
+                .await?;
+                let committed = Instant::now();
+                let pos = Position {
+                    tx_id: tx.parse().unwrap_or(0),
+                    event_id: id,
+                };
+                if let Ok(mut p) = pending.lock() {
+                    if pos <= p.projected_to {
+                        p.lags_ms.push(0.0);
+                    } else {
+                        p.waiting.insert(pos, committed);
+                    }
+                }
+            }
+            Ok::<(), sqlx::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| BenchError::Other(e.to_string()))??;
+    }
+    let write_secs = start.elapsed().as_secs_f64();
+    let written = (total / writers) * writers;
+    // Wait for the tail to be projected.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = pending.lock().map(|p| p.lags_ms.len()).unwrap_or(0);
+        if n >= written || Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    let _ = projector.await;
+    let _ = observer.await;
+    let mut lags = pending
+        .lock()
+        .map(|p| p.lags_ms.clone())
+        .map_err(|_| BenchError::Other("lag samples poisoned".into()))?;
+    if lags.len() < written {
+        return Err(BenchError::Other(format!(
+            "only {} of {written} events were projected within 30 s",
+            lags.len()
+        )));
+    }
+    Ok(Report::new(
+        "projector",
+        json!({"scenario": "steady_lag", "target_events_per_s": rate, "writers": writers,
+               "notify_events": "outcomes", "seconds": seconds}),
+    )
+    .figure("written_events_per_s", written as f64 / write_secs)
+    .figure("p50_ms", percentile(&mut lags, 50.0))
+    .figure("p99_ms", percentile(&mut lags, 99.0))
+    .figure("max_ms", percentile(&mut lags, 100.0)))
+}

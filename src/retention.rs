@@ -1,0 +1,227 @@
+//! Retention: deletes `collection_events` older than the retention period,
+//! in bounded batches, each its own short transaction.
+//!
+//! Invariants:
+//! - only `collection_events` is ever deleted, and only events already
+//!   projected: each batch deletes only events at or before the checkpoint
+//!   as that statement reads it. The checkpoint only moves forward while
+//!   retention runs (`projector rebuild`, which resets it, holds the
+//!   retention lock), and the row is read `FOR KEY SHARE`, which never
+//!   blocks the projector's checkpoint update;
+//! - one runner at a time per database (session advisory lock
+//!   [`LOCK_KEY`]); a second runner returns [`RetentionError::Busy`];
+//! - every run is recorded in `retention_runs` (dry runs too, with
+//!   `deleted = 0` and `eligible` = what would go).
+
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+
+use crate::metrics::Registry;
+use crate::projector::CHECKPOINT;
+
+/// Session advisory lock serializing retention runs ("bf4psret").
+pub const LOCK_KEY: i64 = 0x6266_3470_7372_6574;
+
+/// A retention failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RetentionError {
+    /// A query failed; batches committed before it stay deleted.
+    #[error("retention query failed: {0}")]
+    Db(#[from] sqlx::Error),
+    /// Another runner holds the retention lock.
+    #[error("another retention run is in progress (retention lock held); try again later")]
+    Busy,
+}
+
+/// What one run should do.
+#[derive(Debug, Clone)]
+pub struct RetentionSettings {
+    /// Events older than this are deleted (`Tuning::retention`).
+    pub retention: Duration,
+    /// Events per delete transaction (`Tuning::retention_batch`).
+    pub batch: u32,
+    /// Count only, delete nothing.
+    pub dry_run: bool,
+    /// The clock (None: the database's `now()`); tests pin it.
+    pub now: Option<DateTime<Utc>>,
+}
+
+/// Progress after each batch (for stderr in the CLI).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetentionProgress {
+    /// Events deleted so far.
+    pub deleted: u64,
+    /// Batches committed so far.
+    pub batches: u64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RetentionReport {
+    /// `retention_runs.run_id`.
+    pub run_id: i64,
+    /// Events older than this (and projected) were eligible.
+    pub cutoff: DateTime<Utc>,
+    /// Whether nothing was deleted by design.
+    pub dry_run: bool,
+    /// Events deleted.
+    pub deleted: u64,
+    /// Dry run: events that would be deleted now.
+    pub eligible: Option<u64>,
+    /// Committed delete transactions.
+    pub batches: u64,
+    /// Longest single delete transaction (the longest lock hold).
+    pub longest_batch: Duration,
+    /// Old events kept because they are not projected yet.
+    pub unprojected_old: u64,
+}
+
+const DELETE_BATCH: &str = concat!(
+    "WITH cp AS (SELECT tx_id, event_id FROM projector_checkpoint WHERE projector = $3 FOR KEY SHARE), ",
+    "doomed AS (SELECT e.event_id FROM collection_events e, cp ",
+    "  WHERE e.occurred_at < $1 AND (e.tx_id, e.event_id) <= (cp.tx_id, cp.event_id) ",
+    "  ORDER BY e.occurred_at LIMIT $2) ",
+    "DELETE FROM collection_events d USING doomed WHERE d.event_id = doomed.event_id"
+);
+
+const COUNT_ELIGIBLE: &str = concat!(
+    "SELECT count(*) FILTER (WHERE (e.tx_id, e.event_id) <= (cp.tx_id, cp.event_id)), ",
+    "       count(*) FILTER (WHERE (e.tx_id, e.event_id) > (cp.tx_id, cp.event_id)) ",
+    "FROM collection_events e, ",
+    "     (SELECT tx_id, event_id FROM projector_checkpoint WHERE projector = $2) cp ",
+    "WHERE e.occurred_at < $1"
+);
+
+/// Registers the retention series so they read 0 from the start.
+pub fn register_series(registry: &Registry) {
+    let _ = registry.counter("bf4ps_retention_deleted_events_total", &[]);
+}
+
+/// One retention run. `registry` (if any) gets
+/// `bf4ps_retention_deleted_events_total` bumped after each batch commit;
+/// `progress` is called after each batch.
+pub async fn run_once(
+    pool: &PgPool,
+    settings: &RetentionSettings,
+    registry: Option<&Registry>,
+    mut progress: impl FnMut(RetentionProgress),
+) -> Result<RetentionReport, RetentionError> {
+    let mut conn = pool.acquire().await?;
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !locked {
+        return Err(RetentionError::Busy);
+    }
+    let result = locked_run(&mut conn, settings, registry, &mut progress).await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+        .bind(LOCK_KEY)
+        .execute(&mut *conn)
+        .await;
+    if unlocked.is_err() {
+        // Never hand a connection that may still hold the lock back to the
+        // pool: closing it ends the session and releases the lock.
+        drop(conn.detach());
+    }
+    result
+}
+
+async fn locked_run(
+    conn: &mut PoolConnection<sqlx::Postgres>,
+    settings: &RetentionSettings,
+    registry: Option<&Registry>,
+    progress: &mut impl FnMut(RetentionProgress),
+) -> Result<RetentionReport, RetentionError> {
+    let (run_id, cutoff): (i64, DateTime<Utc>) = sqlx::query_as(
+        "INSERT INTO retention_runs (cutoff, dry_run) \
+         VALUES (coalesce($1, now()) - $2::float8 * interval '1 second', $3) \
+         RETURNING run_id, cutoff",
+    )
+    .bind(settings.now)
+    .bind(settings.retention.as_secs_f64())
+    .bind(settings.dry_run)
+    .fetch_one(&mut **conn)
+    .await?;
+    let mut report = RetentionReport {
+        run_id,
+        cutoff,
+        dry_run: settings.dry_run,
+        deleted: 0,
+        eligible: None,
+        batches: 0,
+        longest_batch: Duration::ZERO,
+        unprojected_old: 0,
+    };
+    if settings.dry_run {
+        let (eligible, unprojected): (i64, i64) = sqlx::query_as(COUNT_ELIGIBLE)
+            .bind(cutoff)
+            .bind(CHECKPOINT)
+            .fetch_one(&mut **conn)
+            .await?;
+        report.eligible = Some(eligible as u64);
+        report.unprojected_old = unprojected as u64;
+    } else {
+        let counter = registry.map(|r| r.counter("bf4ps_retention_deleted_events_total", &[]));
+        let limit = i64::from(settings.batch.max(1));
+        loop {
+            let started = Instant::now();
+            let mut tx = sqlx::Connection::begin(&mut **conn).await?;
+            let n = sqlx::query(DELETE_BATCH)
+                .bind(cutoff)
+                .bind(limit)
+                .bind(CHECKPOINT)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            tx.commit().await?;
+            report.longest_batch = report.longest_batch.max(started.elapsed());
+            if n > 0 {
+                report.batches += 1;
+                report.deleted += n;
+                if let Some(c) = &counter {
+                    c.increment(n);
+                }
+                progress(RetentionProgress {
+                    deleted: report.deleted,
+                    batches: report.batches,
+                });
+            }
+            if (n as i64) < limit {
+                break;
+            }
+        }
+        let unprojected: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM collection_events e, projector_checkpoint cp \
+             WHERE cp.projector = $2 AND e.occurred_at < $1 \
+             AND (e.tx_id, e.event_id) > (cp.tx_id, cp.event_id)",
+        )
+        .bind(cutoff)
+        .bind(CHECKPOINT)
+        .fetch_one(&mut **conn)
+        .await?;
+        report.unprojected_old = unprojected as u64;
+    }
+    sqlx::query(
+        "UPDATE retention_runs SET finished_at = now(), deleted = $2, eligible = $3 \
+         WHERE run_id = $1",
+    )
+    .bind(run_id)
+    .bind(report.deleted as i64)
+    .bind(report.eligible.map(|e| e as i64))
+    .execute(&mut **conn)
+    .await?;
+    Ok(report)
+}
+
+/// occurred_at of the oldest retained event (None: no events).
+pub async fn oldest_event(pool: &PgPool) -> Result<Option<DateTime<Utc>>, RetentionError> {
+    Ok(
+        sqlx::query_scalar("SELECT min(occurred_at) FROM collection_events")
+            .fetch_one(pool)
+            .await?,
+    )
+}

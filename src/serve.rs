@@ -1,0 +1,575 @@
+//! `serve`: the control plane. Migrates, then runs the projector, the
+//! table-backed gauge refresher, the retention loop and the HTTP endpoints
+//! (`/metrics`, `/healthz`, `/readyz`), plus any task plugged in with
+//! [`Serve::task`] (the monitor and the feeder).
+//!
+//! Invariants (structured shutdown):
+//! - one root [`CancellationToken`]; every task gets a child of it;
+//! - the shutdown trigger is a parameter of [`Running::run_until`] (signals
+//!   in the CLI, a token in tests);
+//! - the first task that fails (or panics) cancels its siblings and `serve`
+//!   returns that error; shutdown drains every task under
+//!   [`ServeSettings::shutdown_timeout`], then aborts what is left and says so;
+//! - database trouble after start never kills `serve`: loops retry, and
+//!   `/readyz` reports it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use clap::Args;
+use sqlx::PgPool;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Tuning, parse_duration};
+use crate::db::{self, DbError, DbTarget};
+use crate::gauges::GaugeRefresher;
+use crate::metrics::Registry;
+use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, jittered};
+use crate::retention::{self, RetentionError, RetentionSettings};
+
+/// `serve`-specific settings (flags with `BF4PS_*` variables).
+#[derive(Debug, Clone, Args)]
+pub struct ServeSettings {
+    /// HTTP listen address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "BF4PS_LISTEN", default_value = "127.0.0.1:9640")]
+    pub listen: SocketAddr,
+    /// How long shutdown waits for tasks to finish before aborting them.
+    #[arg(long, env = "BF4PS_SHUTDOWN_TIMEOUT", default_value = "10s",
+          value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+}
+
+impl ServeSettings {
+    /// Settings listening on `listen` with the default shutdown timeout.
+    pub fn new(listen: SocketAddr) -> ServeSettings {
+        ServeSettings {
+            listen,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Checks the values; errors name the setting.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        if self.shutdown_timeout.is_zero() {
+            return Err(crate::config::ConfigError {
+                setting: "--shutdown-timeout (BF4PS_SHUTDOWN_TIMEOUT)",
+                message: "must be greater than zero".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A `serve` failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Connecting or migrating failed at start.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// A start-up query failed.
+    #[error("serve start-up query failed: {0}")]
+    Query(#[from] sqlx::Error),
+    /// The HTTP address could not be bound.
+    #[error(
+        "cannot listen on {addr}: {source} (is another serve running? set --listen/BF4PS_LISTEN)"
+    )]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A task failed; its siblings were cancelled.
+    #[error("task {task} failed: {message}")]
+    Task {
+        /// Task name.
+        task: String,
+        /// The error and its causes.
+        message: String,
+    },
+    /// A task panicked; its siblings were cancelled.
+    #[error("task {task} panicked")]
+    Panicked {
+        /// Task name.
+        task: String,
+    },
+    /// Tasks did not finish within the shutdown timeout and were aborted.
+    #[error("shutdown timed out after {timeout:?}; aborted task(s): {tasks}")]
+    ShutdownTimeout {
+        /// The timeout.
+        timeout: Duration,
+        /// Tasks still running.
+        tasks: String,
+    },
+}
+
+/// What a plugged-in task gets.
+#[derive(Clone)]
+pub struct TaskContext {
+    /// Where the database is (for dedicated LISTEN connections).
+    pub target: DbTarget,
+    /// The shared pool.
+    pub pool: PgPool,
+    /// This instance's metrics registry.
+    pub registry: Registry,
+    /// Validated tuning.
+    pub tuning: Tuning,
+    /// Fires on shutdown (or when a sibling failed); return soon after.
+    pub cancel: CancellationToken,
+}
+
+type TaskOutcome = Result<(), String>;
+type TaskFuture = Pin<Box<dyn Future<Output = TaskOutcome> + Send>>;
+type TaskFn = Box<dyn FnOnce(TaskContext) -> TaskFuture + Send>;
+type WakeFactory = Box<dyn FnOnce(&TaskContext) -> Box<dyn Wake> + Send>;
+
+/// Builder of a `serve` instance.
+pub struct Serve {
+    target: DbTarget,
+    tuning: Tuning,
+    settings: ServeSettings,
+    tasks: Vec<(String, TaskFn)>,
+    events_wake: Option<WakeFactory>,
+    loop_settings: Option<LoopSettings>,
+}
+
+/// An error and its causes on one line.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !text.contains(&s) {
+            text.push_str(": ");
+            text.push_str(&s);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+impl Serve {
+    /// A `serve` for `target` (tuning must be validated).
+    pub fn new(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
+        Serve {
+            target,
+            tuning,
+            settings,
+            tasks: Vec::new(),
+            events_wake: None,
+            loop_settings: None,
+        }
+    }
+
+    /// INTEGRATION POINT (monitor, feeder): runs `f` as a supervised task.
+    /// It must return soon after `ctx.cancel` fires; an `Err` is fatal
+    /// (siblings are cancelled and `serve` exits non-zero with it), so
+    /// retry transient database errors inside.
+    pub fn task<F, Fut, E>(mut self, name: &str, f: F) -> Serve
+    where
+        F: FnOnce(TaskContext) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let run: TaskFn =
+            Box::new(move |ctx| Box::pin(async move { f(ctx).await.map_err(|e| error_chain(&e)) }));
+        self.tasks.push((name.to_owned(), run));
+        self
+    }
+
+    /// INTEGRATION POINT (listener): how the projector waits for the next
+    /// `bf4ps_events` notification. Default: [`PollWaiter`] on
+    /// `Tuning::poll_interval`. The factory runs once at start, e.g.
+    /// `|ctx| Box::new(Listener::spawn(...).waiter(Channel::Events))`.
+    pub fn events_wake<F>(mut self, f: F) -> Serve
+    where
+        F: FnOnce(&TaskContext) -> Box<dyn Wake> + Send + 'static,
+    {
+        self.events_wake = Some(Box::new(f));
+        self
+    }
+
+    /// Overrides the projector loop settings (tests: faster lock retry).
+    pub fn projector_settings(mut self, settings: LoopSettings) -> Serve {
+        self.loop_settings = Some(settings);
+        self
+    }
+
+    /// Migrates, binds the HTTP address and starts every task.
+    pub async fn start(self) -> Result<Running, ServeError> {
+        let pool = self.target.connect(10).await?;
+        let report = db::migrate(&pool).await?;
+        if !report.applied.is_empty() {
+            tracing::info!(applied = ?report.applied, "migrations applied");
+        }
+        let tuning = self.tuning;
+        let expiry = (tuning.gauge_interval * 3).max(Duration::from_millis(500));
+        let registry = Registry::with_gauge_expiry(expiry);
+        let egress_keys: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT egress_key FROM collectors WHERE retired_at IS NULL",
+        )
+        .fetch_all(&pool)
+        .await?;
+        projector::register_series(&registry, &egress_keys);
+        retention::register_series(&registry);
+        let _ = registry.counter("bf4ps_listener_reconnects_total", &[("process", "serve")]);
+        registry.set_build_info();
+
+        let listener = tokio::net::TcpListener::bind(self.settings.listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: self.settings.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+            addr: self.settings.listen,
+            source,
+        })?;
+
+        let cancel = CancellationToken::new();
+        let ctx = TaskContext {
+            target: self.target.clone(),
+            pool: pool.clone(),
+            registry: registry.clone(),
+            tuning: tuning.clone(),
+            cancel: cancel.child_token(),
+        };
+        let mut tasks: JoinSet<(String, TaskOutcome)> = JoinSet::new();
+        let mut names: HashMap<tokio::task::Id, String> = HashMap::new();
+
+        // Projector.
+        let projector = Projector::new(pool.clone(), registry.clone(), tuning.projector_batch);
+        let state = projector.state();
+        let wake: Box<dyn Wake> = match self.events_wake {
+            Some(f) => f(&ctx),
+            None => Box::new(PollWaiter::new(tuning.poll_interval)),
+        };
+        let loop_settings = self
+            .loop_settings
+            .unwrap_or_else(|| LoopSettings::new(tuning.projector_batch));
+        {
+            let lock_config = self.target.listen.clone();
+            let c = cancel.child_token();
+            let h = tasks.spawn(async move {
+                projector.run(lock_config, wake, loop_settings, c).await;
+                ("projector".to_owned(), Ok(()))
+            });
+            names.insert(h.id(), "projector".to_owned());
+        }
+
+        // Gauges.
+        {
+            let refresher =
+                GaugeRefresher::new(pool.clone(), registry.clone(), Some(state.clone()));
+            let c = cancel.child_token();
+            let interval = tuning.gauge_interval;
+            let h = tasks.spawn(async move {
+                refresher.run(interval, c).await;
+                ("gauges".to_owned(), Ok(()))
+            });
+            names.insert(h.id(), "gauges".to_owned());
+        }
+
+        // Retention.
+        {
+            let pool = pool.clone();
+            let registry = registry.clone();
+            let c = cancel.child_token();
+            let settings = RetentionSettings {
+                retention: tuning.retention,
+                batch: tuning.retention_batch,
+                dry_run: false,
+                now: None,
+            };
+            let interval = tuning.retention_interval;
+            let h = tasks.spawn(async move {
+                retention_loop(pool, registry, settings, interval, c).await;
+                ("retention".to_owned(), Ok(()))
+            });
+            names.insert(h.id(), "retention".to_owned());
+        }
+
+        // HTTP.
+        {
+            let app = Router::new()
+                .route("/metrics", get(metrics))
+                .route("/healthz", get(healthz))
+                .route("/readyz", get(readyz))
+                .with_state(AppState {
+                    pool: pool.clone(),
+                    registry: registry.clone(),
+                    projector: state.clone(),
+                    alive_within: (tuning.poll_interval * 3).max(Duration::from_secs(15)),
+                });
+            let c = cancel.child_token();
+            let h = tasks.spawn(async move {
+                let r = axum::serve(listener, app)
+                    .with_graceful_shutdown(c.cancelled_owned())
+                    .await;
+                ("http".to_owned(), r.map_err(|e| e.to_string()))
+            });
+            names.insert(h.id(), "http".to_owned());
+        }
+
+        // Plugged-in tasks (monitor, feeder).
+        for (name, f) in self.tasks {
+            let fut = f(ctx.clone());
+            let task_name = name.clone();
+            let h = tasks.spawn(async move { (task_name, fut.await) });
+            names.insert(h.id(), name);
+        }
+
+        tracing::info!("serving http://{addr}/metrics");
+        Ok(Running {
+            addr,
+            registry,
+            pool,
+            projector: state,
+            cancel,
+            tasks,
+            names,
+            shutdown_timeout: self.settings.shutdown_timeout,
+        })
+    }
+}
+
+/// A started `serve` instance.
+pub struct Running {
+    addr: SocketAddr,
+    registry: Registry,
+    pool: PgPool,
+    projector: ProjectorState,
+    cancel: CancellationToken,
+    tasks: JoinSet<(String, TaskOutcome)>,
+    names: HashMap<tokio::task::Id, String>,
+    shutdown_timeout: Duration,
+}
+
+impl Running {
+    /// The bound HTTP address (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// This instance's registry.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The projector's leadership/liveness.
+    pub fn projector(&self) -> &ProjectorState {
+        &self.projector
+    }
+
+    /// The root token: cancelling it shuts the instance down.
+    pub fn cancel_token(&self) -> CancellationToken {
+        self.cancel.clone()
+    }
+
+    /// Runs until `shutdown` resolves (or a task fails), then drains every
+    /// task under the shutdown timeout. `Ok` on a clean shutdown.
+    pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+        let mut failure: Option<ServeError> = None;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => {
+                    tracing::info!("shutting down");
+                    break;
+                }
+                _ = self.cancel.cancelled() => break,
+                joined = self.tasks.join_next_with_id() => {
+                    match joined {
+                        None => break,
+                        Some(j) => {
+                            if let Some(e) = judge(j, self.cancel.is_cancelled(), &mut self.names) {
+                                tracing::error!("{e}; stopping");
+                                failure = Some(e);
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.cancel.cancel();
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
+                Ok(None) => break,
+                Ok(Some(j)) => {
+                    if let Some(e) = judge(j, true, &mut self.names)
+                        && failure.is_none()
+                    {
+                        failure = Some(e);
+                    }
+                }
+                Err(_) => {
+                    let n = self.tasks.len();
+                    self.tasks.abort_all();
+                    if failure.is_none() {
+                        failure = Some(ServeError::ShutdownTimeout {
+                            timeout: self.shutdown_timeout,
+                            tasks: format!("{n} task(s)"),
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+        self.pool.close().await;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A finished task: `Some(error)` if it failed or panicked.
+fn judge(
+    joined: Result<(tokio::task::Id, (String, TaskOutcome)), tokio::task::JoinError>,
+    cancelled: bool,
+    names: &mut HashMap<tokio::task::Id, String>,
+) -> Option<ServeError> {
+    match joined {
+        Ok((id, (task, outcome))) => {
+            names.remove(&id);
+            match outcome {
+                Ok(()) => {
+                    if !cancelled {
+                        tracing::info!("task {task} finished");
+                    }
+                    None
+                }
+                Err(message) => Some(ServeError::Task { task, message }),
+            }
+        }
+        Err(e) => {
+            let task = names
+                .remove(&e.id())
+                .unwrap_or_else(|| "unnamed".to_owned());
+            if e.is_cancelled() && cancelled {
+                None
+            } else {
+                Some(ServeError::Panicked { task })
+            }
+        }
+    }
+}
+
+async fn retention_loop(
+    pool: PgPool,
+    registry: Registry,
+    settings: RetentionSettings,
+    interval: Duration,
+    cancel: CancellationToken,
+) {
+    // First run soon after start (restarts must not starve retention).
+    let mut delay = jittered(interval.min(Duration::from_secs(60)));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = jittered(interval);
+        let run = retention::run_once(&pool, &settings, Some(&registry), |_| {});
+        let result = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = run => r,
+        };
+        match result {
+            Ok(r) if r.deleted > 0 => tracing::info!(
+                deleted = r.deleted,
+                cutoff = %r.cutoff,
+                "retention deleted old events"
+            ),
+            Ok(_) => {}
+            Err(RetentionError::Busy) => tracing::debug!("retention: another runner is active"),
+            Err(e) => tracing::warn!("{e}"),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    pool: PgPool,
+    registry: Registry,
+    projector: ProjectorState,
+    alive_within: Duration,
+}
+
+async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.registry.render(),
+    )
+}
+
+async fn healthz() -> impl IntoResponse {
+    axum::Json(serde_json::json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    let timeout = Duration::from_secs(2);
+    let database = matches!(
+        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&s.pool)).await,
+        Ok(Ok(_))
+    );
+    let migrations = database
+        && matches!(
+            tokio::time::timeout(timeout, db::migrations_current(&s.pool)).await,
+            Ok(Ok(true))
+        );
+    let projector_alive = s
+        .projector
+        .since_beat()
+        .is_some_and(|d| d <= s.alive_within);
+    let ready = database && migrations && projector_alive;
+    let body = axum::Json(serde_json::json!({
+        "ready": ready,
+        "database": database,
+        "migrations_current": migrations,
+        "projector_alive": projector_alive,
+        "projector_leader": s.projector.is_leader(),
+    }));
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, body)
+}
+
+/// Resolves on SIGTERM or SIGINT (the CLI's shutdown trigger).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,888 @@
+//! The projector against a real PostgreSQL: commit-safe reading (late
+//! commits, rollbacks, idle transactions), crash safety, leadership and
+//! failover, a lost listener connection, the NOTIFY trigger, and rebuild.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bf4ps_ops::metrics::{Registry, parse_exposition};
+use bf4ps_ops::projector::{self, LoopSettings, PollWaiter, Projector, Wake, WakeFuture};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{TestDb, eventually, run_bin};
+
+/// One event to insert (None: NULL).
+#[derive(Clone, Default)]
+pub struct Ev {
+    pub event_type: &'static str,
+    pub lane: Option<&'static str>,
+    pub resource: Option<&'static str>,
+    pub egress: Option<&'static str>,
+    pub duration_ms: Option<i64>,
+    pub http_status: Option<i32>,
+    pub error_class: Option<&'static str>,
+    pub result: Option<&'static str>,
+    /// Seconds before occurred_at of the previous success.
+    pub previous_success_ago_s: Option<f64>,
+    /// occurred_at = now() - this many seconds (None: now()).
+    pub ago_s: Option<f64>,
+}
+
+impl Ev {
+    pub fn new(event_type: &'static str) -> Ev {
+        Ev {
+            event_type,
+            lane: Some("background"),
+            resource: Some("profile"),
+            egress: Some("egress-a"),
+            ..Ev::default()
+        }
+    }
+    pub fn succeeded(duration_ms: i64) -> Ev {
+        Ev {
+            duration_ms: Some(duration_ms),
+            http_status: Some(200),
+            ..Ev::new("succeeded")
+        }
+    }
+    pub fn failed(class: &'static str, status: Option<i32>, duration_ms: i64) -> Ev {
+        Ev {
+            duration_ms: Some(duration_ms),
+            http_status: status,
+            error_class: Some(class),
+            result: Some("retry"),
+            ..Ev::new("failed")
+        }
+    }
+}
+
+/// Inserts one event; returns its event_id.
+pub async fn insert<'e, E>(executor: E, ev: &Ev) -> i64
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    sqlx::query_scalar(
+        "INSERT INTO collection_events (occurred_at, egress_key_snapshot, resource, lane, \
+         event_type, result, duration_ms, http_status, error_class, metadata) \
+         SELECT t.at, $2, $3, $4, $5, $6, $7, $8, $9, \
+           CASE WHEN $10::float8 IS NULL THEN NULL ELSE jsonb_build_object('previous_success_at', \
+             t.at - $10::float8 * interval '1 second') END \
+         FROM (SELECT now() - coalesce($1::float8, 0) * interval '1 second' AS at) t \
+         RETURNING event_id",
+    )
+    .bind(ev.ago_s)
+    .bind(ev.egress)
+    .bind(ev.resource)
+    .bind(ev.lane)
+    .bind(ev.event_type)
+    .bind(ev.result)
+    .bind(ev.duration_ms)
+    .bind(ev.http_status)
+    .bind(ev.error_class)
+    .bind(ev.previous_success_ago_s)
+    .fetch_one(executor)
+    .await
+    .expect("insert event")
+}
+
+/// The value of one series in `text` (labels in any order); None if absent.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut want: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    want.sort();
+    parse_exposition(text)
+        .into_iter()
+        .find_map(|(n, mut l, v)| {
+            l.sort();
+            (n == name && l == want).then_some(v)
+        })
+}
+
+/// Sum of every series of `name` in `text`.
+pub fn total(text: &str, name: &str) -> f64 {
+    parse_exposition(text)
+        .into_iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+fn events_total(text: &str, t: &str) -> f64 {
+    sample(
+        text,
+        "bf4ps_collection_events_total",
+        &[
+            ("event_type", t),
+            ("lane", "background"),
+            ("resource", "profile"),
+        ],
+    )
+    .unwrap_or(0.0)
+}
+
+/// Runs `run_once` until `want` events in total were projected (other
+/// sessions on the shared server may hold the horizon for a moment).
+pub async fn project_until(p: &Projector, want: u64) {
+    let mut got = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while got < want {
+        let step = p.run_once().await.expect("run_once");
+        got += step.projected;
+        if step.projected == 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "projected {got} of {want} events before the deadline"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(got, want, "projected more events than inserted");
+}
+
+#[derive(sqlx::FromRow, Debug, PartialEq)]
+pub struct RollupRow {
+    pub resource: String,
+    pub lane: String,
+    pub succeeded: i64,
+    pub failed_timeout: i64,
+    pub failed_server: i64,
+    pub failed_other: i64,
+    pub retry_scheduled: i64,
+    pub lease_expired: i64,
+    pub duration_count: i64,
+    pub duration_sum_ms: i64,
+    pub duration_max_ms: i64,
+    pub refresh_age_count: i64,
+    pub refresh_age_sum_ms: i64,
+}
+
+pub async fn rollups(pool: &PgPool) -> Vec<RollupRow> {
+    sqlx::query_as(
+        "SELECT resource, lane, sum(succeeded)::int8 AS succeeded, \
+         sum(failed_timeout)::int8 AS failed_timeout, sum(failed_server)::int8 AS failed_server, \
+         sum(failed_other)::int8 AS failed_other, sum(retry_scheduled)::int8 AS retry_scheduled, \
+         sum(lease_expired)::int8 AS lease_expired, sum(duration_count)::int8 AS duration_count, \
+         sum(duration_sum_ms)::int8 AS duration_sum_ms, max(duration_max_ms) AS duration_max_ms, \
+         sum(refresh_age_count)::int8 AS refresh_age_count, \
+         sum(refresh_age_sum_ms)::int8 AS refresh_age_sum_ms \
+         FROM event_rollup_hourly GROUP BY resource, lane ORDER BY resource, lane",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn checkpoint_count(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT projected_events FROM projector_checkpoint WHERE projector = 'main'")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test]
+async fn out_of_order_commit_is_projected_exactly_once(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry.clone(), 100);
+
+    // A inserts first (lower event_id) and stays open.
+    let mut a = db.pool.begin().await.unwrap();
+    let ea = insert(&mut *a, &Ev::succeeded(100)).await;
+    // B inserts a later event and commits first.
+    let eb = insert(&db.pool, &Ev::failed("timeout", None, 3000)).await;
+    assert!(eb > ea);
+
+    // While A is open, B's event waits behind the horizon: nothing is
+    // projected (a naive event_id checkpoint would project B and lose A).
+    for _ in 0..3 {
+        let step = p.run_once().await.unwrap();
+        assert_eq!(step.projected, 0);
+        assert!(
+            step.held_back,
+            "B is committed and must be reported as held back"
+        );
+    }
+    a.commit().await.unwrap();
+    project_until(&p, 2).await;
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+
+    let text = registry.render();
+    assert_eq!(events_total(&text, "succeeded"), 1.0);
+    assert_eq!(events_total(&text, "failed"), 1.0);
+    assert_eq!(
+        sample(&text, "bf4ps_projector_projected_events_total", &[]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_collection_errors_total",
+            &[("resource", "profile"), ("error_class", "timeout")]
+        ),
+        Some(1.0)
+    );
+    let rows = rollups(&db.pool).await;
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!((r.succeeded, r.failed_timeout), (1, 1));
+    assert_eq!(
+        (r.duration_count, r.duration_sum_ms, r.duration_max_ms),
+        (2, 3100, 3000)
+    );
+    assert_eq!(checkpoint_count(&db.pool).await, 2);
+}
+
+/// A session that took a transaction id and idles in its transaction.
+async fn idle_transaction(db: &TestDb) -> (sqlx::PgConnection, i32) {
+    let mut conn = sqlx::PgConnection::connect_with(
+        &db.target.pool.clone().application_name("bf4ps-test idle"),
+    )
+    .await
+    .unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    (conn, pid)
+}
+
+#[sqlx::test]
+async fn rollback_does_not_stall_and_idle_transaction_holds_the_horizon(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let registry = Registry::with_gauge_expiry(Duration::from_secs(60));
+    let p = Projector::new(db.pool.clone(), registry.clone(), 100);
+
+    // A rolled-back writer leaves a hole in event_id and tx_id: no stall.
+    let mut r = db.pool.begin().await.unwrap();
+    insert(&mut *r, &Ev::succeeded(5)).await;
+    r.rollback().await.unwrap();
+    insert(&db.pool, &Ev::succeeded(7)).await;
+    project_until(&p, 1).await;
+
+    // An idle open transaction older than a committed event holds it back.
+    let (mut idle, idle_pid) = idle_transaction(&db).await;
+    insert(&db.pool, &Ev::succeeded(9)).await;
+    for _ in 0..3 {
+        let step = p.run_once().await.unwrap();
+        assert_eq!(step.projected, 0);
+        assert!(step.held_back);
+    }
+    let h = eventually(
+        Duration::from_secs(20),
+        "our idle transaction as horizon holder",
+        || async {
+            let h = projector::horizon(&db.pool).await.unwrap();
+            h.holder
+                .as_ref()
+                .is_some_and(|holder| holder.pid == idle_pid)
+                .then_some(h)
+        },
+    )
+    .await;
+    assert!(h.held_seconds > 0.0, "{h:?}");
+    let holder = h.holder.unwrap();
+    assert_eq!(holder.application_name.as_deref(), Some("bf4ps-test idle"));
+    assert_eq!(holder.state.as_deref(), Some("idle in transaction"));
+
+    let refresher = bf4ps_ops::gauges::GaugeRefresher::new(db.pool.clone(), registry.clone(), None);
+    refresher.refresh_once().await.unwrap();
+    let text = registry.render();
+    let held = sample(&text, "bf4ps_projector_horizon_held_seconds", &[]).unwrap();
+    assert!(held > 0.0, "horizon held gauge {held}");
+    assert_eq!(
+        sample(&text, "bf4ps_projector_backlog_events", &[]),
+        Some(1.0)
+    );
+    assert!(sample(&text, "bf4ps_projector_lag_seconds", &[]).unwrap() >= 0.0);
+
+    // The transaction ends: projection resumes, the gauge returns to 0.
+    sqlx::query("COMMIT").execute(&mut idle).await.unwrap();
+    project_until(&p, 1).await;
+
+    // An open transaction in ANOTHER database of the cluster holds nothing
+    // back here (it cannot insert into this database's events).
+    let master = crate::support::master_url();
+    let mut other = sqlx::PgConnection::connect(&master).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut other).await.unwrap();
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    insert(&db.pool, &Ev::succeeded(11)).await;
+    project_until(&p, 1).await;
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    eventually(Duration::from_secs(20), "horizon released", || async {
+        (projector::horizon(&db.pool).await.unwrap().held_seconds == 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(events_total(&registry.render(), "succeeded"), 3.0);
+    assert_eq!(rollups(&db.pool).await[0].succeeded, 3);
+}
+
+#[sqlx::test]
+async fn crash_between_rollup_write_and_commit_loses_and_doubles_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let registry = Registry::new();
+    let mut p = Projector::new(db.pool.clone(), registry.clone(), 1000);
+    let armed = Arc::new(AtomicBool::new(true));
+    {
+        let armed = armed.clone();
+        let pool = db.pool.clone();
+        p.set_before_commit_hook(Arc::new(move |pid| {
+            let armed = armed.clone();
+            let pool = pool.clone();
+            Box::pin(async move {
+                if armed.swap(false, Ordering::SeqCst) {
+                    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                        .bind(pid)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    assert!(killed);
+                }
+            })
+        }));
+    }
+    for i in 0..10 {
+        insert(&db.pool, &Ev::succeeded(10 * (i + 1))).await;
+    }
+    // The first attempt writes rollups and the checkpoint, then its
+    // connection dies before COMMIT.
+    let first = eventually(
+        Duration::from_secs(30),
+        "a batch reaching the hook",
+        || async {
+            match p.run_once().await {
+                Ok(s) if s.projected == 0 => None,
+                other => Some(other),
+            }
+        },
+    )
+    .await;
+    assert!(first.is_err(), "the killed batch must fail: {first:?}");
+    assert!(!armed.load(Ordering::SeqCst));
+    assert_eq!(checkpoint_count(&db.pool).await, 0);
+    assert!(rollups(&db.pool).await.is_empty());
+    assert_eq!(
+        sample(
+            &registry.render(),
+            "bf4ps_projector_projected_events_total",
+            &[]
+        )
+        .unwrap_or(0.0),
+        0.0
+    );
+
+    // Restart: the same batch again, counted once.
+    project_until(&p, 10).await;
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+    let text = registry.render();
+    assert_eq!(events_total(&text, "succeeded"), 10.0);
+    assert_eq!(
+        sample(&text, "bf4ps_projector_projected_events_total", &[]),
+        Some(10.0)
+    );
+    let lbl = [
+        ("lane", "background"),
+        ("resource", "profile"),
+        ("result", "succeeded"),
+    ];
+    assert_eq!(
+        sample(&text, "bf4ps_collection_duration_seconds_count", &lbl),
+        Some(10.0)
+    );
+    let r = &rollups(&db.pool).await[0];
+    assert_eq!(
+        (r.succeeded, r.duration_count, r.duration_sum_ms),
+        (10, 10, 550)
+    );
+    assert_eq!(checkpoint_count(&db.pool).await, 10);
+}
+
+fn fast_loop() -> LoopSettings {
+    LoopSettings {
+        lock_retry: Duration::from_millis(200),
+        lock_ping: Duration::from_millis(200),
+        ..LoopSettings::new(50)
+    }
+}
+
+struct Instance {
+    registry: Registry,
+    state: projector::ProjectorState,
+    progress: tokio::sync::watch::Receiver<projector::Progress>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn spawn_projector(db: &TestDb, wake: Box<dyn Wake>, cancel: &CancellationToken) -> Instance {
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry.clone(), 50);
+    let state = p.state();
+    let progress = p.progress();
+    let task = tokio::spawn(p.run(
+        db.target.listen.clone(),
+        wake,
+        fast_loop(),
+        cancel.child_token(),
+    ));
+    Instance {
+        registry,
+        state,
+        progress,
+        task,
+    }
+}
+
+async fn leader_lock_pids(pool: &PgPool) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND ((l.classid::bigint << 32) | l.objid::bigint) = $1",
+    )
+    .bind(projector::LOCK_KEY)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn two_projectors_one_leads_and_the_other_takes_over(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let cancel = CancellationToken::new();
+    let poll = || -> Box<dyn Wake> { Box::new(PollWaiter::new(Duration::from_millis(50))) };
+    let a = spawn_projector(&db, poll(), &cancel);
+    let b = spawn_projector(&db, poll(), &cancel);
+    let instances = [&a, &b];
+    let leader = eventually(Duration::from_secs(10), "a leader", || async {
+        let leaders: Vec<usize> = (0..2).filter(|i| instances[*i].state.is_leader()).collect();
+        (leaders.len() == 1).then(|| leaders[0])
+    })
+    .await;
+    for _ in 0..120 {
+        insert(&db.pool, &Ev::succeeded(1)).await;
+    }
+    let projected = |n: u64| {
+        let a = a.progress.clone();
+        let b = b.progress.clone();
+        async move { (a.borrow().projected + b.borrow().projected == n).then_some(()) }
+    };
+    eventually(Duration::from_secs(30), "120 events projected", || {
+        projected(120)
+    })
+    .await;
+    assert_eq!(
+        instances[1 - leader].progress.borrow().projected,
+        0,
+        "only the leader projects"
+    );
+    // Exactly one session holds the lock.
+    let pids = leader_lock_pids(&db.pool).await;
+    assert_eq!(pids.len(), 1);
+
+    // Kill the leader's lock connection: the other leads within 5 s.
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pids[0])
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(killed);
+    let started = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(5),
+        "the standby to take over",
+        || async {
+            (instances[1 - leader].state.is_leader() && !instances[leader].state.is_leader())
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(started.elapsed() <= Duration::from_secs(5));
+    for _ in 0..80 {
+        insert(&db.pool, &Ev::succeeded(1)).await;
+    }
+    eventually(Duration::from_secs(30), "200 events projected", || {
+        projected(200)
+    })
+    .await;
+    assert_eq!(leader_lock_pids(&db.pool).await.len(), 1);
+
+    // Totals exact across both instances, and in the checkpoint.
+    let sum = |name: &str| total(&a.registry.render(), name) + total(&b.registry.render(), name);
+    assert_eq!(sum("bf4ps_projector_projected_events_total"), 200.0);
+    assert_eq!(sum("bf4ps_collection_events_total"), 200.0);
+    assert_eq!(checkpoint_count(&db.pool).await, 200);
+    assert_eq!(rollups(&db.pool).await[0].succeeded, 200);
+    let gauge = |i: &Instance| sample(&i.registry.render(), "bf4ps_projector_is_leader", &[]);
+    assert_eq!(gauge(instances[1 - leader]), Some(1.0));
+    assert_eq!(gauge(instances[leader]), Some(0.0));
+
+    cancel.cancel();
+    a.task.await.unwrap();
+    b.task.await.unwrap();
+}
+
+/// Test-only LISTEN waiter: wakes on `bf4ps_events` notifications (a
+/// dedicated tokio-postgres connection, reconnected after it dies, with a
+/// wake after every reconnect) or on a fallback poll.
+struct ListenWaiter {
+    notify: Arc<tokio::sync::Notify>,
+    poll: Duration,
+}
+
+impl ListenWaiter {
+    fn spawn(config: tokio_postgres::Config, poll: Duration, cancel: CancellationToken) -> Self {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        let n = notify.clone();
+        tokio::spawn(async move {
+            let mut config = config;
+            config.application_name("bf4ps-test listener");
+            while !cancel.is_cancelled() {
+                let Ok((client, mut connection)) = config.connect(tokio_postgres::NoTls).await
+                else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let n2 = n.clone();
+                let driver = tokio::spawn(async move {
+                    while let Some(m) = std::future::poll_fn(|cx| connection.poll_message(cx)).await
+                    {
+                        match m {
+                            Ok(tokio_postgres::AsyncMessage::Notification(_)) => n2.notify_one(),
+                            Ok(_) => {}
+                            Err(_) => break,
+                        }
+                    }
+                });
+                if client.batch_execute("LISTEN bf4ps_events").await.is_ok() {
+                    n.notify_one(); // catch-up scan after (re)connect
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = driver => {}
+                }
+            }
+        });
+        ListenWaiter { notify, poll }
+    }
+}
+
+impl Wake for ListenWaiter {
+    fn wait(&mut self) -> WakeFuture<'_> {
+        let notify = self.notify.clone();
+        let poll = self.poll;
+        Box::pin(async move {
+            tokio::select! {
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(poll) => {}
+            }
+        })
+    }
+}
+
+#[sqlx::test]
+async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let cancel = CancellationToken::new();
+    let waiter = ListenWaiter::spawn(
+        db.target.listen.clone(),
+        Duration::from_secs(1),
+        cancel.clone(),
+    );
+    let inst = spawn_projector(&db, Box::new(waiter), &cancel);
+    eventually(Duration::from_secs(10), "leadership", || async {
+        inst.state.is_leader().then_some(())
+    })
+    .await;
+    let writer = {
+        let pool = db.pool.clone();
+        tokio::spawn(async move {
+            for i in 0..300 {
+                insert(&pool, &Ev::succeeded(i)).await;
+                if i % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        })
+    };
+    // Terminate the listener connection while events keep arriving.
+    let terminated: i64 = eventually(Duration::from_secs(10), "the listener session", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'bf4ps-test listener' AND datname = current_database()",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(n)
+    })
+    .await;
+    assert_eq!(terminated, 1);
+    writer.await.unwrap();
+    let mut progress = inst.progress.clone();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        progress.wait_for(|p| p.projected >= 300),
+    )
+    .await
+    .expect("all events projected")
+    .unwrap();
+    let text = inst.registry.render();
+    assert_eq!(events_total(&text, "succeeded"), 300.0);
+    assert_eq!(checkpoint_count(&db.pool).await, 300);
+    cancel.cancel();
+    inst.task.await.unwrap();
+}
+
+/// Notifications received on `bf4ps_events` until the marker payload.
+async fn notifications_until_marker(
+    pool_conn: &mut sqlx::PgConnection,
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> Vec<String> {
+    sqlx::query("SELECT pg_notify('bf4ps_events', 'marker')")
+        .execute(&mut *pool_conn)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let payload = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("notification within 10 s")
+            .expect("listener alive");
+        if payload == "marker" {
+            return got;
+        }
+        got.push(payload);
+    }
+}
+
+#[sqlx::test]
+async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let (client, mut connection) = db
+        .target
+        .listen
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    client.batch_execute("LISTEN bf4ps_events").await.unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    let multi = |types: &[&str]| {
+        let values: Vec<String> = types
+            .iter()
+            .map(|t| format!("('{t}', 'background', 'profile')"))
+            .collect();
+        format!(
+            "INSERT INTO collection_events (event_type, lane, resource) VALUES {}",
+            values.join(", ")
+        )
+    };
+    let run = |sql: String| sqlx::raw_sql(sqlx::AssertSqlSafe(sql));
+
+    // Default (unset) = outcomes: one notification per statement, payload ''.
+    run(multi(&["succeeded", "failed", "succeeded"]))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        vec![""]
+    );
+    run(multi(&["claimed", "started"]))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        Vec::<String>::new()
+    );
+    run(multi(&["claimed", "retry_scheduled"]))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        vec![""]
+    );
+    // Two statements in one transaction: PostgreSQL folds identical notifications.
+    run(format!(
+        "BEGIN; {}; {}; COMMIT",
+        multi(&["created"]),
+        multi(&["failed"])
+    ))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        vec![""]
+    );
+
+    // all: claimed/started too.
+    run("SET bf4ps.notify_events = 'all'".into())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    run(multi(&["claimed"])).execute(&mut *conn).await.unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        vec![""]
+    );
+    // off: nothing at all.
+    run("SET bf4ps.notify_events = 'off'".into())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    run(multi(&["succeeded", "failed"]))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut conn, &mut rx).await,
+        Vec::<String>::new()
+    );
+    run("RESET bf4ps.notify_events".into())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    // Per database, as operators set it: new sessions honour it.
+    let dbname = db.target.pool.get_database().unwrap().to_owned();
+    run(format!(
+        "ALTER DATABASE \"{dbname}\" SET bf4ps.notify_events = 'off'"
+    ))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let mut fresh = sqlx::PgConnection::connect_with(&db.target.pool)
+        .await
+        .unwrap();
+    run(multi(&["succeeded"]))
+        .execute(&mut fresh)
+        .await
+        .unwrap();
+    assert_eq!(
+        notifications_until_marker(&mut fresh, &mut rx).await,
+        Vec::<String>::new()
+    );
+    fresh.close().await.unwrap();
+}
+
+#[sqlx::test]
+async fn rebuild_replays_the_retained_window(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = Projector::new(db.pool.clone(), Registry::new(), 7);
+    for i in 0..20 {
+        let mut ev = Ev::succeeded(i);
+        ev.previous_success_ago_s = Some(3600.0);
+        ev.ago_s = Some(f64::from(i as i32) * 1800.0);
+        insert(&db.pool, &ev).await;
+    }
+    insert(&db.pool, &Ev::failed("server", Some(503), 40)).await;
+    insert(&db.pool, &Ev::new("lease_expired")).await;
+    project_until(&p, 22).await;
+    let before = rollups(&db.pool).await;
+    let cp_before = projector::checkpoint(&db.pool).await.unwrap();
+
+    // Damage the rollups, then rebuild through the CLI.
+    sqlx::query("UPDATE event_rollup_hourly SET succeeded = succeeded + 100")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let out = run_bin(&["projector", "rebuild", "--batch", "5"], Some(&db.url));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("replayed 5 event(s)"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from 22 retained event(s)"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(rollups(&db.pool).await, before);
+    assert_eq!(projector::checkpoint(&db.pool).await.unwrap(), cp_before);
+    assert_eq!(checkpoint_count(&db.pool).await, 22);
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+
+    // While a projector holds the lock, rebuild refuses with one clear line.
+    let cancel = CancellationToken::new();
+    let inst = spawn_projector(
+        &db,
+        Box::new(PollWaiter::new(Duration::from_millis(50))),
+        &cancel,
+    );
+    eventually(Duration::from_secs(10), "leadership", || async {
+        inst.state.is_leader().then_some(())
+    })
+    .await;
+    let out = run_bin(&["projector", "rebuild", "--wait", "500ms"], Some(&db.url));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("bf4ps-ops projector"), "{stderr}");
+    cancel.cancel();
+    inst.task.await.unwrap();
+}
+
+#[sqlx::test]
+async fn order_is_numeric_across_transaction_id_digits(_: PgPoolOptions, opts: PgConnectOptions) {
+    // tx_id 1000 sorts before 999 as text: reading must order by the xid8
+    // value, or the checkpoint would jump past tx 999 and lose its event.
+    let db = TestDb::new(opts).await;
+    let late: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, tx_id) \
+         VALUES ('succeeded', 'background', 'profile', '1000') RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let early: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, tx_id) \
+         VALUES ('failed', 'background', 'profile', '999') RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let p = Projector::new(db.pool.clone(), Registry::new(), 1);
+    let first = p.run_once().await.unwrap();
+    assert_eq!(
+        (first.position.tx_id, first.position.event_id),
+        (999, early)
+    );
+    let second = p.run_once().await.unwrap();
+    assert_eq!(
+        (second.position.tx_id, second.position.event_id),
+        (1000, late)
+    );
+    assert_eq!(checkpoint_count(&db.pool).await, 2);
+}

@@ -1,0 +1,653 @@
+//! `serve` over real HTTP: exact `/metrics` for a known sequence of events
+//! and table rows, exact rollups, health and readiness, series of retired
+//! collectors disappearing, structured shutdown and fatal task errors.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bf4ps_ops::config::Tuning;
+use bf4ps_ops::serve::{Serve, ServeError, ServeSettings};
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::projector::{Ev, RollupRow, insert, rollups, sample, total};
+use crate::support::{TestDb, bin, eventually, exec};
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("http client")
+}
+
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let r = http()
+        .get(format!("http://{addr}{path}"))
+        .send()
+        .await
+        .expect("GET");
+    let code = r.status().as_u16();
+    (code, r.text().await.expect("body"))
+}
+
+fn fast_tuning() -> Tuning {
+    Tuning {
+        gauge_interval: Duration::from_millis(200),
+        poll_interval: Duration::from_millis(100),
+        ..Tuning::default()
+    }
+}
+
+fn local() -> ServeSettings {
+    ServeSettings::new("127.0.0.1:0".parse().unwrap())
+}
+
+fn unix(t: DateTime<Utc>) -> f64 {
+    t.timestamp_millis() as f64 / 1000.0
+}
+
+#[sqlx::test]
+async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let t0: DateTime<Utc> = sqlx::query_scalar("SELECT date_trunc('second', now())")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // Tables behind the gauges.
+    exec(
+        &db.pool,
+        format!(
+            "INSERT INTO soldiers (platform, persona_id, display_name) \
+               SELECT 'pc', g, 's' || g FROM generate_series(1, 5) g; \
+             INSERT INTO collectors (collector_name, hostname, lane, egress_key, heartbeat_state, last_heartbeat_at) \
+               VALUES ('c1', 'h1', 'background', 'egress-a', 'healthy', '{t0}'), \
+                      ('c2', 'h2', 'interactive', 'egress-b', 'lost', '{t0}'::timestamptz - interval '1 minute'); \
+             UPDATE collectors SET drained = true WHERE collector_name = 'c2'; \
+             INSERT INTO collectors (collector_name, hostname, lane, egress_key, retired_at) \
+               VALUES ('c3', 'h3', 'background', 'egress-a', now()); \
+             INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, eligible_at) \
+               VALUES (1, 'profile', 'background', 'recent', 't', '{t0}'::timestamptz - interval '10 minutes'), \
+                      (2, 'profile', 'background', 'recent', 't', '{t0}'::timestamptz + interval '1 hour'); \
+             INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, status, \
+                 collector_uuid, lease_token, claimed_at, started_at, lease_expires_at) \
+               SELECT 3, 'weapons', 'interactive', 'interactive', 't', 'running', collector_uuid, \
+                 gen_random_uuid(), now(), now(), now() + interval '1 minute' \
+               FROM collectors WHERE collector_name = 'c1'; \
+             UPDATE collectors SET current_job_id = (SELECT job_id FROM collection_jobs WHERE status = 'running') \
+               WHERE collector_name = 'c1'; \
+             INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES \
+               (1, 'profile', '{t0}'::timestamptz - interval '30 minutes'), \
+               (2, 'profile', '{t0}'::timestamptz - interval '2 hours'), \
+               (3, 'profile', '{t0}'::timestamptz - interval '10 days'), \
+               (4, 'profile', NULL)"
+        ),
+    )
+    .await
+    .unwrap();
+
+    // The known sequence of events.
+    let mut events = vec![
+        Ev::new("created"),
+        Ev::new("created"),
+        Ev::new("claimed"),
+        Ev::new("started"),
+        Ev {
+            previous_success_ago_s: Some(7200.0),
+            ..Ev::succeeded(250)
+        },
+        Ev {
+            lane: Some("interactive"),
+            resource: Some("weapons"),
+            egress: Some("egress-b"),
+            ..Ev::succeeded(40)
+        },
+        Ev::failed("timeout", None, 3000),
+        Ev {
+            result: Some("gave_up"),
+            ..Ev::failed("server", Some(503), 1200)
+        },
+        Ev::new("retry_scheduled"),
+        Ev::new("lease_expired"),
+        Ev::new("reclaimed"),
+        Ev {
+            resource: None,
+            egress: None,
+            ..Ev::new("heartbeat_lost")
+        },
+    ];
+    events.push(Ev {
+        lane: None,
+        resource: None,
+        egress: None,
+        ..Ev::new("custom_thing")
+    });
+    for e in &events {
+        insert(&db.pool, e).await;
+    }
+    let n = events.len() as f64;
+
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+
+    let text = eventually(Duration::from_secs(30), "projection and gauges", || async {
+        let (code, text) = get(addr, "/metrics").await;
+        assert_eq!(code, 200);
+        let done = sample(&text, "bf4ps_projector_projected_events_total", &[]) == Some(n)
+            && sample(&text, "bf4ps_projector_backlog_events", &[]) == Some(0.0)
+            && sample(
+                &text,
+                "bf4ps_collector_busy",
+                &[
+                    ("collector", "c1"),
+                    ("lane", "background"),
+                    ("egress_key", "egress-a"),
+                ],
+            ) == Some(1.0);
+        if !done {
+            eprintln!(
+                "waiting: projected {:?} backlog {:?} busy {:?}",
+                sample(&text, "bf4ps_projector_projected_events_total", &[]),
+                sample(&text, "bf4ps_projector_backlog_events", &[]),
+                sample(
+                    &text,
+                    "bf4ps_collector_busy",
+                    &[
+                        ("collector", "c1"),
+                        ("lane", "background"),
+                        ("egress_key", "egress-a")
+                    ]
+                )
+            );
+        }
+        done.then_some(text)
+    })
+    .await;
+
+    let ev = |t: &str, lane: &str, resource: &str| {
+        sample(
+            &text,
+            "bf4ps_collection_events_total",
+            &[("event_type", t), ("lane", lane), ("resource", resource)],
+        )
+    };
+    assert_eq!(ev("created", "background", "profile"), Some(2.0));
+    assert_eq!(ev("claimed", "background", "profile"), Some(1.0));
+    assert_eq!(ev("succeeded", "background", "profile"), Some(1.0));
+    assert_eq!(ev("succeeded", "interactive", "weapons"), Some(1.0));
+    assert_eq!(ev("failed", "background", "profile"), Some(2.0));
+    assert_eq!(ev("heartbeat_lost", "background", ""), Some(1.0));
+    assert_eq!(ev("custom_thing", "", ""), Some(1.0));
+    assert_eq!(
+        ev("promoted", "interactive", "detailed"),
+        Some(0.0),
+        "pre-registered at 0"
+    );
+    assert_eq!(total(&text, "bf4ps_collection_events_total"), n);
+
+    // Histograms render as histograms with the catalog's buckets.
+    assert!(
+        text.contains("# TYPE bf4ps_collection_duration_seconds histogram"),
+        "{text}"
+    );
+    let d = |result: &str, le: &str| {
+        sample(
+            &text,
+            "bf4ps_collection_duration_seconds_bucket",
+            &[
+                ("lane", "background"),
+                ("resource", "profile"),
+                ("result", result),
+                ("le", le),
+            ],
+        )
+    };
+    assert_eq!(d("succeeded", "0.1"), Some(0.0));
+    assert_eq!(d("succeeded", "0.25"), Some(1.0));
+    assert_eq!(d("failed", "1"), Some(0.0));
+    assert_eq!(d("failed", "2.5"), Some(1.0));
+    assert_eq!(d("failed", "5"), Some(2.0));
+    assert_eq!(d("failed", "+Inf"), Some(2.0));
+    let dl = [
+        ("lane", "background"),
+        ("resource", "profile"),
+        ("result", "failed"),
+    ];
+    assert_eq!(
+        sample(&text, "bf4ps_collection_duration_seconds_sum", &dl),
+        Some(4.2)
+    );
+    assert_eq!(
+        sample(&text, "bf4ps_collection_duration_seconds_count", &dl),
+        Some(2.0)
+    );
+    let il = [
+        ("lane", "interactive"),
+        ("resource", "weapons"),
+        ("result", "succeeded"),
+    ];
+    assert_eq!(
+        sample(&text, "bf4ps_collection_duration_seconds_count", &il),
+        Some(1.0)
+    );
+
+    let up = |resource: &str, code: &str| {
+        sample(
+            &text,
+            "bf4ps_upstream_responses_total",
+            &[("resource", resource), ("code", code)],
+        )
+    };
+    assert_eq!(up("profile", "200"), Some(1.0));
+    assert_eq!(up("weapons", "200"), Some(1.0));
+    assert_eq!(up("profile", "none"), Some(1.0));
+    assert_eq!(up("profile", "503"), Some(1.0));
+    assert_eq!(total(&text, "bf4ps_upstream_responses_total"), 4.0);
+    let err = |class: &str| {
+        sample(
+            &text,
+            "bf4ps_collection_errors_total",
+            &[("resource", "profile"), ("error_class", class)],
+        )
+    };
+    assert_eq!(err("timeout"), Some(1.0));
+    assert_eq!(err("server"), Some(1.0));
+    assert_eq!(err("parse"), Some(0.0));
+    let eg = |k: &str| sample(&text, "bf4ps_egress_requests_total", &[("egress_key", k)]);
+    assert_eq!(eg("egress-a"), Some(3.0));
+    assert_eq!(eg("egress-b"), Some(1.0));
+    let al = [("lane", "background"), ("resource", "profile")];
+    assert_eq!(
+        sample(&text, "bf4ps_refresh_age_seconds_count", &al),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "bf4ps_refresh_age_seconds_sum", &al),
+        Some(7200.0)
+    );
+    let mut age_le = al.to_vec();
+    age_le.push(("le", "3600"));
+    assert_eq!(
+        sample(&text, "bf4ps_refresh_age_seconds_bucket", &age_le),
+        Some(0.0)
+    );
+    age_le.pop();
+    age_le.push(("le", "10800"));
+    assert_eq!(
+        sample(&text, "bf4ps_refresh_age_seconds_bucket", &age_le),
+        Some(1.0)
+    );
+
+    // Gauges from tables.
+    let c = |name: &str, who: &str, lane: &str, egress: &str| {
+        sample(
+            &text,
+            name,
+            &[("collector", who), ("lane", lane), ("egress_key", egress)],
+        )
+    };
+    assert_eq!(
+        c(
+            "bf4ps_collector_heartbeat_lost",
+            "c1",
+            "background",
+            "egress-a"
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        c(
+            "bf4ps_collector_heartbeat_lost",
+            "c2",
+            "interactive",
+            "egress-b"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        c(
+            "bf4ps_collector_last_heartbeat_timestamp_seconds",
+            "c1",
+            "background",
+            "egress-a"
+        ),
+        Some(unix(t0))
+    );
+    assert_eq!(
+        c("bf4ps_collector_busy", "c2", "interactive", "egress-b"),
+        Some(0.0)
+    );
+    assert_eq!(
+        c("bf4ps_collector_drained", "c2", "interactive", "egress-b"),
+        Some(1.0)
+    );
+    assert_eq!(
+        c("bf4ps_collector_drained", "c1", "background", "egress-a"),
+        Some(0.0)
+    );
+    assert_eq!(
+        c("bf4ps_collector_busy", "c3", "background", "egress-a"),
+        None,
+        "retired"
+    );
+    let health =
+        |lane: &str, h: &str| sample(&text, "bf4ps_collectors", &[("lane", lane), ("health", h)]);
+    assert_eq!(health("background", "healthy"), Some(1.0));
+    assert_eq!(health("interactive", "lost"), Some(1.0));
+    assert_eq!(health("background", "lost"), Some(0.0));
+    let jobs = |lane: &str, status: &str, class: &str| {
+        sample(
+            &text,
+            "bf4ps_jobs",
+            &[
+                ("lane", lane),
+                ("status", status),
+                ("priority_class", class),
+            ],
+        )
+    };
+    assert_eq!(jobs("background", "pending", "recent"), Some(2.0));
+    assert_eq!(jobs("interactive", "running", "interactive"), Some(1.0));
+    assert_eq!(jobs("interactive", "claimed", "active"), Some(0.0));
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_jobs_oldest_pending_timestamp_seconds",
+            &[("lane", "background")]
+        ),
+        Some(unix(t0) - 600.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_jobs_oldest_pending_timestamp_seconds",
+            &[("lane", "interactive")]
+        ),
+        Some(0.0)
+    );
+    let pairs = |resource: &str, band: &str| {
+        sample(
+            &text,
+            "bf4ps_resource_pairs",
+            &[("resource", resource), ("freshness", band)],
+        )
+    };
+    assert_eq!(pairs("profile", "lt_1h"), Some(1.0));
+    assert_eq!(pairs("profile", "1h_6h"), Some(1.0));
+    assert_eq!(pairs("profile", "6h_24h"), Some(0.0));
+    assert_eq!(pairs("profile", "1d_7d"), Some(0.0));
+    assert_eq!(pairs("profile", "gt_7d"), Some(1.0));
+    assert_eq!(pairs("profile", "never"), Some(1.0));
+    assert_eq!(pairs("detailed", "never"), Some(0.0));
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_resource_oldest_success_timestamp_seconds",
+            &[("resource", "profile")]
+        ),
+        Some(unix(t0) - 10.0 * 86_400.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_resource_oldest_success_timestamp_seconds",
+            &[("resource", "vehicles")]
+        ),
+        Some(0.0)
+    );
+    let (first, last): (DateTime<Utc>, DateTime<Utc>) =
+        sqlx::query_as("SELECT min(occurred_at), max(occurred_at) FROM collection_events")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        sample(&text, "bf4ps_retention_oldest_event_timestamp_seconds", &[]),
+        Some(unix(first))
+    );
+    assert_eq!(
+        sample(&text, "bf4ps_projector_last_event_timestamp_seconds", &[]),
+        Some(unix(last))
+    );
+    assert_eq!(sample(&text, "bf4ps_projector_is_leader", &[]), Some(1.0));
+    assert_eq!(sample(&text, "bf4ps_projector_lag_seconds", &[]), Some(0.0));
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_listener_reconnects_total",
+            &[("process", "serve")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, "bf4ps_retention_deleted_events_total", &[]),
+        Some(0.0)
+    );
+    // Only catalog names are exported.
+    for (name, _, _) in bf4ps_ops::metrics::parse_exposition(&text) {
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| bf4ps_ops::metrics::catalog::find(f).is_some())
+            })
+            .unwrap_or(&name);
+        assert!(
+            bf4ps_ops::metrics::catalog::find(family).is_some(),
+            "{name} is not in the catalog"
+        );
+    }
+
+    // Exact rollups.
+    let rows = rollups(&db.pool).await;
+    let zero = |resource: &str, lane: &str| RollupRow {
+        resource: resource.into(),
+        lane: lane.into(),
+        succeeded: 0,
+        failed_timeout: 0,
+        failed_server: 0,
+        failed_other: 0,
+        retry_scheduled: 0,
+        lease_expired: 0,
+        duration_count: 0,
+        duration_sum_ms: 0,
+        duration_max_ms: 0,
+        refresh_age_count: 0,
+        refresh_age_sum_ms: 0,
+    };
+    assert_eq!(
+        rows,
+        vec![
+            RollupRow {
+                succeeded: 1,
+                failed_timeout: 1,
+                failed_server: 1,
+                retry_scheduled: 1,
+                lease_expired: 1,
+                duration_count: 3,
+                duration_sum_ms: 4450,
+                duration_max_ms: 3000,
+                refresh_age_count: 1,
+                refresh_age_sum_ms: 7_200_000,
+                ..zero("profile", "background")
+            },
+            RollupRow {
+                succeeded: 1,
+                duration_count: 1,
+                duration_sum_ms: 40,
+                duration_max_ms: 40,
+                ..zero("weapons", "interactive")
+            },
+        ]
+    );
+    let (gave_up, reclaimed): (i64, i64) =
+        sqlx::query_as("SELECT sum(gave_up)::int8, sum(reclaimed)::int8 FROM event_rollup_hourly")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((gave_up, reclaimed), (1, 1));
+
+    // Health and readiness.
+    let (code, body) = get(addr, "/healthz").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["status"],
+        "ok"
+    );
+    let (code, body) = get(addr, "/readyz").await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(v["ready"], true);
+    assert_eq!(v["migrations_current"], true);
+    assert_eq!(v["projector_leader"], true);
+
+    // A retired collector's series disappear.
+    sqlx::query("UPDATE collectors SET retired_at = now() WHERE collector_name = 'c2'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "c2's series to disappear",
+        || async {
+            let (_, text) = get(addr, "/metrics").await;
+            let gone = bf4ps_ops::metrics::parse_exposition(&text)
+                .iter()
+                .all(|(_, labels, _)| !labels.iter().any(|(k, v)| k == "collector" && v == "c2"));
+            let c1 = sample(
+                &text,
+                "bf4ps_collector_busy",
+                &[
+                    ("collector", "c1"),
+                    ("lane", "background"),
+                    ("egress_key", "egress-a"),
+                ],
+            );
+            (gone && c1 == Some(1.0)).then_some(())
+        },
+    )
+    .await;
+
+    // Structured shutdown through the token.
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(15), serve)
+        .await
+        .expect("serve stops within its shutdown timeout")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        http()
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .is_err()
+    );
+}
+
+#[sqlx::test]
+async fn a_failing_task_stops_serve_with_its_error(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .task("boom", |ctx| async move {
+            // Proves the context is usable, then fails.
+            sqlx::query("SELECT 1")
+                .execute(&ctx.pool)
+                .await
+                .map_err(std::io::Error::other)?;
+            Err::<(), _>(std::io::Error::other("kaput"))
+        })
+        .task("polite", |ctx| async move {
+            ctx.cancel.cancelled().await;
+            Ok::<(), std::io::Error>(())
+        })
+        .start()
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(15),
+        running.run_until(std::future::pending()),
+    )
+    .await
+    .expect("serve stops");
+    match result {
+        Err(ServeError::Task { task, message }) => {
+            assert_eq!(task, "boom");
+            assert_eq!(message, "kaput");
+        }
+        other => panic!("expected the task error, got {other:?}"),
+    }
+}
+
+#[sqlx::test]
+async fn cli_serve_drains_on_sigterm_and_reports_bind_errors(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use std::io::{BufRead, BufReader};
+    let db = TestDb::new(opts).await;
+    let mut child = bin()
+        .args(["serve", "--listen", "127.0.0.1:0", "--log", "info"])
+        .env("DATABASE_URL", &db.url)
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let addr: SocketAddr = loop {
+        let line = rx
+            .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+            .expect("serve logs its address");
+        if let Some(rest) = line.split("serving http://").nth(1) {
+            break rest.trim_end_matches("/metrics").parse().unwrap();
+        }
+    };
+    let (code, _) = get(addr, "/healthz").await;
+    assert_eq!(code, 200);
+    eventually(Duration::from_secs(20), "readiness", || async {
+        (get(addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+
+    // A second serve on the same address fails with one clear line.
+    let out = crate::support::run_bin(&["serve", "--listen", &addr.to_string()], Some(&db.url));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains(&format!("cannot listen on {addr}")),
+        "{err}"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = eventually(Duration::from_secs(15), "serve to exit", || {
+        let s = child.try_wait().unwrap();
+        async move { s }
+    })
+    .await;
+    assert!(status.success(), "{status:?}");
+}
