@@ -360,7 +360,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tuning.validate()?;
             settings.validate()?;
             let target = cli.db.target()?;
-            let running = crate::serve::Serve::new(target, tuning, settings)
+            let running = crate::serve::Serve::standard(target, tuning, settings)
                 .start()
                 .await?;
             running.run_until(crate::serve::shutdown_signal()).await?;

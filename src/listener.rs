@@ -317,3 +317,11 @@ async fn session(
         }
     }
 }
+
+impl crate::projector::Wake for Waiter {
+    fn wait(&mut self) -> crate::projector::WakeFuture<'_> {
+        Box::pin(async move {
+            Waiter::wait(self).await;
+        })
+    }
+}

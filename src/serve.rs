@@ -31,8 +31,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Tuning, parse_duration};
 use crate::db::{self, DbError, DbTarget};
+use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;
+use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::Registry;
+use crate::monitor::Monitor;
 use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, jittered};
 use crate::retention::{self, RetentionError, RetentionSettings};
 
@@ -196,6 +199,35 @@ impl Serve {
     {
         self.events_wake = Some(Box::new(f));
         self
+    }
+
+    /// The production wiring: the projector wakes on `bf4ps_events` through
+    /// this process's LISTEN connection (reconnects counted in
+    /// `bf4ps_listener_reconnects_total{process="serve"}`), and the monitor
+    /// (heartbeat sweep, lease recovery) and the feeder run as tasks.
+    pub fn standard(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
+        Serve::new(target, tuning, settings)
+            .events_wake(|ctx| {
+                let listener = Listener::spawn(
+                    ctx.target.listen.clone(),
+                    &[Channel::Events],
+                    ListenerSettings::new(ctx.tuning.poll_interval),
+                    ctx.registry
+                        .counter("bf4ps_listener_reconnects_total", &[("process", "serve")]),
+                    ctx.cancel.clone(),
+                );
+                Box::new(listener.waiter(Channel::Events))
+            })
+            .task("monitor", |ctx| async move {
+                Monitor::from(&ctx.tuning).run(ctx.pool, ctx.cancel).await;
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .task("feeder", |ctx| async move {
+                Feeder::new(ctx.pool, FeederConfig::from_tuning(&ctx.tuning))
+                    .run(ctx.cancel)
+                    .await;
+                Ok::<(), std::convert::Infallible>(())
+            })
     }
 
     /// Overrides the projector loop settings (tests: faster lock retry).

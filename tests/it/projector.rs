@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bf4ps_ops::metrics::{Registry, parse_exposition};
-use bf4ps_ops::projector::{self, LoopSettings, PollWaiter, Projector, Wake, WakeFuture};
+use bf4ps_ops::projector::{self, LoopSettings, PollWaiter, Projector, Wake};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -540,73 +540,20 @@ async fn two_projectors_one_leads_and_the_other_takes_over(
     b.task.await.unwrap();
 }
 
-/// Test-only LISTEN waiter: wakes on `bf4ps_events` notifications (a
-/// dedicated tokio-postgres connection, reconnected after it dies, with a
-/// wake after every reconnect) or on a fallback poll.
-struct ListenWaiter {
-    notify: Arc<tokio::sync::Notify>,
-    poll: Duration,
-}
-
-impl ListenWaiter {
-    fn spawn(config: tokio_postgres::Config, poll: Duration, cancel: CancellationToken) -> Self {
-        let notify = Arc::new(tokio::sync::Notify::new());
-        let n = notify.clone();
-        tokio::spawn(async move {
-            let mut config = config;
-            config.application_name("bf4ps-test listener");
-            while !cancel.is_cancelled() {
-                let Ok((client, mut connection)) = config.connect(tokio_postgres::NoTls).await
-                else {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                };
-                let n2 = n.clone();
-                let driver = tokio::spawn(async move {
-                    while let Some(m) = std::future::poll_fn(|cx| connection.poll_message(cx)).await
-                    {
-                        match m {
-                            Ok(tokio_postgres::AsyncMessage::Notification(_)) => n2.notify_one(),
-                            Ok(_) => {}
-                            Err(_) => break,
-                        }
-                    }
-                });
-                if client.batch_execute("LISTEN bf4ps_events").await.is_ok() {
-                    n.notify_one(); // catch-up scan after (re)connect
-                }
-                tokio::select! {
-                    _ = cancel.cancelled() => break,
-                    _ = driver => {}
-                }
-            }
-        });
-        ListenWaiter { notify, poll }
-    }
-}
-
-impl Wake for ListenWaiter {
-    fn wait(&mut self) -> WakeFuture<'_> {
-        let notify = self.notify.clone();
-        let poll = self.poll;
-        Box::pin(async move {
-            tokio::select! {
-                _ = notify.notified() => {}
-                _ = tokio::time::sleep(poll) => {}
-            }
-        })
-    }
-}
-
 #[sqlx::test]
 async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let cancel = CancellationToken::new();
-    let waiter = ListenWaiter::spawn(
+    // The real process listener (the one `serve` uses).
+    let listener = bf4ps_ops::listener::Listener::spawn(
         db.target.listen.clone(),
-        Duration::from_secs(1),
+        &[bf4ps_ops::listener::Channel::Events],
+        bf4ps_ops::listener::ListenerSettings::new(Duration::from_secs(1)),
+        metrics::Counter::noop(),
         cancel.clone(),
     );
+    listener.connected(1).await;
+    let waiter = listener.waiter(bf4ps_ops::listener::Channel::Events);
     let inst = spawn_projector(&db, Box::new(waiter), &cancel);
     eventually(Duration::from_secs(10), "leadership", || async {
         inst.state.is_leader().then_some(())
@@ -627,7 +574,7 @@ async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConn
     let terminated: i64 = eventually(Duration::from_secs(10), "the listener session", || async {
         let n: i64 = sqlx::query_scalar(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE application_name = 'bf4ps-test listener' AND datname = current_database()",
+             WHERE application_name = 'bf4ps-ops listener' AND datname = current_database()",
         )
         .fetch_one(&db.pool)
         .await
@@ -637,6 +584,12 @@ async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConn
     .await;
     assert_eq!(terminated, 1);
     writer.await.unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "the listener to reconnect",
+        || async { (listener.reconnects() >= 1 && listener.is_connected()).then_some(()) },
+    )
+    .await;
     let mut progress = inst.progress.clone();
     tokio::time::timeout(
         Duration::from_secs(30),
