@@ -161,6 +161,9 @@ pub struct CollectorArgs {
     /// Don't LISTEN for notifications; poll only (e.g. behind PgBouncer transaction pooling).
     #[arg(long, env = "BF4PS_POLL_ONLY")]
     pub poll_only: bool,
+    /// Serve this process's metrics at http://ADDR/metrics (e.g. 127.0.0.1:9641).
+    #[arg(long, env = "BF4PS_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub upstream: crate::upstream::UpstreamArgs,
     #[command(flatten)]
@@ -453,6 +456,19 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         None => gethostname::gethostname().to_string_lossy().into_owned(),
     };
     let root = CancellationToken::new();
+    let registry = crate::metrics::Registry::new();
+    registry.set_build_info();
+    if let Some(addr) = args.metrics_listen {
+        let socket = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;
+        tracing::info!("serving metrics at http://{}/metrics", socket.local_addr()?);
+        tokio::spawn(crate::metrics::serve_exposition(
+            socket,
+            registry.clone(),
+            root.clone(),
+        ));
+    }
     let listener = Listener::spawn(
         target.listen.clone(),
         &[Channel::Jobs(args.lane)],
@@ -460,9 +476,13 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
             enabled: !args.poll_only,
             ..ListenerSettings::new(args.tuning.poll_interval)
         },
-        metrics::Counter::noop(),
+        registry.counter(
+            "bf4ps_listener_reconnects_total",
+            &[("process", "collector")],
+        ),
         root.clone(),
     );
+    let metrics = CollectorMetrics::register(&registry, args.lane, &args.egress_key);
     let registration = Registration {
         name: args.name,
         hostname,
@@ -476,7 +496,7 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         upstream,
         args.tuning,
         listener,
-        CollectorMetrics::default(),
+        metrics,
     )
     .await?;
     let (drain, abort) = (CancellationToken::new(), CancellationToken::new());

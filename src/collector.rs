@@ -59,6 +59,31 @@ pub struct CollectorMetrics {
     pub egress_wait: metrics::Histogram,
 }
 
+impl CollectorMetrics {
+    /// Real handles on `registry` (every series registered, reading 0).
+    pub fn register(
+        registry: &crate::metrics::Registry,
+        lane: crate::domain::Lane,
+        egress_key: &str,
+    ) -> CollectorMetrics {
+        let jobs = |outcome| {
+            registry.counter(
+                "bf4ps_collector_jobs_total",
+                &[("lane", lane.as_str()), ("outcome", outcome)],
+            )
+        };
+        CollectorMetrics {
+            succeeded: jobs("succeeded"),
+            failed: jobs("failed"),
+            lease_lost: jobs("lease_lost"),
+            egress_wait: registry.histogram(
+                "bf4ps_collector_egress_wait_seconds",
+                &[("egress_key", egress_key)],
+            ),
+        }
+    }
+}
+
 impl Default for CollectorMetrics {
     fn default() -> CollectorMetrics {
         CollectorMetrics {

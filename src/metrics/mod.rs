@@ -230,6 +230,37 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Serves `/metrics` (and a trivial `/healthz`) for `registry` on `listener`
+/// until `cancel` fires. Used by processes without `serve`'s endpoints
+/// (`collector --metrics-listen`).
+pub async fn serve_exposition(
+    listener: tokio::net::TcpListener,
+    registry: Registry,
+    cancel: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    use axum::routing::get;
+    let metrics = move || {
+        let registry = registry.clone();
+        async move {
+            registry.upkeep();
+            (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                registry.render(),
+            )
+        }
+    };
+    let app = axum::Router::new().route("/metrics", get(metrics)).route(
+        "/healthz",
+        get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

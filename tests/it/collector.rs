@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::fixtures::{events, job, soldier};
-use crate::support::{TestDb, bin, eventually};
+use crate::support::{ChildGuard, TestDb, bin, eventually};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -484,7 +484,7 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
     c.stop().await;
 }
 
-fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> Child {
+fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> ChildGuard {
     let mut cmd = bin();
     cmd.args([
         "collector",
@@ -503,7 +503,7 @@ fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> Child 
     for (k, v) in fast_env() {
         cmd.env(k, v);
     }
-    cmd.spawn().unwrap()
+    ChildGuard(cmd.spawn().unwrap())
 }
 
 async fn uuid_of(pool: &PgPool, name: &str) -> uuid::Uuid {
@@ -887,4 +887,73 @@ async fn interactive_work_is_claimed_while_background_is_busy(
         let _ = b.task.await;
     }
     let _ = inter.task.await;
+}
+
+#[sqlx::test]
+async fn collector_process_exports_its_metrics(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = bin();
+    cmd.args([
+        "collector",
+        "--name",
+        "metered",
+        "--lane",
+        "background",
+        "--egress-key",
+        "e9",
+    ])
+    .args([
+        "--upstream-url",
+        &fake.url(),
+        "--metrics-listen",
+        &format!("127.0.0.1:{port}"),
+    ])
+    .env("DATABASE_URL", &db.url)
+    .env("BF4PS_LOG", "warn")
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    for (k, v) in fast_env() {
+        cmd.env(k, v);
+    }
+    let mut child = ChildGuard(cmd.spawn().unwrap());
+    let s = soldier(p, 61).await;
+    let j = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let text = eventually(WAIT, "the metrics endpoint", || async {
+        let body = crate::support::http_text(&url).await?;
+        body.contains("bf4ps_collector_jobs_total{lane=\"background\",outcome=\"succeeded\"} 1")
+            .then_some(body)
+    })
+    .await;
+    for expect in [
+        "bf4ps_collector_jobs_total{lane=\"background\",outcome=\"failed\"} 0",
+        "bf4ps_listener_reconnects_total{process=\"collector\"} 0",
+        "bf4ps_collector_egress_wait_seconds_bucket{egress_key=\"e9\",le=\"0.001\"}",
+        "bf4ps_build_info{version=",
+    ] {
+        assert!(text.contains(expect), "missing {expect} in:\n{text}");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(wait_exit(&mut child).await.success());
 }

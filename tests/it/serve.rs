@@ -597,14 +597,16 @@ async fn cli_serve_drains_on_sigterm_and_reports_bind_errors(
 ) {
     use std::io::{BufRead, BufReader};
     let db = TestDb::new(opts).await;
-    let mut child = bin()
-        .args(["serve", "--listen", "127.0.0.1:0", "--log", "info"])
-        .env("DATABASE_URL", &db.url)
-        .env_remove("RUST_LOG")
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn serve");
+    let mut child = crate::support::ChildGuard(
+        bin()
+            .args(["serve", "--listen", "127.0.0.1:0", "--log", "info"])
+            .env("DATABASE_URL", &db.url)
+            .env_remove("RUST_LOG")
+            .stderr(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn serve"),
+    );
     let stderr = child.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {

@@ -121,3 +121,36 @@ where
         .await
         .map(|_| ())
 }
+
+/// GET `url` and return the body (None on any error). Installs the TLS
+/// crypto provider reqwest needs (this crate builds it without a default).
+pub async fn http_text(url: &str) -> Option<String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::get(url).await.ok()?.text().await.ok()
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped, so a
+/// failing test never leaves processes (or database sessions) behind.
+pub struct ChildGuard(pub std::process::Child);
+
+impl std::ops::Deref for ChildGuard {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}

@@ -385,12 +385,14 @@ async fn cli_serves_until_sigterm_and_exits_zero() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
 
-    let mut child = bin_without_bf4ps_env()
-        .args(["fake-battlelog", "--listen", "127.0.0.1:0", "--seed", "9"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn bf4ps-ops");
+    let mut child = crate::support::ChildGuard(
+        bin_without_bf4ps_env()
+            .args(["fake-battlelog", "--listen", "127.0.0.1:0", "--seed", "9"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn bf4ps-ops"),
+    );
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
