@@ -41,6 +41,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// Default of `--log`.
+pub const DEFAULT_LOG: &str = "info,sqlx=warn";
+
+impl Cli {
+    /// The log filter to install: the demo keeps its live screen clean
+    /// (warnings only) unless a filter was chosen explicitly.
+    pub fn log_filter(&self) -> &str {
+        match self.command {
+            Command::Demo(_) if self.log == DEFAULT_LOG => "warn",
+            _ => &self.log,
+        }
+    }
+}
+
 /// The database connection, shared by every subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct DbArgs {
@@ -99,6 +113,9 @@ pub enum Command {
         #[arg(long)]
         quick: bool,
     },
+    /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
+    /// fake Battlelog, and watch it work.
+    Demo(crate::demo::DemoArgs),
     /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
     Collector(CollectorArgs),
     /// List collectors, or drain/enable/disable/retire one by name.
@@ -271,6 +288,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Collector(args) => run_collector(&cli.db, args).await,
+        Command::Demo(args) => {
+            let json = args.json;
+            let (interrupt, abort) = (CancellationToken::new(), CancellationToken::new());
+            crate::shutdown::on_signals(interrupt.clone(), abort.clone());
+            tokio::spawn(async move {
+                abort.cancelled().await;
+                eprintln!("second signal: exiting now (a private cluster is cleaned up by the next run)");
+                std::process::exit(130);
+            });
+            let summary = crate::demo::run(cli.db.database_url.as_deref(), args, interrupt).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.render());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Collectors { action } => {
             let pool = cli.db.target()?.connect(2).await?;
             let (name, control) = match action {

@@ -106,7 +106,9 @@ pub struct Stats {
     pub lease_lost: AtomicU64,
     /// Claims made right after a NOTIFY wake.
     pub claims_after_notify: AtomicU64,
-    /// Last wake-to-claim latency in microseconds (claim time − eligible time).
+    /// Wake-to-claim latency of the last claim made right after a wake-up,
+    /// in microseconds (claim transaction start − the job's `eligible_at`,
+    /// both on the database clock).
     pub last_wake_to_claim_us: AtomicU64,
 }
 
@@ -202,24 +204,30 @@ impl Collector {
     ) -> Result<(), CollectorError> {
         let waiter = self.listener.waiter(Channel::Jobs(self.id.lane));
         let mut errors: u32 = 0;
-        // Start with a scan: work may be waiting already.
-        let mut wake = Wake::Notified;
+        // Start with a scan: work may be waiting already. `notified` is true
+        // when the last wait ended with a wake-up (NOTIFY, catch-up or a
+        // passed-on wake), for the claims-after-notify statistic.
+        let mut scan = true;
+        let mut notified = false;
         loop {
             if drain.is_cancelled() || abort.is_cancelled() {
                 return Ok(());
             }
-            if wake != Wake::Cancelled && self.claimable.load(Ordering::Acquire) {
+            if scan && self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
                     Ok(Some(job)) => {
                         errors = 0;
                         waiter.pass_on();
-                        if wake == Wake::Notified {
+                        if notified {
+                            self.stats.claims_after_notify.fetch_add(1, Ordering::Relaxed);
+                            let waited = (job.claimed_at - job.eligible_at).to_std().unwrap_or_default();
                             self.stats
-                                .claims_after_notify
-                                .fetch_add(1, Ordering::Relaxed);
+                                .last_wake_to_claim_us
+                                .store(waited.as_micros() as u64, Ordering::Relaxed);
                         }
                         self.process(job, abort).await?;
-                        wake = Wake::Notified; // more may be waiting: rescan at once
+                        // More may be waiting: rescan at once.
+                        notified = false;
                         continue;
                     }
                     Ok(None) => errors = 0,
@@ -240,10 +248,12 @@ impl Collector {
                 Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
                 _ => self.tuning.poll_interval,
             };
-            wake = tokio::select! {
+            let wake = tokio::select! {
                 _ = stopped(drain, abort) => return Ok(()),
                 w = waiter.wait_at_most(until_eligible.max(Duration::from_millis(10))) => w,
             };
+            scan = wake != Wake::Cancelled;
+            notified = wake == Wake::Notified;
         }
     }
 
@@ -261,16 +271,9 @@ impl Collector {
             Err(EgressError::Cancelled) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         }
-        let job = queue::claim(&self.pool, &self.id, self.policy.lease)
+        queue::claim(&self.pool, &self.id, self.policy.lease)
             .await
-            .map_err(|e| e.to_string())?;
-        if let Some(j) = &job {
-            let waited = (j.claimed_at - j.created_at).to_std().unwrap_or_default();
-            self.stats
-                .last_wake_to_claim_us
-                .store(waited.as_micros() as u64, Ordering::Relaxed);
-        }
-        Ok(job)
+            .map_err(|e| e.to_string())
     }
 
     /// start → fetch (renewing) → finalize, for one claimed job.

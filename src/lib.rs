@@ -9,6 +9,7 @@ pub mod cli;
 pub mod collector;
 pub mod config;
 pub mod db;
+pub mod demo;
 pub mod domain;
 pub mod egress;
 pub mod fake_battlelog;

@@ -113,8 +113,11 @@ pub struct ClaimedJob {
     pub lease_expires_at: DateTime<Utc>,
     /// When the job was claimed.
     pub claimed_at: DateTime<Utc>,
-    /// When the job was created (for wake-to-claim measurements).
+    /// When the job was created.
     pub created_at: DateTime<Utc>,
+    /// When it became claimable (insert, promotion or end of backoff): the
+    /// start of its wake-to-claim latency.
+    pub eligible_at: DateTime<Utc>,
     /// Who owns it.
     pub collector_uuid: Uuid,
 }
@@ -266,7 +269,7 @@ pub async fn claim(
         )
         SELECT c.job_id, c.soldier_id, s.persona_id, s.platform, c.resource, c.lane,
                c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at,
-               c.claimed_at, c.created_at, c.collector_uuid
+               c.claimed_at, c.created_at, c.eligible_at, c.collector_uuid
         FROM claimed c JOIN soldiers s USING (soldier_id)"
     ))
     .bind(who.lane)

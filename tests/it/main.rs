@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod collector;
+mod demo;
 mod feeder;
 mod import;
 mod listener;

@@ -1,0 +1,535 @@
+//! `bf4ps-ops demo`: the whole system in one process, for a newcomer's first
+//! minute. Without `DATABASE_URL` it starts a private PostgreSQL
+//! ([`crate::pgcluster`]); then it migrates, imports a demo population,
+//! starts a fake Battlelog with a few percent of every failure class, a real
+//! `serve` (projector, monitor, feeder, retention, `/metrics`) and six real
+//! collectors (two interactive, four background), asks for an interactive
+//! refresh every few seconds and shows a live status screen.
+//!
+//! This is CLI orchestration over the runtime modules (errors are
+//! `anyhow` with context, as at the CLI edge). Invariants:
+//! - with `DATABASE_URL` it uses that database and creates nothing else;
+//! - everything started is stopped on Ctrl-C or at `--duration`: collectors
+//!   drain (finish their jobs), `serve` shuts down, the private cluster stops;
+//! - the summary's `projector_matches` compares this process's projected
+//!   event counters with the events written during the run, after the
+//!   projector caught up.
+
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::collector::{Collector, CollectorMetrics, Stats};
+use crate::config::{Tuning, parse_duration};
+use crate::db::{self, DbTarget};
+use crate::domain::{Lane, Platform};
+use crate::fake_battlelog::{FakeBattlelog, FakeSettings};
+use crate::import::{self, ImportOptions, SoldierRow};
+use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::metrics::parse_exposition;
+use crate::pgcluster::{PgClusterArgs, PrivateCluster};
+use crate::registry::Registration;
+use crate::serve::{Serve, ServeSettings};
+use crate::upstream::Upstream;
+
+/// `bf4ps-ops demo` settings.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Stop after this long and print a summary (default: run until Ctrl-C).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Soldiers in the demo population (imported idempotently).
+    #[arg(long, default_value_t = 5000)]
+    pub soldiers: u32,
+    /// Address of `/metrics`; a free port is used when it is taken.
+    #[arg(long, default_value = "127.0.0.1:9640")]
+    pub listen: SocketAddr,
+    /// How often to ask for an interactive refresh of a random soldier.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub request_every: Duration,
+    /// Print the final summary as JSON on stdout (the live screen goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    #[allow(missing_docs)] // clap help comes from PgClusterArgs' fields
+    #[command(flatten)]
+    pub pg: PgClusterArgs,
+}
+
+/// Collectors per lane.
+const INTERACTIVE_COLLECTORS: usize = 2;
+const BACKGROUND_COLLECTORS: usize = 4;
+
+/// The demo's own tuning: short intervals so things visibly move.
+fn demo_tuning() -> Tuning {
+    Tuning {
+        heartbeat_interval: Duration::from_secs(2),
+        heartbeat_lost_after: Duration::from_secs(6),
+        lease_duration: Duration::from_secs(20),
+        max_claim_to_start: Duration::from_secs(5),
+        retry_base_delay: Duration::from_secs(2),
+        retry_max_delay: Duration::from_secs(30),
+        feeder_target_depth: 300,
+        feeder_low_watermark: 150,
+        feeder_interval: Duration::from_secs(2),
+        gauge_interval: Duration::from_secs(2),
+        egress_rate: 40.0,
+        ..Tuning::default()
+    }
+}
+
+/// Faults of every class, a few percent each, and stats that change.
+fn demo_fake() -> FakeSettings {
+    FakeSettings {
+        latency: Duration::from_millis(15),
+        latency_jitter: Duration::from_millis(40),
+        rate_5xx: 0.02,
+        rate_429: 0.01,
+        rate_malformed: 0.01,
+        rate_missing_fields: 0.005,
+        rate_hang: 0.002,
+        rate_reset: 0.005,
+        unavailable_share: 0.01,
+        change_rate: 0.2,
+        seed: 42,
+        ..FakeSettings::default()
+    }
+}
+
+/// Jobs per lane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PerLane {
+    /// Interactive lane.
+    pub interactive: u64,
+    /// Background lane.
+    pub background: u64,
+}
+
+/// What a demo run did (printed at the end; `--json` for scripts and tests).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Summary {
+    /// The database (password redacted).
+    pub database: String,
+    /// Whether a private cluster was started.
+    pub private_cluster: bool,
+    /// Run time.
+    pub duration_s: f64,
+    /// Soldiers in the database.
+    pub soldiers: i64,
+    /// Where `/metrics` was served.
+    pub metrics_url: String,
+    /// Successful attempts per lane.
+    pub succeeded: PerLane,
+    /// Failed attempts (retried, gave up or unavailable).
+    pub failed: u64,
+    /// Attempts abandoned on a lost lease.
+    pub lease_lost: u64,
+    /// Interactive refreshes requested.
+    pub interactive_requests: u64,
+    /// Interactive claims made right after a NOTIFY wake-up.
+    pub interactive_claims_after_notify: u64,
+    /// The last interactive wake-to-claim latency.
+    pub last_wake_to_claim_ms: Option<f64>,
+    /// Events written during the run.
+    pub events_written: i64,
+    /// Events projected by this process (sum of `bf4ps_collection_events_total`).
+    pub events_projected: f64,
+    /// `events_projected == events_written` once the projector caught up.
+    pub projector_matches: bool,
+}
+
+/// Runs the demo until `interrupt` fires or `--duration` elapses.
+pub async fn run(database_url: Option<&str>, args: DemoArgs, interrupt: CancellationToken) -> anyhow::Result<Summary> {
+    let started = Instant::now();
+    // 1. The database.
+    let mut cluster = None;
+    let target = match database_url {
+        Some(url) => DbTarget::parse(Some(url))?,
+        None => {
+            args.pg.validate()?;
+            let c = PrivateCluster::start(args.pg.options())
+                .await
+                .context("starting the private PostgreSQL")?;
+            let target = DbTarget::parse(Some(c.url()))?;
+            cluster = Some(c);
+            target
+        }
+    };
+    let result = run_on(&target, &args, &interrupt, started, cluster.is_some()).await;
+    if let Some(mut c) = cluster {
+        eprintln!("stopping the private PostgreSQL…");
+        c.stop().await.context("stopping the private PostgreSQL")?;
+    }
+    result
+}
+
+async fn run_on(
+    target: &DbTarget,
+    args: &DemoArgs,
+    interrupt: &CancellationToken,
+    started: Instant,
+    private: bool,
+) -> anyhow::Result<Summary> {
+    let pool = target.connect(8).await?;
+    db::migrate(&pool).await?;
+    let soldiers = populate(&pool, args.soldiers).await?;
+    let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+        .fetch_one(&pool)
+        .await?;
+
+    // 2. The fake Battlelog and the control plane.
+    let fake = FakeBattlelog::start(demo_fake()).await.context("starting the fake Battlelog")?;
+    let tuning = demo_tuning();
+    let mut serve = start_serve(target, &tuning, args.listen).await?;
+    let metrics_url = format!("http://{}/metrics", serve.addr());
+    let registry = serve.registry().clone();
+
+    // 3. Real collectors, one LISTEN connection for all of them.
+    let collectors_stop = CancellationToken::new();
+    let mut upstream_args = fake.upstream_args();
+    upstream_args.timeout = Duration::from_secs(3);
+    let upstream = Arc::new(Upstream::new(&upstream_args)?);
+    let listener = Listener::spawn(
+        target.listen.clone(),
+        &[Channel::Jobs(Lane::Interactive), Channel::Jobs(Lane::Background)],
+        ListenerSettings::new(tuning.poll_interval),
+        metrics::Counter::noop(),
+        collectors_stop.clone(),
+    );
+    retire_previous_demo_collectors(&pool).await?;
+    let mut running = Vec::new();
+    for (lane, count, egress) in [
+        (Lane::Interactive, INTERACTIVE_COLLECTORS, "demo-interactive"),
+        (Lane::Background, BACKGROUND_COLLECTORS, "demo-background"),
+    ] {
+        for i in 1..=count {
+            let name = format!("demo-{}-{i}", if lane == Lane::Interactive { "int" } else { "bg" });
+            let c = Collector::register(
+                pool.clone(),
+                &Registration {
+                    name,
+                    hostname: hostname(),
+                    lane,
+                    egress_key: egress.to_owned(),
+                    software_version: env!("CARGO_PKG_VERSION").to_owned(),
+                },
+                upstream.clone(),
+                tuning.clone(),
+                listener.clone(),
+                CollectorMetrics::default(),
+            )
+            .await?;
+            let stats = c.stats();
+            let (drain, abort) = (collectors_stop.clone(), CancellationToken::new());
+            let task = tokio::spawn(async move { c.run(drain, abort).await });
+            running.push(RunningCollector { lane, stats, task });
+        }
+    }
+
+    // 4. Live: interactive requests and the status screen.
+    let out_is_tty = if args.json { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() };
+    let live = Live { json: args.json, tty: out_is_tty, metrics_url: metrics_url.clone() };
+    live.line(&format!(
+        "bf4ps-ops demo: {} soldiers, {} interactive + {} background collectors, fake Battlelog at {}; \
+         metrics at {metrics_url}; {}",
+        soldiers,
+        INTERACTIVE_COLLECTORS,
+        BACKGROUND_COLLECTORS,
+        fake.url(),
+        match args.duration {
+            Some(d) => format!("stopping after {}", crate::config::fmt_duration(d)),
+            None => "Ctrl-C to stop".to_owned(),
+        }
+    ));
+    let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut request_tick = tokio::time::interval(args.request_every);
+    let mut screen_tick = tokio::time::interval(Duration::from_secs(2));
+    let mut requests = 0u64;
+    let mut last_request = String::from("none yet");
+    let mut last_events = (Instant::now(), max_event_id(&pool).await?);
+    loop {
+        let until_deadline = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupt.cancelled() => break,
+            _ = until_deadline => break,
+            _ = request_tick.tick() => {
+                match request_random(&pool).await {
+                    Ok(text) => { requests += 1; last_request = text; }
+                    Err(e) => last_request = format!("failed: {e:#}"),
+                }
+            }
+            _ = screen_tick.tick() => {
+                let now_events = (Instant::now(), max_event_id(&pool).await.unwrap_or(last_events.1));
+                let rate = (now_events.1 - last_events.1) as f64
+                    / now_events.0.duration_since(last_events.0).as_secs_f64().max(1e-3);
+                last_events = now_events;
+                let wake_ms = last_wake_to_claim_ms(&running);
+                let status = crate::status::gather(&pool, None).await;
+                live.screen(started.elapsed(), status.ok(), rate, &last_request, wake_ms);
+            }
+        }
+    }
+
+    // 5. Stop: collectors drain (finish their jobs), then the projector catches up.
+    live.line("stopping: collectors finish their current jobs…");
+    collectors_stop.cancel();
+    let mut succeeded = PerLane::default();
+    let (mut failed, mut lease_lost, mut after_notify) = (0, 0, 0);
+    let wake_ms = last_wake_to_claim_ms(&running);
+    for RunningCollector { lane, stats, task } in running {
+        let _ = task.await;
+        let ok = stats.succeeded.load(Ordering::Relaxed);
+        match lane {
+            Lane::Interactive => {
+                succeeded.interactive += ok;
+                after_notify += stats.claims_after_notify.load(Ordering::Relaxed);
+            }
+            Lane::Background => succeeded.background += ok,
+        }
+        failed += stats.failed.load(Ordering::Relaxed);
+        lease_lost += stats.lease_lost.load(Ordering::Relaxed);
+    }
+    let events_written: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+        .fetch_one(&pool)
+        .await?;
+    let events_written = events_written - events_before;
+    let projected = wait_projected(&registry, events_written as f64, Duration::from_secs(30)).await;
+    live.line("stopping: serve…");
+    serve.stop().await?;
+    fake.shutdown().await;
+    Ok(Summary {
+        database: target.display.clone(),
+        private_cluster: private,
+        duration_s: started.elapsed().as_secs_f64(),
+        soldiers,
+        metrics_url,
+        succeeded,
+        failed,
+        lease_lost,
+        interactive_requests: requests,
+        interactive_claims_after_notify: after_notify,
+        last_wake_to_claim_ms: wake_ms,
+        events_written,
+        events_projected: projected,
+        projector_matches: projected == events_written as f64,
+    })
+}
+
+/// A started in-process `serve`, stoppable.
+struct ServeHandle {
+    addr: SocketAddr,
+    registry: crate::metrics::Registry,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), crate::serve::ServeError>>,
+}
+
+impl ServeHandle {
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn registry(&self) -> &crate::metrics::Registry {
+        &self.registry
+    }
+
+    async fn stop(&mut self) -> anyhow::Result<()> {
+        self.cancel.cancel();
+        (&mut self.task).await.context("serve task")??;
+        Ok(())
+    }
+}
+
+async fn start_serve(target: &DbTarget, tuning: &Tuning, listen: SocketAddr) -> anyhow::Result<ServeHandle> {
+    let try_start = |addr: SocketAddr| Serve::standard(target.clone(), tuning.clone(), ServeSettings::new(addr)).start();
+    let running = match try_start(listen).await {
+        Ok(r) => r,
+        Err(crate::serve::ServeError::Bind { .. }) => {
+            eprintln!("{listen} is taken; serving /metrics on a free port instead");
+            try_start(SocketAddr::from(([127, 0, 0, 1], 0))).await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (addr, registry) = (running.addr(), running.registry().clone());
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    let task = tokio::spawn(async move { running.run_until(stop.cancelled_owned()).await });
+    Ok(ServeHandle { addr, registry, cancel, task })
+}
+
+/// Imports the demo population (idempotent: re-runs only refresh names).
+async fn populate(pool: &PgPool, soldiers: u32) -> anyhow::Result<i64> {
+    let platforms = [Platform::Pc, Platform::Ps4, Platform::XboxOne];
+    let rows: Vec<SoldierRow> = (0..u64::from(soldiers))
+        .map(|i| SoldierRow {
+            line: i + 1,
+            platform: platforms[(i % 3) as usize],
+            persona_id: 100_000_000 + i as i64,
+            name: Some(format!("DemoSoldier{i:05}")),
+        })
+        .collect();
+    import::load(pool, Arc::new(rows), ImportOptions::default())
+        .await
+        .context("importing the demo population")?;
+    Ok(sqlx::query_scalar("SELECT count(*) FROM soldiers").fetch_one(pool).await?)
+}
+
+/// Incarnations left by an earlier demo run on this host are retired, so
+/// this run can take their names at once.
+async fn retire_previous_demo_collectors(pool: &PgPool) -> anyhow::Result<()> {
+    sqlx::query(
+        "UPDATE collectors SET retired_at = now(), drained = true, updated_at = now()
+         WHERE retired_at IS NULL AND collector_name LIKE 'demo-%' AND hostname = $1",
+    )
+    .bind(hostname())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+fn hostname() -> String {
+    gethostname::gethostname().to_string_lossy().into_owned()
+}
+
+async fn max_event_id(pool: &PgPool) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar("SELECT coalesce(max(event_id), 0) FROM collection_events")
+        .fetch_one(pool)
+        .await?)
+}
+
+/// Asks for an interactive refresh of a random soldier (the website's path).
+async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
+    let (platform, persona): (String, i64) = sqlx::query_as(
+        "SELECT platform, persona_id FROM soldiers
+         WHERE soldier_id >= (SELECT floor(random() * max(soldier_id))::bigint FROM soldiers)
+         ORDER BY soldier_id LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await?;
+    let rows = crate::request::request_refresh(pool, &platform, persona, &[]).await?;
+    let eta = rows.iter().filter_map(|r| r.eta_seconds).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+    let states: Vec<String> = rows.iter().map(|r| format!("{}:{}", r.resource, r.state)).collect();
+    Ok(format!(
+        "{platform}/{persona} → {} (ETA {})",
+        states.join(" "),
+        crate::request::fmt_eta(eta)
+    ))
+}
+
+/// One in-process collector of the demo.
+struct RunningCollector {
+    lane: Lane,
+    stats: Arc<Stats>,
+    task: tokio::task::JoinHandle<Result<(), crate::collector::CollectorError>>,
+}
+
+fn last_wake_to_claim_ms(running: &[RunningCollector]) -> Option<f64> {
+    running
+        .iter()
+        .filter(|c| c.lane == Lane::Interactive)
+        .map(|c| c.stats.last_wake_to_claim_us.load(Ordering::Relaxed))
+        .filter(|us| *us > 0)
+        .max()
+        .map(|us| us as f64 / 1000.0)
+}
+
+/// Sum of `bf4ps_collection_events_total` in `registry`, once it reaches
+/// `expected` (or the deadline passes).
+async fn wait_projected(registry: &crate::metrics::Registry, expected: f64, within: Duration) -> f64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let total: f64 = parse_exposition(&registry.render())
+            .into_iter()
+            .filter(|(name, _, _)| name == "bf4ps_collection_events_total")
+            .map(|(_, _, v)| v)
+            .sum();
+        if total >= expected || Instant::now() > deadline {
+            return total;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The live screen: redrawn in place on a terminal, one line per tick otherwise.
+struct Live {
+    json: bool,
+    tty: bool,
+    metrics_url: String,
+}
+
+impl Live {
+    fn line(&self, text: &str) {
+        if self.json {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+
+    fn screen(&self, elapsed: Duration, status: Option<crate::status::Status>, events_per_s: f64, last_request: &str, wake_ms: Option<f64>) {
+        let wake = wake_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms"));
+        let head = format!(
+            "demo {:>4}s  events/s {events_per_s:>7.1}  last interactive wake→claim {wake}  metrics {}",
+            elapsed.as_secs(),
+            self.metrics_url
+        );
+        if !self.tty {
+            let queue = status.as_ref().map_or(String::new(), |s| {
+                format!(
+                    "  pending int/bg {}/{}",
+                    s.queue.interactive.pending.total(),
+                    s.queue.background.pending.total()
+                )
+            });
+            self.line(&format!("{head}{queue}  last request {last_request}"));
+            return;
+        }
+        let mut text = String::from("\x1b[2J\x1b[H");
+        text.push_str(&head);
+        text.push('\n');
+        text.push_str(&format!("last interactive request: {last_request}\n\n"));
+        if let Some(s) = status {
+            text.push_str(&s.render());
+        }
+        text.push_str("\nCtrl-C to stop\n");
+        if self.json {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    }
+}
+
+impl Summary {
+    /// Human-readable summary.
+    pub fn render(&self) -> String {
+        format!(
+            "demo ran {:.0}s on {}{}: {} interactive and {} background jobs succeeded, {} failed \
+             attempts, {} lease(s) lost; {} interactive request(s), {} claimed right after a \
+             notification (last wake→claim {}); {} events written, {} projected{}\n",
+            self.duration_s,
+            self.database,
+            if self.private_cluster { " (private cluster)" } else { "" },
+            self.succeeded.interactive,
+            self.succeeded.background,
+            self.failed,
+            self.lease_lost,
+            self.interactive_requests,
+            self.interactive_claims_after_notify,
+            self.last_wake_to_claim_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms")),
+            self.events_written,
+            self.events_projected,
+            if self.projector_matches { " (exact)" } else { " (MISMATCH)" },
+        )
+    }
+}
