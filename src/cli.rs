@@ -384,7 +384,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Status { json } => {
-            let pool = cli.db.target()?.connect(2).await?;
+            let target = cli.db.target()?;
+            let pool = target.connect(2).await?;
+            if !db::migrations_current(&pool).await? {
+                anyhow::bail!(
+                    "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
+                    target.display
+                );
+            }
             let status = crate::status::gather(&pool, None).await?;
             if json {
                 print!("{}", status.to_json());

@@ -306,7 +306,7 @@ impl GaugeRefresher {
     }
 
     async fn projection(&self) -> Result<(), GaugeError> {
-        let lag = projector::lag(&self.pool).await?;
+        let lag = projector::lag(&self.pool, None).await?;
         self.set(
             "bf4ps_projector_backlog_events",
             &[],
@@ -318,7 +318,7 @@ impl GaugeRefresher {
             &[],
             lag.last_event_at.map_or(0.0, unix_seconds),
         );
-        let horizon = projector::horizon(&self.pool).await?;
+        let horizon = projector::horizon(&self.pool, None).await?;
         self.set(
             "bf4ps_projector_horizon_held_seconds",
             &[],

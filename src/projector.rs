@@ -1063,24 +1063,40 @@ pub struct Lag {
     pub lag_seconds: f64,
     /// occurred_at of the newest projected event.
     pub last_event_at: Option<DateTime<Utc>>,
+    /// When the checkpoint row last moved (a batch commit or a rebuild).
+    pub updated_at: DateTime<Utc>,
 }
 
-/// Reads the projection lag.
-pub async fn lag(pool: &PgPool) -> Result<Lag, ProjectorError> {
-    type LagRow = (String, i64, i64, Option<DateTime<Utc>>, i64, f64);
+/// Reads the projection lag as of `at` (None: the database's `now()`), in
+/// one statement: give it the pool, or a connection or transaction whose
+/// snapshot it should read (`status` passes its read-only snapshot).
+pub async fn lag<'e, E>(executor: E, at: Option<DateTime<Utc>>) -> Result<Lag, ProjectorError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    type LagRow = (
+        String,
+        i64,
+        i64,
+        Option<DateTime<Utc>>,
+        DateTime<Utc>,
+        i64,
+        f64,
+    );
     let row: Option<LagRow> = sqlx::query_as(concat!(
-        "SELECT c.tx_id::text, c.event_id, c.projected_events, c.last_event_at, ",
+        "SELECT c.tx_id::text, c.event_id, c.projected_events, c.last_event_at, c.updated_at, ",
         "(SELECT count(*) FROM collection_events e WHERE (e.tx_id, e.event_id) > (c.tx_id, c.event_id)), ",
-        "coalesce((SELECT extract(epoch FROM now() - min(o.occurred_at))::float8 FROM ",
+        "coalesce((SELECT extract(epoch FROM coalesce($2::timestamptz, now()) - min(o.occurred_at))::float8 FROM ",
         "  (SELECT e.occurred_at FROM collection_events e ",
         "   WHERE (e.tx_id, e.event_id) > (c.tx_id, c.event_id) ",
         "   ORDER BY e.tx_id, e.event_id LIMIT 10000) o), 0) ",
         "FROM projector_checkpoint c WHERE c.projector = $1"
     ))
     .bind(CHECKPOINT)
-    .fetch_optional(pool)
+    .bind(at)
+    .fetch_optional(executor)
     .await?;
-    let (tx, event_id, projected_events, last_event_at, backlog, lag) =
+    let (tx, event_id, projected_events, last_event_at, updated_at, backlog, lag) =
         row.ok_or(ProjectorError::MissingCheckpoint)?;
     Ok(Lag {
         checkpoint: Position {
@@ -1091,6 +1107,7 @@ pub async fn lag(pool: &PgPool) -> Result<Lag, ProjectorError> {
         backlog_events: backlog,
         lag_seconds: lag.max(0.0),
         last_event_at,
+        updated_at,
     })
 }
 
@@ -1122,9 +1139,17 @@ pub struct Horizon {
     pub holder: Option<HorizonHolder>,
 }
 
-/// Reads who holds the projection horizon back.
-pub async fn horizon(pool: &PgPool) -> Result<Horizon, ProjectorError> {
-    let mut conn = pool.acquire().await?;
+/// Reads who holds the projection horizon back, with ages as of `at` (None:
+/// the database's `now()`). Give it the pool, or a connection or transaction
+/// whose snapshot it should read: it works in a read-only REPEATABLE READ
+/// transaction too (`status`), where "held back" is judged in that
+/// transaction's snapshot and `pg_stat_activity` is read once per
+/// transaction.
+pub async fn horizon<'c, A>(conn: A, at: Option<DateTime<Utc>>) -> Result<Horizon, ProjectorError>
+where
+    A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
+{
+    let mut conn = conn.acquire().await?;
     if !held_back(&mut *conn).await? {
         return Ok(Horizon {
             held_seconds: 0.0,
@@ -1135,16 +1160,19 @@ pub async fn horizon(pool: &PgPool) -> Result<Horizon, ProjectorError> {
         "SELECT pid, database, application_name, state, client_addr, xact_age_seconds FROM (",
         "  SELECT a.pid, a.datname::text AS database, a.application_name, a.state, ",
         "         a.client_addr::text AS client_addr, ",
-        "         coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_seconds, ",
+        "         coalesce(extract(epoch FROM coalesce($1::timestamptz, now()) - a.xact_start), 0)::float8 ",
+        "           AS xact_age_seconds, ",
         "         age(a.backend_xid) AS xid_age ",
         "  FROM pg_stat_activity a WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid() ",
         "  AND (a.datname IS NULL OR a.datname = current_database()) ",
         "  UNION ALL ",
         "  SELECT 0, p.database::text, p.gid, 'prepared', NULL, ",
-        "         extract(epoch FROM now() - p.prepared)::float8, age(p.transaction) ",
+        "         extract(epoch FROM coalesce($1::timestamptz, now()) - p.prepared)::float8, ",
+        "         age(p.transaction) ",
         "  FROM pg_prepared_xacts p WHERE p.database = current_database()",
         ") h ORDER BY xid_age DESC LIMIT 1"
     ))
+    .bind(at)
     .fetch_optional(&mut *conn)
     .await?;
     Ok(Horizon {

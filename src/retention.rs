@@ -217,11 +217,15 @@ async fn locked_run(
     Ok(report)
 }
 
-/// occurred_at of the oldest retained event (None: no events).
-pub async fn oldest_event(pool: &PgPool) -> Result<Option<DateTime<Utc>>, RetentionError> {
+/// occurred_at of the oldest retained event (None: no events). Give it the
+/// pool, or a connection or transaction whose snapshot it should read.
+pub async fn oldest_event<'e, E>(executor: E) -> Result<Option<DateTime<Utc>>, RetentionError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
     Ok(
         sqlx::query_scalar("SELECT min(occurred_at) FROM collection_events")
-            .fetch_one(pool)
+            .fetch_one(executor)
             .await?,
     )
 }

@@ -4,7 +4,8 @@
 //! Sections: collectors by lane and health (and each non-retired collector),
 //! the working set by lane/status/class with the oldest pending age per lane,
 //! freshness per resource by age band ([`FRESHNESS_BANDS`] + `never`),
-//! projector lag and retention state.
+//! projector lag with who holds the transaction horizon back, and retention
+//! state.
 //!
 //! Invariants:
 //! - every section is read in ONE read-only REPEATABLE READ transaction, so
@@ -13,9 +14,11 @@
 //! - the JSON field names are a stable interface (documented in README.md,
 //!   `format` is bumped on any incompatible change); every lane, status,
 //!   class, resource and band is always present, with 0 when empty;
-//! - projector and retention come from migration 0003's tables through
-//!   [`projector_status`] and [`retention_status`]; when those tables do
-//!   not exist the sections are `null` ("n/a"), never an error.
+//! - one source of truth per figure: projector lag and horizon come from
+//!   [`projector::lag`] and [`projector::horizon`], the oldest event from
+//!   [`retention::oldest_event`] (the gauges read the same functions), run
+//!   inside this snapshot with this instant. The database must be migrated
+//!   (the CLI checks `db::migrations_current` first).
 
 use chrono::{DateTime, Utc};
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -23,6 +26,8 @@ use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
 use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
+use crate::projector::{self, ProjectorError};
+use crate::retention::{self, RetentionError};
 
 /// Version of the JSON document's shape.
 pub const FORMAT: u32 = 1;
@@ -33,6 +38,12 @@ pub enum StatusError {
     /// A query failed.
     #[error("reading status failed: {0}")]
     Db(#[from] sqlx::Error),
+    /// Reading projector lag or horizon failed.
+    #[error("reading status failed: {0}")]
+    Projector(#[from] ProjectorError),
+    /// Reading retention state failed.
+    #[error("reading status failed: {0}")]
+    Retention(#[from] RetentionError),
 }
 
 /// The whole status document.
@@ -48,10 +59,10 @@ pub struct Status {
     pub queue: PerLane<LaneQueue>,
     /// Freshness of `collection_state` per resource.
     pub freshness: PerResource<ResourceFreshness>,
-    /// Projector progress; `None` before migration 0003.
-    pub projector: Option<ProjectorStatus>,
-    /// Retention; `None` before migration 0003.
-    pub retention: Option<RetentionStatus>,
+    /// Projector progress and horizon.
+    pub projector: ProjectorStatus,
+    /// Retention.
+    pub retention: RetentionStatus,
 }
 
 /// One value per lane.
@@ -243,21 +254,65 @@ impl Serialize for Bands {
     }
 }
 
-/// Projector progress (migration 0003's `projector_checkpoint`).
+/// Projector progress ([`projector::lag`]) and horizon ([`projector::horizon`]).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ProjectorStatus {
     /// `event_id` of the checkpoint.
     pub checkpoint_event_id: i64,
-    /// Events projected since the checkpoint was created.
+    /// Events projected since the checkpoint was created (or rebuilt).
     pub projected_events: i64,
     /// Committed events after the checkpoint (not yet projected).
     pub backlog_events: i64,
-    /// Age of the oldest unprojected event; 0 when caught up.
+    /// Age of the oldest unprojected event; 0 when caught up
+    /// (`bf4ps_projector_lag_seconds`).
     pub lag_s: f64,
     /// Age of the newest projected event's `occurred_at`; `null` if none.
     pub last_event_age_s: Option<f64>,
-    /// Seconds since the checkpoint last moved; `null` without a checkpoint.
-    pub updated_age_s: Option<f64>,
+    /// Seconds since the checkpoint last moved.
+    pub updated_age_s: f64,
+    /// Who holds committed events back.
+    pub horizon: HorizonStatus,
+}
+
+/// The transaction horizon ([`projector::Horizon`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HorizonStatus {
+    /// How long committed events have been held back by an open
+    /// transaction, 0 when none is (`bf4ps_projector_horizon_held_seconds`).
+    pub held_s: f64,
+    /// The oldest open transaction of this database, when it holds
+    /// committed events back; `null` otherwise.
+    pub holder: Option<HorizonHolder>,
+}
+
+/// The session whose open transaction holds the horizon back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HorizonHolder {
+    /// Backend pid (0 for a prepared transaction).
+    pub pid: i32,
+    /// Its database.
+    pub database: Option<String>,
+    /// Its `application_name` (a prepared transaction's gid).
+    pub application_name: Option<String>,
+    /// Its state (`idle in transaction`, `active`, `prepared`, ...).
+    pub state: Option<String>,
+    /// Its client address; `null` for local sockets and prepared transactions.
+    pub client_addr: Option<String>,
+    /// Seconds since its transaction began.
+    pub xact_age_s: f64,
+}
+
+impl From<projector::HorizonHolder> for HorizonHolder {
+    fn from(h: projector::HorizonHolder) -> Self {
+        HorizonHolder {
+            pid: h.pid,
+            database: h.database,
+            application_name: h.application_name,
+            state: h.state,
+            client_addr: h.client_addr,
+            xact_age_s: h.xact_age_seconds,
+        }
+    }
 }
 
 /// Retention state (migration 0003's `retention_runs`).
@@ -402,84 +457,48 @@ async fn freshness(
     Ok(f)
 }
 
-async fn table_exists(conn: &mut PgConnection, name: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
-        .bind(name)
-        .fetch_one(&mut *conn)
-        .await
+/// Seconds from `t` to `at`.
+fn age_s(at: DateTime<Utc>, t: DateTime<Utc>) -> f64 {
+    (at - t)
+        .num_microseconds()
+        .map_or(f64::INFINITY, |us| us as f64 / 1e6)
 }
 
-/// Projector progress from migration 0003's `projector_checkpoint` and
-/// `collection_events.tx_id`; `None` when they do not exist (yet). A missing
-/// `main` checkpoint row counts as "nothing projected".
-pub async fn projector_status(
+async fn projector_status(
     conn: &mut PgConnection,
     at: DateTime<Utc>,
-) -> Result<Option<ProjectorStatus>, sqlx::Error> {
-    let ready: bool = sqlx::query_scalar(
-        "SELECT to_regclass('projector_checkpoint') IS NOT NULL AND EXISTS ( \
-             SELECT 1 FROM pg_attribute \
-             WHERE attrelid = 'collection_events'::regclass AND attname = 'tx_id' \
-               AND NOT attisdropped)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if !ready {
-        return Ok(None);
-    }
-    let row: (i64, i64, i64, Option<f64>, Option<f64>, Option<f64>) = sqlx::query_as(
-        "SELECT coalesce(cp.event_id, 0)::bigint, coalesce(cp.projected_events, 0)::bigint, \
-                b.backlog, extract(epoch FROM ($1 - b.oldest))::float8, \
-                extract(epoch FROM ($1 - cp.last_event_at))::float8, \
-                extract(epoch FROM ($1 - cp.updated_at))::float8 \
-         FROM (SELECT 1) AS one \
-         LEFT JOIN projector_checkpoint AS cp ON cp.projector = 'main' \
-         CROSS JOIN LATERAL ( \
-             SELECT count(*) AS backlog, min(e.occurred_at) AS oldest \
-             FROM collection_events AS e \
-             WHERE (e.tx_id, e.event_id) > (coalesce(cp.tx_id, '0'::xid8), coalesce(cp.event_id, 0)) \
-         ) AS b",
-    )
-    .bind(at)
-    .fetch_one(&mut *conn)
-    .await?;
-    let (checkpoint_event_id, projected_events, backlog_events, lag, last_event_age_s, updated) =
-        row;
-    Ok(Some(ProjectorStatus {
-        checkpoint_event_id,
-        projected_events,
-        backlog_events,
-        lag_s: lag.unwrap_or(0.0).max(0.0),
-        last_event_age_s,
-        updated_age_s: updated,
-    }))
+) -> Result<ProjectorStatus, ProjectorError> {
+    let lag = projector::lag(&mut *conn, Some(at)).await?;
+    let horizon = projector::horizon(&mut *conn, Some(at)).await?;
+    Ok(ProjectorStatus {
+        checkpoint_event_id: lag.checkpoint.event_id,
+        projected_events: lag.projected_events,
+        backlog_events: lag.backlog_events,
+        lag_s: lag.lag_seconds,
+        last_event_age_s: lag.last_event_at.map(|t| age_s(at, t)),
+        updated_age_s: age_s(at, lag.updated_at),
+        horizon: HorizonStatus {
+            held_s: horizon.held_seconds,
+            holder: horizon.holder.map(HorizonHolder::from),
+        },
+    })
 }
 
-/// Retention state from migration 0003's `retention_runs`; `None` when it
-/// does not exist (yet).
-pub async fn retention_status(
+async fn retention_status(
     conn: &mut PgConnection,
     at: DateTime<Utc>,
-) -> Result<Option<RetentionStatus>, sqlx::Error> {
-    if !table_exists(conn, "retention_runs").await? {
-        return Ok(None);
-    }
+) -> Result<RetentionStatus, StatusError> {
     let last_run: Option<RetentionRun> = sqlx::query_as(
         "SELECT started_at, finished_at, cutoff, deleted::bigint AS deleted, dry_run \
          FROM retention_runs ORDER BY started_at DESC, run_id DESC LIMIT 1",
     )
     .fetch_optional(&mut *conn)
     .await?;
-    let oldest_event_age_s: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM ($1 - min(occurred_at)))::float8 FROM collection_events",
-    )
-    .bind(at)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(Some(RetentionStatus {
+    let oldest = retention::oldest_event(&mut *conn).await?;
+    Ok(RetentionStatus {
         last_run,
-        oldest_event_age_s,
-    }))
+        oldest_event_age_s: oldest.map(|t| age_s(at, t)),
+    })
 }
 
 /// Formats an age for people: `-`, `850ms`, `12.3s`, `4m 05s`, `2h 10m`, `3d 04h`.
@@ -610,42 +629,55 @@ impl Status {
         }
         line(String::new());
 
-        line(match &self.projector {
-            None => "PROJECTOR     n/a (projector tables not present: migration 0003)".to_owned(),
-            Some(p) => format!(
-                "PROJECTOR     backlog {} event(s), lag {}, checkpoint event {} \
-                 ({} projected), last moved {} ago",
-                p.backlog_events,
-                fmt_age(Some(p.lag_s)),
-                p.checkpoint_event_id,
-                p.projected_events,
-                fmt_age(p.updated_age_s)
+        let p = &self.projector;
+        line(format!(
+            "PROJECTOR     backlog {} event(s), lag {}, checkpoint event {} \
+             ({} projected), last moved {} ago",
+            p.backlog_events,
+            fmt_age(Some(p.lag_s)),
+            p.checkpoint_event_id,
+            p.projected_events,
+            fmt_age(Some(p.updated_age_s))
+        ));
+        line(match &p.horizon.holder {
+            None => "  horizon     not held (no open transaction holds committed events back)"
+                .to_owned(),
+            Some(h) => format!(
+                "  horizon     HELD {} by pid {} ({}, {}, database {}{}), transaction open {}",
+                fmt_age(Some(p.horizon.held_s)),
+                h.pid,
+                h.application_name
+                    .as_deref()
+                    .filter(|a| !a.is_empty())
+                    .map_or("no application_name".to_owned(), |a| format!("{a:?}")),
+                h.state.as_deref().unwrap_or("state unknown"),
+                h.database.as_deref().unwrap_or("?"),
+                h.client_addr
+                    .as_deref()
+                    .map_or(String::new(), |c| format!(", from {c}")),
+                fmt_age(Some(h.xact_age_s))
             ),
         });
-        line(match &self.retention {
-            None => "RETENTION     n/a (retention tables not present: migration 0003)".to_owned(),
-            Some(r) => {
-                let last = match &r.last_run {
-                    None => "never run".to_owned(),
-                    Some(run) => format!(
-                        "last {}run started {}, {} deleted (cutoff {}){}",
-                        if run.dry_run { "dry " } else { "" },
-                        run.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
-                        run.deleted,
-                        run.cutoff.format("%Y-%m-%d %H:%M:%S UTC"),
-                        if run.finished_at.is_none() {
-                            ", not finished"
-                        } else {
-                            ""
-                        }
-                    ),
-                };
-                format!(
-                    "RETENTION     {last}; oldest event {}",
-                    fmt_age(r.oldest_event_age_s)
-                )
-            }
-        });
+        let r = &self.retention;
+        let last = match &r.last_run {
+            None => "never run".to_owned(),
+            Some(run) => format!(
+                "last {}run started {}, {} deleted (cutoff {}){}",
+                if run.dry_run { "dry " } else { "" },
+                run.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+                run.deleted,
+                run.cutoff.format("%Y-%m-%d %H:%M:%S UTC"),
+                if run.finished_at.is_none() {
+                    ", not finished"
+                } else {
+                    ""
+                }
+            ),
+        };
+        line(format!(
+            "RETENTION     {last}; oldest event {}",
+            fmt_age(r.oldest_event_age_s)
+        ));
         o
     }
 }

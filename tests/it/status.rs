@@ -1,34 +1,15 @@
 //! `bf4ps-ops status` against a known database state: the JSON document
 //! exactly (library, fixed instant), the same through the binary (ages only
-//! grow), and the human screen without the projector tables.
+//! grow), the human screen; an open transaction holding the horizon back is
+//! named on both; an unmigrated database is a one-line error.
 
 use bf4ps_ops::status;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
+use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::support::{TestDb, exec, run_bin};
-
-/// Migration 0003's projector/retention shapes, for branches that do not
-/// have it yet (idempotent: a no-op where 0003 is applied).
-const PROJECTOR_TABLES: &str = "
-ALTER TABLE collection_events
-    ADD COLUMN IF NOT EXISTS tx_id xid8 NOT NULL DEFAULT pg_current_xact_id();
-CREATE TABLE IF NOT EXISTS projector_checkpoint (
-    projector text PRIMARY KEY DEFAULT 'main',
-    tx_id xid8 NOT NULL,
-    event_id bigint NOT NULL,
-    projected_events bigint NOT NULL DEFAULT 0,
-    last_event_at timestamptz,
-    updated_at timestamptz NOT NULL DEFAULT now());
-CREATE TABLE IF NOT EXISTS retention_runs (
-    run_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    started_at timestamptz NOT NULL DEFAULT now(),
-    finished_at timestamptz,
-    cutoff timestamptz NOT NULL,
-    deleted bigint NOT NULL DEFAULT 0,
-    dry_run boolean NOT NULL DEFAULT false);
-";
+use crate::support::{TestDb, eventually, exec, run_bin};
 
 /// The known state, every time relative to `at` (`A`).
 fn fixture(at: DateTime<Utc>) -> String {
@@ -82,14 +63,10 @@ INSERT INTO collection_events (event_type, occurred_at) VALUES
     ('created', {a} - interval '10 minutes'),
     ('created', {a} - interval '5 minutes'),
     ('created', {a} - interval '1 minute');
-INSERT INTO projector_checkpoint (projector, tx_id, event_id, projected_events,
-                                  last_event_at, updated_at)
-SELECT 'main', tx_id, event_id, 2, {a} - interval '5 minutes', {a} - interval '20 seconds'
-FROM collection_events WHERE event_id = 2
-ON CONFLICT (projector) DO UPDATE
-SET tx_id = EXCLUDED.tx_id, event_id = EXCLUDED.event_id,
-    projected_events = EXCLUDED.projected_events, last_event_at = EXCLUDED.last_event_at,
-    updated_at = EXCLUDED.updated_at;
+UPDATE projector_checkpoint AS cp
+SET tx_id = e.tx_id, event_id = e.event_id, projected_events = 2,
+    last_event_at = {a} - interval '5 minutes', updated_at = {a} - interval '20 seconds'
+FROM collection_events AS e WHERE cp.projector = 'main' AND e.event_id = 2;
 INSERT INTO retention_runs (started_at, finished_at, cutoff, deleted, dry_run) VALUES
     ({a} - interval '2 days', {a} - interval '2 days', {a} - interval '182 days', 7, false),
     ({a} - interval '1 hour', {a} - interval '1 hour' + interval '2 seconds',
@@ -161,7 +138,8 @@ fn expected(at: DateTime<Utc>) -> Value {
             "backlog_events": 1,
             "lag_s": 60.0,
             "last_event_age_s": 300.0,
-            "updated_age_s": 20.0
+            "updated_age_s": 20.0,
+            "horizon": {"held_s": 0.0, "holder": null}
         },
         "retention": {
             "last_run": {
@@ -213,7 +191,6 @@ fn assert_same_but_older(later: &Value, earlier: &Value, path: &str) {
 #[sqlx::test]
 async fn status_json_reflects_a_known_state_exactly(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    exec(&db.pool, PROJECTOR_TABLES).await.unwrap();
     let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&db.pool)
         .await
@@ -238,41 +215,43 @@ async fn status_json_reflects_a_known_state_exactly(_: PgPoolOptions, opts: PgCo
 }
 
 #[sqlx::test]
-async fn the_screen_shows_na_without_the_projector_tables(
-    _: PgPoolOptions,
-    opts: PgConnectOptions,
-) {
+async fn the_screen_shows_the_known_state(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    exec(&db.pool, PROJECTOR_TABLES).await.unwrap();
     let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     exec(&db.pool, fixture(at)).await.unwrap();
-    exec(
-        &db.pool,
-        "DROP TABLE projector_checkpoint, retention_runs CASCADE",
-    )
-    .await
-    .unwrap();
 
-    let s = status::gather(&db.pool, Some(at)).await.unwrap();
-    assert_eq!((s.projector.clone(), s.retention.clone()), (None, None));
-    let screen = s.render();
+    let screen = status::gather(&db.pool, Some(at)).await.unwrap().render();
+    let run = |t: DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S UTC").to_string();
     for line in [
-        "  interactive          1        1     1        0",
-        "  background           0        1     0        1",
-        "  int-a                interactive  e1           healthy        2.0s          6",
-        "  int-b                interactive  e1           lost         1m 35s          -  drained",
-        "  bg-a                 background   e2           healthy        1.5s          -  disabled",
-        "  bg-b                 background   e2           unknown           -          -",
-        "  interactive         1            1       0       0          0        1        0  10.0s",
-        "  background          2            0       1       0          1        1        1  30.0s",
-        "  detailed            1        1        0        0        0        1  2h 00m",
-        "  profile             0        0        1        1        1        0  8d 00h",
-        "  weapons             0        0        0        0        0        2  -",
-        "PROJECTOR     n/a (projector tables not present: migration 0003)",
-        "RETENTION     n/a (retention tables not present: migration 0003)",
+        "  interactive          1        1     1        0".to_owned(),
+        "  background           0        1     0        1".to_owned(),
+        "  int-a                interactive  e1           healthy        2.0s          6"
+            .to_owned(),
+        "  int-b                interactive  e1           lost         1m 35s          -  drained"
+            .to_owned(),
+        "  bg-a                 background   e2           healthy        1.5s          -  disabled"
+            .to_owned(),
+        "  bg-b                 background   e2           unknown           -          -"
+            .to_owned(),
+        "  interactive         1            1       0       0          0        1        0  10.0s"
+            .to_owned(),
+        "  background          2            0       1       0          1        1        1  30.0s"
+            .to_owned(),
+        "  detailed            1        1        0        0        0        1  2h 00m".to_owned(),
+        "  profile             0        0        1        1        1        0  8d 00h".to_owned(),
+        "  weapons             0        0        0        0        0        2  -".to_owned(),
+        "PROJECTOR     backlog 1 event(s), lag 1m 00s, checkpoint event 2 (2 projected), \
+         last moved 20.0s ago"
+            .to_owned(),
+        "  horizon     not held (no open transaction holds committed events back)".to_owned(),
+        format!(
+            "RETENTION     last run started {}, 42 deleted (cutoff {}); oldest event 10m 00s",
+            run(at - Duration::hours(1)),
+            run(at - Duration::days(180))
+        ),
     ] {
         assert!(
             screen.lines().any(|l| l == line),
@@ -285,14 +264,138 @@ async fn the_screen_shows_na_without_the_projector_tables(
     );
 
     let out = run_bin(&["status"], Some(&db.url));
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("bf4ps-ops status at "), "{text}");
-    assert!(text.contains("PROJECTOR     n/a"), "{text}");
-    let json = run_bin(&["status", "--json"], Some(&db.url));
-    let doc: Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(
-        (&doc["projector"], &doc["retention"]),
-        (&Value::Null, &Value::Null)
+    assert!(
+        text.contains("\nPROJECTOR     backlog 1 event(s)"),
+        "{text}"
     );
+}
+
+/// A session whose open transaction inserted an event (so it has a
+/// transaction id) and now idles.
+async fn open_writer(db: &TestDb) -> (sqlx::PgConnection, i32) {
+    let mut conn = sqlx::PgConnection::connect_with(
+        &db.target.pool.clone().application_name("bf4ps-test holder"),
+    )
+    .await
+    .unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("INSERT INTO collection_events (event_type) VALUES ('created')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    (conn, pid)
+}
+
+#[sqlx::test]
+async fn status_names_the_transaction_holding_the_horizon(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let (mut writer, pid) = open_writer(&db).await;
+    // A later event commits while the writer's (older) one is still open.
+    exec(
+        &db.pool,
+        "INSERT INTO collection_events (event_type) VALUES ('created')",
+    )
+    .await
+    .unwrap();
+
+    // Other sessions of this database (autovacuum) may briefly be older.
+    let s = eventually(
+        std::time::Duration::from_secs(20),
+        "our writer as holder",
+        || async {
+            let s = status::gather(&db.pool, None).await.unwrap();
+            let ours = s.projector.horizon.holder.as_ref().map(|h| h.pid) == Some(pid);
+            ours.then_some(s)
+        },
+    )
+    .await;
+    let p = &s.projector;
+    assert_eq!(p.backlog_events, 1, "only the committed event is visible");
+    let h = p.horizon.holder.as_ref().unwrap();
+    assert_eq!(
+        (
+            h.database.as_deref(),
+            h.application_name.as_deref(),
+            h.state.as_deref()
+        ),
+        (
+            Some(database.as_str()),
+            Some("bf4ps-test holder"),
+            Some("idle in transaction")
+        )
+    );
+    assert!(h.xact_age_s > 0.0, "{h:?}");
+    assert_eq!(p.horizon.held_s, h.xact_age_s);
+    let screen = s.render();
+    let held = screen
+        .lines()
+        .find(|l| l.starts_with("  horizon     HELD "))
+        .unwrap_or_else(|| panic!("no held horizon line in:\n{screen}"));
+    assert!(
+        held.contains(&format!(
+            "by pid {pid} (\"bf4ps-test holder\", idle in transaction, database {database}"
+        )),
+        "{held}"
+    );
+
+    // The binary shows the same holder.
+    let out = run_bin(&["status", "--json"], Some(&db.url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let holder = &doc["projector"]["horizon"]["holder"];
+    assert_eq!(holder["pid"], json!(pid), "{doc:#}");
+    assert_eq!(holder["application_name"], json!("bf4ps-test holder"));
+    assert!(doc["projector"]["horizon"]["held_s"].as_f64().unwrap() > 0.0);
+
+    // The transaction ends: nothing of ours holds the horizon any more.
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    eventually(
+        std::time::Duration::from_secs(20),
+        "horizon released",
+        || async {
+            let s = status::gather(&db.pool, None).await.unwrap();
+            (s.projector.horizon.holder.is_none() && s.projector.backlog_events == 2).then_some(())
+        },
+    )
+    .await;
+}
+
+#[sqlx::test(migrations = false)]
+async fn status_on_an_unmigrated_database_says_run_migrate(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let out = run_bin(&["status"], Some(&db.url));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line on stderr, got:\n{err}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("run `bf4ps-ops migrate`"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 }
