@@ -294,7 +294,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::shutdown::on_signals(interrupt.clone(), abort.clone());
             tokio::spawn(async move {
                 abort.cancelled().await;
-                eprintln!("second signal: exiting now (a private cluster is cleaned up by the next run)");
+                eprintln!(
+                    "second signal: exiting now (a private cluster is cleaned up by the next run)"
+                );
                 std::process::exit(130);
             });
             let summary = crate::demo::run(cli.db.database_url.as_deref(), args, interrupt).await?;

@@ -219,8 +219,12 @@ impl Collector {
                         errors = 0;
                         waiter.pass_on();
                         if notified {
-                            self.stats.claims_after_notify.fetch_add(1, Ordering::Relaxed);
-                            let waited = (job.claimed_at - job.eligible_at).to_std().unwrap_or_default();
+                            self.stats
+                                .claims_after_notify
+                                .fetch_add(1, Ordering::Relaxed);
+                            let waited = (job.claimed_at - job.eligible_at)
+                                .to_std()
+                                .unwrap_or_default();
                             self.stats
                                 .last_wake_to_claim_us
                                 .store(waited.as_micros() as u64, Ordering::Relaxed);

@@ -12,8 +12,9 @@
 //! - everything started is stopped on Ctrl-C or at `--duration`: collectors
 //!   drain (finish their jobs), `serve` shuts down, the private cluster stops;
 //! - the summary's `projector_matches` compares this process's projected
-//!   event counters with the events written during the run, after the
-//!   projector caught up.
+//!   event counters with the events written during the run: after everything
+//!   stopped, the rest is projected with the same registry (exact when the
+//!   demo's `serve` is the only projector on the database).
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -35,6 +36,7 @@ use crate::import::{self, ImportOptions, SoldierRow};
 use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::parse_exposition;
 use crate::pgcluster::{PgClusterArgs, PrivateCluster};
+use crate::projector::Projector;
 use crate::registry::Registration;
 use crate::serve::{Serve, ServeSettings};
 use crate::upstream::Upstream;
@@ -145,7 +147,11 @@ pub struct Summary {
 }
 
 /// Runs the demo until `interrupt` fires or `--duration` elapses.
-pub async fn run(database_url: Option<&str>, args: DemoArgs, interrupt: CancellationToken) -> anyhow::Result<Summary> {
+pub async fn run(
+    database_url: Option<&str>,
+    args: DemoArgs,
+    interrupt: CancellationToken,
+) -> anyhow::Result<Summary> {
     let started = Instant::now();
     // 1. The database.
     let mut cluster = None;
@@ -184,7 +190,9 @@ async fn run_on(
         .await?;
 
     // 2. The fake Battlelog and the control plane.
-    let fake = FakeBattlelog::start(demo_fake()).await.context("starting the fake Battlelog")?;
+    let fake = FakeBattlelog::start(demo_fake())
+        .await
+        .context("starting the fake Battlelog")?;
     let tuning = demo_tuning();
     let mut serve = start_serve(target, &tuning, args.listen).await?;
     let metrics_url = format!("http://{}/metrics", serve.addr());
@@ -197,7 +205,10 @@ async fn run_on(
     let upstream = Arc::new(Upstream::new(&upstream_args)?);
     let listener = Listener::spawn(
         target.listen.clone(),
-        &[Channel::Jobs(Lane::Interactive), Channel::Jobs(Lane::Background)],
+        &[
+            Channel::Jobs(Lane::Interactive),
+            Channel::Jobs(Lane::Background),
+        ],
         ListenerSettings::new(tuning.poll_interval),
         metrics::Counter::noop(),
         collectors_stop.clone(),
@@ -205,11 +216,22 @@ async fn run_on(
     retire_previous_demo_collectors(&pool).await?;
     let mut running = Vec::new();
     for (lane, count, egress) in [
-        (Lane::Interactive, INTERACTIVE_COLLECTORS, "demo-interactive"),
+        (
+            Lane::Interactive,
+            INTERACTIVE_COLLECTORS,
+            "demo-interactive",
+        ),
         (Lane::Background, BACKGROUND_COLLECTORS, "demo-background"),
     ] {
         for i in 1..=count {
-            let name = format!("demo-{}-{i}", if lane == Lane::Interactive { "int" } else { "bg" });
+            let name = format!(
+                "demo-{}-{i}",
+                if lane == Lane::Interactive {
+                    "int"
+                } else {
+                    "bg"
+                }
+            );
             let c = Collector::register(
                 pool.clone(),
                 &Registration {
@@ -233,8 +255,16 @@ async fn run_on(
     }
 
     // 4. Live: interactive requests and the status screen.
-    let out_is_tty = if args.json { std::io::stderr().is_terminal() } else { std::io::stdout().is_terminal() };
-    let live = Live { json: args.json, tty: out_is_tty, metrics_url: metrics_url.clone() };
+    let out_is_tty = if args.json {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let live = Live {
+        json: args.json,
+        tty: out_is_tty,
+        metrics_url: metrics_url.clone(),
+    };
     live.line(&format!(
         "bf4ps-ops demo: {} soldiers, {} interactive + {} background collectors, fake Battlelog at {}; \
          metrics at {metrics_url}; {}",
@@ -300,13 +330,34 @@ async fn run_on(
         failed += stats.failed.load(Ordering::Relaxed);
         lease_lost += stats.lease_lost.load(Ordering::Relaxed);
     }
+    live.line("stopping: serve…");
+    serve.stop().await?;
+    // Nothing writes events now: project what is left with this process's
+    // registry, then compare its counters with the events of the run.
     let events_written: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
         .fetch_one(&pool)
         .await?;
     let events_written = events_written - events_before;
-    let projected = wait_projected(&registry, events_written as f64, Duration::from_secs(30)).await;
-    live.line("stopping: serve…");
-    serve.stop().await?;
+    let projector = Projector::new(pool.clone(), registry.clone(), tuning.projector_batch);
+    let catch_up = async {
+        loop {
+            let step = projector.run_once().await?;
+            if step.projected == 0 && !step.held_back {
+                return Ok::<(), crate::projector::ProjectorError>(());
+            }
+            if step.projected == 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), catch_up)
+        .await
+        .context("the projector did not catch up within 30 s")??;
+    let projected: f64 = parse_exposition(&registry.render())
+        .into_iter()
+        .filter(|(name, _, _)| name == "bf4ps_collection_events_total")
+        .map(|(_, _, v)| v)
+        .sum();
     fake.shutdown().await;
     Ok(Summary {
         database: target.display.clone(),
@@ -350,8 +401,14 @@ impl ServeHandle {
     }
 }
 
-async fn start_serve(target: &DbTarget, tuning: &Tuning, listen: SocketAddr) -> anyhow::Result<ServeHandle> {
-    let try_start = |addr: SocketAddr| Serve::standard(target.clone(), tuning.clone(), ServeSettings::new(addr)).start();
+async fn start_serve(
+    target: &DbTarget,
+    tuning: &Tuning,
+    listen: SocketAddr,
+) -> anyhow::Result<ServeHandle> {
+    let try_start = |addr: SocketAddr| {
+        Serve::standard(target.clone(), tuning.clone(), ServeSettings::new(addr)).start()
+    };
     let running = match try_start(listen).await {
         Ok(r) => r,
         Err(crate::serve::ServeError::Bind { .. }) => {
@@ -364,7 +421,12 @@ async fn start_serve(target: &DbTarget, tuning: &Tuning, listen: SocketAddr) -> 
     let cancel = CancellationToken::new();
     let stop = cancel.clone();
     let task = tokio::spawn(async move { running.run_until(stop.cancelled_owned()).await });
-    Ok(ServeHandle { addr, registry, cancel, task })
+    Ok(ServeHandle {
+        addr,
+        registry,
+        cancel,
+        task,
+    })
 }
 
 /// Imports the demo population (idempotent: re-runs only refresh names).
@@ -381,7 +443,9 @@ async fn populate(pool: &PgPool, soldiers: u32) -> anyhow::Result<i64> {
     import::load(pool, Arc::new(rows), ImportOptions::default())
         .await
         .context("importing the demo population")?;
-    Ok(sqlx::query_scalar("SELECT count(*) FROM soldiers").fetch_one(pool).await?)
+    Ok(sqlx::query_scalar("SELECT count(*) FROM soldiers")
+        .fetch_one(pool)
+        .await?)
 }
 
 /// Incarnations left by an earlier demo run on this host are retired, so
@@ -402,9 +466,11 @@ fn hostname() -> String {
 }
 
 async fn max_event_id(pool: &PgPool) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar("SELECT coalesce(max(event_id), 0) FROM collection_events")
-        .fetch_one(pool)
-        .await?)
+    Ok(
+        sqlx::query_scalar("SELECT coalesce(max(event_id), 0) FROM collection_events")
+            .fetch_one(pool)
+            .await?,
+    )
 }
 
 /// Asks for an interactive refresh of a random soldier (the website's path).
@@ -417,8 +483,14 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
     .fetch_one(pool)
     .await?;
     let rows = crate::request::request_refresh(pool, &platform, persona, &[]).await?;
-    let eta = rows.iter().filter_map(|r| r.eta_seconds).fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
-    let states: Vec<String> = rows.iter().map(|r| format!("{}:{}", r.resource, r.state)).collect();
+    let eta = rows
+        .iter()
+        .filter_map(|r| r.eta_seconds)
+        .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
+    let states: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}:{}", r.resource, r.state))
+        .collect();
     Ok(format!(
         "{platform}/{persona} → {} (ETA {})",
         states.join(" "),
@@ -443,23 +515,6 @@ fn last_wake_to_claim_ms(running: &[RunningCollector]) -> Option<f64> {
         .map(|us| us as f64 / 1000.0)
 }
 
-/// Sum of `bf4ps_collection_events_total` in `registry`, once it reaches
-/// `expected` (or the deadline passes).
-async fn wait_projected(registry: &crate::metrics::Registry, expected: f64, within: Duration) -> f64 {
-    let deadline = Instant::now() + within;
-    loop {
-        let total: f64 = parse_exposition(&registry.render())
-            .into_iter()
-            .filter(|(name, _, _)| name == "bf4ps_collection_events_total")
-            .map(|(_, _, v)| v)
-            .sum();
-        if total >= expected || Instant::now() > deadline {
-            return total;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The live screen: redrawn in place on a terminal, one line per tick otherwise.
 struct Live {
     json: bool,
@@ -476,7 +531,14 @@ impl Live {
         }
     }
 
-    fn screen(&self, elapsed: Duration, status: Option<crate::status::Status>, events_per_s: f64, last_request: &str, wake_ms: Option<f64>) {
+    fn screen(
+        &self,
+        elapsed: Duration,
+        status: Option<crate::status::Status>,
+        events_per_s: f64,
+        last_request: &str,
+        wake_ms: Option<f64>,
+    ) {
         let wake = wake_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms"));
         let head = format!(
             "demo {:>4}s  events/s {events_per_s:>7.1}  last interactive wake→claim {wake}  metrics {}",
@@ -519,17 +581,26 @@ impl Summary {
              notification (last wake→claim {}); {} events written, {} projected{}\n",
             self.duration_s,
             self.database,
-            if self.private_cluster { " (private cluster)" } else { "" },
+            if self.private_cluster {
+                " (private cluster)"
+            } else {
+                ""
+            },
             self.succeeded.interactive,
             self.succeeded.background,
             self.failed,
             self.lease_lost,
             self.interactive_requests,
             self.interactive_claims_after_notify,
-            self.last_wake_to_claim_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms")),
+            self.last_wake_to_claim_ms
+                .map_or("-".to_owned(), |ms| format!("{ms:.1} ms")),
             self.events_written,
             self.events_projected,
-            if self.projector_matches { " (exact)" } else { " (MISMATCH)" },
+            if self.projector_matches {
+                " (exact)"
+            } else {
+                " (MISMATCH)"
+            },
         )
     }
 }

@@ -9,9 +9,16 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::support::{TestDb, bin};
 
-fn run_demo(args: &[&str], database_url: Option<&str>, pg_root: Option<&PathBuf>) -> (Output, Value) {
+fn run_demo(
+    args: &[&str],
+    database_url: Option<&str>,
+    pg_root: Option<&PathBuf>,
+) -> (Output, Value) {
     let mut cmd = bin();
-    cmd.arg("demo").args(args).args(["--json", "--listen", "127.0.0.1:0"]).env_remove("DATABASE_URL");
+    cmd.arg("demo")
+        .args(args)
+        .args(["--json", "--listen", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL");
     if let Some(url) = database_url {
         cmd.env("DATABASE_URL", url);
     }
@@ -34,17 +41,31 @@ fn run_demo(args: &[&str], database_url: Option<&str>, pg_root: Option<&PathBuf>
 async fn demo_runs_both_lanes_and_projects_exactly(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let (out, s) = run_demo(
-        &["--duration", "20s", "--soldiers", "600", "--request-every", "1s"],
+        &[
+            "--duration",
+            "20s",
+            "--soldiers",
+            "600",
+            "--request-every",
+            "1s",
+        ],
         Some(&db.url),
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(s["private_cluster"], false);
     assert_eq!(s["soldiers"], 600);
     assert!(s["succeeded"]["interactive"].as_u64().unwrap() > 0, "{s}");
     assert!(s["succeeded"]["background"].as_u64().unwrap() > 0, "{s}");
     assert!(s["interactive_requests"].as_u64().unwrap() >= 5, "{s}");
-    assert!(s["interactive_claims_after_notify"].as_u64().unwrap() >= 1, "{s}");
+    assert!(
+        s["interactive_claims_after_notify"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
     assert_eq!(s["projector_matches"], true, "{s}");
     // The projector's counters match collection_events exactly.
     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
@@ -54,29 +75,42 @@ async fn demo_runs_both_lanes_and_projects_exactly(_: PgPoolOptions, opts: PgCon
     assert_eq!(s["events_written"].as_i64().unwrap(), events);
     assert_eq!(s["events_projected"].as_f64().unwrap(), events as f64);
     // It created nothing but its own rows in the given database.
-    let collectors: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM collectors WHERE collector_name LIKE 'demo-%' AND NOT drained")
-            .fetch_one(&db.pool)
-            .await
-            .unwrap();
+    let collectors: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM collectors WHERE collector_name LIKE 'demo-%' AND NOT drained",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
     assert_eq!(collectors, 0, "every demo collector drained on exit");
 }
 
 #[test]
 fn demo_on_a_private_cluster_starts_stops_and_reuses_it() {
-    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-pg-{}", std::process::id()));
+    let root =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-pg-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let (out, first) = run_demo(&["--duration", "3s", "--soldiers", "90"], None, Some(&root));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(first["private_cluster"], true);
     assert!(String::from_utf8_lossy(&out.stderr).contains("initializing a PostgreSQL"));
     assert!(root.join("pgdata").join("PG_VERSION").is_file());
     // Stopped on exit: no server process remains.
-    assert!(!root.join("pgdata").join("postmaster.pid").exists(), "the private server was left running");
+    assert!(
+        !root.join("pgdata").join("postmaster.pid").exists(),
+        "the private server was left running"
+    );
 
     // A second run reuses the data directory: the first run's events are still there.
     let (out, second) = run_demo(&["--duration", "3s", "--soldiers", "90"], None, Some(&root));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(second["private_cluster"], true);
     assert_eq!(second["soldiers"], 90, "the population was not duplicated");
     assert!(!root.join("pgdata").join("postmaster.pid").exists());
