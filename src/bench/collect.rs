@@ -78,7 +78,7 @@ fn cpu_time() -> Duration {
 
 /// Runs the `collect` scenarios.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let jobs = ctx.size(3_000, 300) as i64;
+    let jobs = ctx.size(3_000, 100) as i64;
     let mut reports = Vec::new();
     for latency_ms in [0u64, 20] {
         let fake = FakeProcess::start(latency_ms)?;

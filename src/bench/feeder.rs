@@ -1,13 +1,13 @@
 //! `bench feeder`: feed cycles against a large backlog. 1,000,000 due
-//! `collection_state` rows (quick: 100,000) in random due order, a third each
+//! `collection_state` rows (quick: 20,000) in random due order, a third each
 //! bootstrap / active / recent; the cycle's plan must read them through
 //! `ix_collection_state_due` (the bench fails otherwise). Scenarios:
-//! - `fill`: an empty working set topped up to 10,000 jobs (quick: 1,000);
+//! - `fill`: an empty working set topped up to 10,000 jobs (quick: 500);
 //! - `topup`: a full working set after 10% of it was claimed and finished;
 //! - `noop`: a full working set (the cycle counts and returns).
 //!
 //! `bench import`: `soldiers import` of a generated 1,000,000-row CSV
-//! (quick: 50,000) into an empty database, then the same file again (every
+//! (quick: 5,000) into an empty database, then the same file again (every
 //! row unchanged).
 
 use std::time::Instant;
@@ -34,8 +34,8 @@ async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
-    let state_rows = ctx.size(1_000_000, 100_000) as i64;
-    let target = ctx.size(10_000, 1_000) as u32;
+    let state_rows = ctx.size(1_000_000, 20_000) as i64;
+    let target = ctx.size(10_000, 500) as u32;
     let samples = ctx.size(5, 3);
     eprintln!("feeder: seeding {state_rows} collection_state rows…");
     sqlx::query(
@@ -171,7 +171,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
 
     // noop: full.
     let mut noop = Vec::new();
-    for _ in 0..ctx.size(50, 10) {
+    for _ in 0..ctx.size(50, 5) {
         let (ms, _, _) = cycle(&feeder).await?;
         noop.push(ms);
     }
@@ -201,7 +201,7 @@ fn backend_cpu_ms(pid: i32) -> Option<f64> {
 
 /// Runs the import benchmark.
 pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let rows = ctx.size(1_000_000, 50_000);
+    let rows = ctx.size(1_000_000, 5_000);
     let path = std::env::temp_dir().join(format!("bf4ps-bench-import-{}.csv", std::process::id()));
     {
         use std::io::Write;

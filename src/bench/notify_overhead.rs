@@ -43,7 +43,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let seconds = ctx.size(5, 1) as f64;
     // Room for one pending job per transaction: soldiers × resources.
-    let soldiers = ctx.size(40_000, 10_000);
+    let soldiers = ctx.size(40_000, 2_000);
     sqlx::query(
         "INSERT INTO soldiers (platform, persona_id) SELECT 'pc', g FROM generate_series(1, $1) g",
     )

@@ -65,7 +65,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let batch = crate::config::Tuning::default().projector_batch;
 
     // 1. Catch-up.
-    let n = ctx.size(1_000_000, 50_000);
+    let n = ctx.size(1_000_000, 10_000);
     eprintln!("inserting {n} events…");
     insert_events(&db.pool, n, 0.0).await?;
     let registry = Registry::new();
@@ -104,7 +104,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
 
     // 2. Steady-state lag at a fixed write rate.
     let rate = 2_000.0;
-    let seconds = ctx.size(20, 5) as f64;
+    let seconds = ctx.size(20, 2) as f64;
     reports.push(steady_lag(db, rate, seconds, batch).await?);
     Ok(reports)
 }

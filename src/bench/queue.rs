@@ -88,9 +88,9 @@ pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report, BenchError> {
     let collectors = 8;
     let samples = if listen {
-        ctx.size(1_000, 100)
+        ctx.size(1_000, 50)
     } else {
-        ctx.size(200, 20)
+        ctx.size(200, 8)
     };
     let poll = Duration::from_secs(1);
     let cancel = CancellationToken::new();
@@ -186,7 +186,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
 /// `claim`: claim → start → finalize_success throughput with 1, 4 and 16
 /// workers, default trigger configuration.
 pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let jobs = ctx.size(20_000, 2_000) as i64;
+    let jobs = ctx.size(20_000, 300) as i64;
     let mut reports = Vec::new();
     for workers in [1usize, 4, 16] {
         let db = ScratchDb::create(&ctx.target, workers as u32 + 2).await?;
@@ -255,7 +255,7 @@ pub async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     } else {
         &[1_000, 10_000, 100_000]
     };
-    let samples = ctx.size(500, 100);
+    let samples = ctx.size(500, 50);
     let mut reports = Vec::new();
     let mut p50_first = None;
     for &depth in depths {

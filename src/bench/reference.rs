@@ -22,7 +22,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
 
     // 1. SELECT 1 round trip on a pooled connection.
-    let samples_n = ctx.size(5_000, 500);
+    let samples_n = ctx.size(5_000, 200);
     let mut conn = db.pool.acquire().await?;
     let mut samples = Vec::with_capacity(samples_n);
     for _ in 0..samples_n {
@@ -63,7 +63,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         .batch_execute("LISTEN bf4ps_bench_reference")
         .await
         .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
-    let notify_n = ctx.size(2_000, 200);
+    let notify_n = ctx.size(2_000, 100);
     let mut samples = Vec::with_capacity(notify_n);
     for _ in 0..notify_n {
         sqlx::query("SELECT pg_notify('bf4ps_bench_reference', '')")

@@ -19,7 +19,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
-    let expired = ctx.size(2_000_000, 100_000);
+    let expired = ctx.size(2_000_000, 20_000);
     let fresh = expired / 10;
     eprintln!("inserting {expired} expired and {fresh} recent events…");
     super::projector::insert_events(&db.pool, expired, 200.0).await?;

@@ -5,6 +5,7 @@
 mod fixtures;
 mod support;
 
+mod bench;
 mod cli;
 mod collector;
 mod demo;

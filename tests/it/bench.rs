@@ -1,0 +1,101 @@
+//! `bench all --quick --json`: every benchmark runs (smoke, not performance)
+//! and prints one valid JSON object per scenario with unit-suffixed figures.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crate::support::{bin, master_url};
+
+#[test]
+fn bench_all_quick_emits_valid_json_for_every_scenario() {
+    let started = Instant::now();
+    let child = bin()
+        .args(["bench", "all", "--quick", "--json"])
+        .env("DATABASE_URL", master_url())
+        .env("BF4PS_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run bench");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("bench output");
+    let elapsed = started.elapsed();
+    assert!(
+        out.status.success(),
+        "bench failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut names = BTreeSet::new();
+    for line in stdout.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let name = v["name"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no name: {line}"));
+        assert!(v["params"].is_object(), "{line}");
+        let figures = v["figures"]
+            .as_object()
+            .unwrap_or_else(|| panic!("no figures: {line}"));
+        assert!(!figures.is_empty(), "{line}");
+        for (key, value) in figures {
+            assert!(
+                [
+                    "_ms",
+                    "_s",
+                    "_per_s",
+                    "_bytes",
+                    "_ratio",
+                    "_per_claim",
+                    "_per_1000_jobs"
+                ]
+                .iter()
+                .any(|unit| key.ends_with(unit)),
+                "figure {key} has no unit suffix: {line}"
+            );
+            assert!(
+                value.as_f64().is_some_and(f64::is_finite),
+                "{key} is not a number: {line}"
+            );
+        }
+        names.insert(name.to_owned());
+    }
+    let expected: BTreeSet<String> = bf4ps_ops::bench::BENCHES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(names, expected, "every benchmark reports");
+    for required in [
+        "wake",
+        "claim",
+        "claim-depth",
+        "collect",
+        "projector",
+        "notify-overhead",
+        "retention",
+        "feeder",
+    ] {
+        assert!(names.contains(required), "{required} missing");
+    }
+    assert!(
+        elapsed < Duration::from_secs(120),
+        "bench all --quick took {elapsed:?}"
+    );
+    // Its scratch databases (bf4ps_bench_<pid>_<n>) were dropped.
+    let query =
+        format!("SELECT count(*) FROM pg_database WHERE datname LIKE 'bf4ps_bench_{pid}_%'");
+    let left = std::process::Command::new("psql")
+        .args([master_url().as_str(), "-Atc", &query])
+        .output()
+        .expect("psql");
+    assert!(
+        left.status.success(),
+        "{}",
+        String::from_utf8_lossy(&left.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "0",
+        "scratch databases left behind"
+    );
+}
