@@ -13,7 +13,10 @@
 //!   `BF4PSCollectorHeartbeatLost` never even pending);
 //! - SIGKILL of one collector fires `BF4PSCollectorHeartbeatLost` for that
 //!   collector only, and the heartbeat panels then show it;
-//! - restarting a collector under the same name resolves the alert.
+//! - restarting it under the same name resolves the alert, both when the
+//!   new incarnation exports the same series (same egress key) and when it
+//!   moved egress key, so the old series must vanish through serve's gauge
+//!   idle timeout (3 × `BF4PS_GAUGE_INTERVAL`).
 //!
 //! Everything runs as child processes killed on drop ([`Proc`]); the
 //! Prometheus data directory lives under `target/tmp` and is removed.
