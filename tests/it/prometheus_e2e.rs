@@ -780,9 +780,9 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
             .wait_for_log("serving http://", Duration::from_secs(30))
             .await,
     );
-    let (mut victim, victim_addr) =
+    let (mut collector_a, a_addr) =
         start_collector(&db, &fake_url, "e2e-a", "egress-a", "127.0.0.1:0").await;
-    let (mut other, other_addr) =
+    let (mut collector_b, b_addr) =
         start_collector(&db, &fake_url, "e2e-b", "egress-b", "127.0.0.1:0").await;
 
     // Prometheus: scrape every second, evaluate the shortened rules.
@@ -796,7 +796,7 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
             {"job_name": "bf4ps-serve",
              "static_configs": [{"targets": [serve_addr.to_string()]}]},
             {"job_name": "bf4ps-collector",
-             "static_configs": [{"targets": [victim_addr.to_string(), other_addr.to_string()]}]},
+             "static_configs": [{"targets": [a_addr.to_string(), b_addr.to_string()]}]},
         ],
     });
     let config_file = dir.0.join("prometheus.yml");
@@ -889,8 +889,8 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
         ever.is_empty(),
         "heartbeat alert was active while healthy: {ever:?}"
     );
-    victim.assert_running();
-    other.assert_running();
+    collector_a.assert_running();
+    collector_b.assert_running();
     serve.assert_running();
 
     // SIGKILL a collector: the alert fires for it, and only for it; the
@@ -907,9 +907,9 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
         .collect();
     let _a = world
         .lose_and_restart(
-            &mut victim,
+            &mut collector_a,
             "e2e-a",
-            victim_addr,
+            a_addr,
             "egress-a",
             "egress-a",
             || assert_have_data(&prom, &until_loss, true, Duration::from_secs(15)),
@@ -921,9 +921,9 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
     // because serve still exports fleet data (`unless on () bf4ps_collectors`).
     let _b = world
         .lose_and_restart(
-            &mut other,
+            &mut collector_b,
             "e2e-b",
-            other_addr,
+            b_addr,
             "egress-b",
             "egress-b2",
             || std::future::ready(()),
