@@ -15,6 +15,7 @@ mod listener;
 mod observability;
 mod pgcluster;
 mod projector;
+mod prometheus_e2e;
 mod queue;
 mod registry;
 mod request;

@@ -1,24 +1,37 @@
-//! Static checks of the observability artefacts: `alerts/bf4ps.rules.yml`
+//! Checks of the observability artefacts: `alerts/bf4ps.rules.yml`
 //! (promtool lint and unit tests, alert conventions, runbook sections),
 //! `dashboards/*.json` (Grafana conventions per panel) and every PromQL
 //! expression in both (parsed, and each metric name proven exported).
 //!
-//! The name check is split so the end-to-end test can reuse it:
-//! [`metric_names_used`] parses one expression (Grafana variables substituted)
-//! and [`unexported_names`] checks every expression of the repository against
-//! a set of exported names — today the catalog ([`catalog_exported`]), later
-//! the exposition a real `serve` renders ([`exposition_exported`]).
+//! The name check is split so the end-to-end test (`prometheus_e2e`) can
+//! reuse it: [`metric_names_used`] parses one expression (Grafana variables
+//! substituted) and [`unexported_names`] checks every expression of the
+//! repository against a set of exported names. That set comes from real
+//! expositions: the `/metrics` body of a running `serve`
+//! ([`serve_exposition`]) and what a collector renders
+//! ([`collector_exposition`]), read with [`exposition_exported`]; the
+//! catalog is checked against both ([`catalog_disagreements`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use bf4ps_ops::metrics::catalog::{CATALOG, Kind};
+use bf4ps_ops::collector::CollectorMetrics;
+use bf4ps_ops::config::Tuning;
+use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
+use bf4ps_ops::metrics::Registry;
+use bf4ps_ops::metrics::catalog::{CATALOG, Exporter, Kind};
+use bf4ps_ops::serve::{Serve, ServeSettings};
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr, VectorSelector};
 use serde::Deserialize;
 use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::fixtures;
+use crate::projector::{Ev, insert};
+use crate::support::{TestDb, eventually, exec, http_text};
 
 /// The rules file, relative to the repository root.
 pub const RULES_FILE: &str = "alerts/bf4ps.rules.yml";
@@ -159,6 +172,74 @@ fn panel_title(panel: &Value) -> &str {
         .unwrap_or("<untitled>")
 }
 
+/// One query a dashboard runs: a panel target or a variable's series selector.
+#[derive(Debug, Clone)]
+pub struct DashboardQuery {
+    /// Dashboard file name, e.g. `fleet.json`.
+    pub file: String,
+    /// Panel title (`None` for a variable's query).
+    pub panel: Option<String>,
+    /// Target refId, or the variable's name.
+    pub ref_id: String,
+    /// PromQL, Grafana variables not substituted.
+    pub expr: String,
+}
+
+impl DashboardQuery {
+    /// Where it is, e.g. `dashboards/fleet.json / panel "Busy collectors" / A`.
+    pub fn place(&self) -> String {
+        match &self.panel {
+            Some(title) => format!(
+                "dashboards/{} / panel {title:?} / {}",
+                self.file, self.ref_id
+            ),
+            None => format!("dashboards/{} / variable {:?}", self.file, self.ref_id),
+        }
+    }
+}
+
+/// Every query of every dashboard: panel targets, then the selectors of the
+/// `label_values(...)` variables.
+pub fn dashboard_queries() -> Vec<DashboardQuery> {
+    let mut out = Vec::new();
+    for (file, dash) in dashboards() {
+        for panel in panels(&dash) {
+            for target in panel
+                .get("targets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(expr) = target.get("expr").and_then(Value::as_str) {
+                    out.push(DashboardQuery {
+                        file: file.clone(),
+                        panel: Some(panel_title(panel).to_owned()),
+                        ref_id: target
+                            .get("refId")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?")
+                            .to_owned(),
+                        expr: expr.to_owned(),
+                    });
+                }
+            }
+        }
+        for var in dash["templating"]["list"].as_array().into_iter().flatten() {
+            if let Some(q) = var.get("definition").and_then(Value::as_str)
+                && let Some(selector) = label_values_selector(q)
+            {
+                out.push(DashboardQuery {
+                    file: file.clone(),
+                    panel: None,
+                    ref_id: var["name"].as_str().unwrap_or("?").to_owned(),
+                    expr: selector.to_owned(),
+                });
+            }
+        }
+    }
+    out
+}
+
 /// Every PromQL expression of the repository: where it is, and its text.
 pub fn all_expressions() -> Vec<(String, String)> {
     let mut out = Vec::new();
@@ -170,34 +251,7 @@ pub fn all_expressions() -> Vec<(String, String)> {
             ));
         }
     }
-    for (file, dash) in dashboards() {
-        for panel in panels(&dash) {
-            for target in panel
-                .get("targets")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(expr) = target.get("expr").and_then(Value::as_str) {
-                    let r = target.get("refId").and_then(Value::as_str).unwrap_or("?");
-                    out.push((
-                        format!("dashboards/{file} / panel {:?} / {r}", panel_title(panel)),
-                        expr.to_owned(),
-                    ));
-                }
-            }
-        }
-        for var in dash["templating"]["list"].as_array().into_iter().flatten() {
-            if let Some(q) = var.get("definition").and_then(Value::as_str)
-                && let Some(selector) = label_values_selector(q)
-            {
-                out.push((
-                    format!("dashboards/{file} / variable {}", var["name"]),
-                    selector.to_owned(),
-                ));
-            }
-        }
-    }
+    out.extend(dashboard_queries().into_iter().map(|q| (q.place(), q.expr)));
     out
 }
 
@@ -218,16 +272,19 @@ fn label_values_selector(query: &str) -> Option<&str> {
 /// durations, any other `$name`, `${name}`, `${name:fmt}` or `[[name]]` by
 /// `grafana_<name>` (they only occur inside label matcher strings).
 pub fn substitute_grafana_variables(expr: &str) -> String {
-    fn replacement(name: &str) -> String {
-        match name {
-            "__rate_interval" => format!("{}s", RATE_INTERVAL_SENTINEL.as_secs()),
-            "__interval" => "60s".to_owned(),
-            "__range" => "3600s".to_owned(),
-            "__interval_ms" | "__range_ms" => "60000".to_owned(),
-            "__range_s" => "3600".to_owned(),
-            other => format!("grafana_{other}"),
-        }
-    }
+    substitute_variables(expr, |name| match name {
+        "__rate_interval" => format!("{}s", RATE_INTERVAL_SENTINEL.as_secs()),
+        "__interval" => "60s".to_owned(),
+        "__range" => "3600s".to_owned(),
+        "__interval_ms" | "__range_ms" => "60000".to_owned(),
+        "__range_s" => "3600".to_owned(),
+        other => format!("grafana_{other}"),
+    })
+}
+
+/// Replaces every Grafana variable (`$name`, `${name}`, `${name:fmt}`,
+/// `[[name]]`) by `replacement(name)`.
+pub fn substitute_variables(expr: &str, replacement: impl Fn(&str) -> String) -> String {
     let mut out = String::with_capacity(expr.len());
     let mut rest = expr;
     while let Some(i) = rest.find(['$', '[']) {
@@ -356,20 +413,6 @@ pub fn metric_names_used(expr: &str) -> Result<BTreeSet<String>, String> {
 
 // ------------------------------------------------------- exported names
 
-/// Series names the catalog exports (histograms as `_bucket`, `_sum`, `_count`).
-pub fn catalog_exported() -> BTreeSet<String> {
-    CATALOG
-        .iter()
-        .flat_map(|m| match m.kind {
-            Kind::Histogram => ["_bucket", "_sum", "_count"]
-                .iter()
-                .map(|s| format!("{}{s}", m.name))
-                .collect::<Vec<_>>(),
-            Kind::Counter | Kind::Gauge => vec![m.name.to_owned()],
-        })
-        .collect()
-}
-
 /// Series that may only be read through `rate`/`increase`/`irate`: the
 /// catalog's counters and histogram components.
 pub fn counter_series() -> BTreeSet<String> {
@@ -408,6 +451,176 @@ pub fn exposition_exported(text: &str) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// Families in an exposition, from its `# TYPE` lines: name → type.
+pub fn exposition_families(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("# TYPE "))
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            Some((words.next()?.to_owned(), words.next()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Catalog families `exporter` should export that have no sample line in
+/// `text` (a histogram counts when any of its series has one).
+pub fn families_without_samples(text: &str, exporter: Exporter) -> Vec<&'static str> {
+    let samples: BTreeSet<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| &l[..l.find(['{', ' ']).unwrap_or(l.len())])
+        .collect();
+    CATALOG
+        .iter()
+        .filter(|m| m.exporter == exporter || m.exporter == Exporter::Any)
+        .filter(|m| {
+            !samples.iter().any(|s| {
+                s.strip_prefix(m.name)
+                    .is_some_and(|rest| ["", "_bucket", "_sum", "_count"].contains(&rest))
+            })
+        })
+        .map(|m| m.name)
+        .collect()
+}
+
+/// Disagreements between the catalog and what the processes render: a
+/// family missing from its exporter's exposition, rendered with another
+/// type, or rendered but not in the catalog.
+pub fn catalog_disagreements(serve: &str, collector: &str) -> Vec<String> {
+    let kind = |k: Kind| match k {
+        Kind::Counter => "counter",
+        Kind::Gauge => "gauge",
+        Kind::Histogram => "histogram",
+    };
+    let mut problems = Vec::new();
+    for (process, exporter, text) in [
+        ("serve", Exporter::Serve, serve),
+        ("collector", Exporter::Collector, collector),
+    ] {
+        let families = exposition_families(text);
+        for m in CATALOG {
+            let expected = m.exporter == exporter || m.exporter == Exporter::Any;
+            match (expected, families.get(m.name)) {
+                (true, None) => problems.push(format!(
+                    "{}: in the catalog for {process}, missing from its /metrics",
+                    m.name
+                )),
+                (true, Some(t)) if t != kind(m.kind) => problems.push(format!(
+                    "{}: {process} renders it as {t}, the catalog says {}",
+                    m.name,
+                    kind(m.kind)
+                )),
+                (false, Some(_)) => problems.push(format!(
+                    "{}: {process} renders it, the catalog says {:?} exports it",
+                    m.name, m.exporter
+                )),
+                _ => {}
+            }
+        }
+        for name in families.keys() {
+            if bf4ps_ops::metrics::catalog::find(name).is_none() {
+                problems.push(format!("{name}: {process} renders it, not in the catalog"));
+            }
+        }
+    }
+    problems
+}
+
+/// What a `collector --metrics-listen` process renders, built the way the
+/// CLI builds it: job counters and egress wait for its lane and egress key,
+/// its listener's reconnect counter, build info.
+pub fn collector_exposition() -> String {
+    let registry = Registry::new();
+    registry.set_build_info();
+    let _ = registry.counter(
+        "bf4ps_listener_reconnects_total",
+        &[("process", "collector")],
+    );
+    let _ = CollectorMetrics::register(&registry, Lane::Background, "egress-test");
+    registry.render()
+}
+
+/// Starts a real `serve` ([`Serve::standard`]) on `db`, with rows behind
+/// every table-backed gauge and a few events, and returns its `/metrics`
+/// body (over HTTP) once every family the catalog gives `serve` has at
+/// least one series.
+pub async fn serve_exposition(db: &TestDb) -> String {
+    let p = &db.pool;
+    fixtures::collector(p, "obs-a", Lane::Background).await;
+    let s = fixtures::soldier(p, 77).await;
+    exec(
+        p,
+        format!(
+            "INSERT INTO collection_state (soldier_id, resource, next_attempt_at, last_success_at) \
+             VALUES ({s}, 'profile', now() + interval '1 day', now() - interval '2 days'), \
+                    ({s}, 'detailed', now() + interval '1 day', NULL)"
+        ),
+    )
+    .await
+    .expect("seed collection_state");
+    fixtures::job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -1000,
+    )
+    .await;
+    for ev in [
+        Ev {
+            previous_success_ago_s: Some(3_600.0),
+            ..Ev::succeeded(120)
+        },
+        Ev {
+            http_status: Some(503),
+            error_class: Some("server"),
+            result: Some("failed"),
+            duration_ms: Some(40),
+            ..Ev::new("failed")
+        },
+    ] {
+        insert(p, &ev).await;
+    }
+    let tuning = Tuning {
+        gauge_interval: Duration::from_millis(100),
+        poll_interval: Duration::from_millis(100),
+        monitor_interval: Duration::from_millis(100),
+        ..Tuning::default()
+    };
+    let running = Serve::standard(
+        db.target.clone(),
+        tuning,
+        ServeSettings::new("127.0.0.1:0".parse().expect("address")),
+    )
+    .start()
+    .await
+    .expect("serve starts");
+    let url = format!("http://{}/metrics", running.addr());
+    let cancel = running.cancel_token();
+    let serving = tokio::spawn(running.run_until(cancel.clone().cancelled_owned()));
+    let body = eventually(
+        Duration::from_secs(20),
+        "serve to export every serve family (gauges refreshed, events projected)",
+        || async {
+            let body = http_text(&url).await?;
+            families_without_samples(&body, Exporter::Serve)
+                .is_empty()
+                .then_some(body)
+        },
+    )
+    .await;
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(15), serving)
+        .await
+        .expect("serve stops")
+        .expect("serve task")
+        .expect("serve shuts down cleanly");
+    body
 }
 
 /// Names every expression may use besides what the processes export:
@@ -821,12 +1034,42 @@ fn every_alert_has_firing_and_silent_promtool_cases() {
     );
 }
 
-#[test]
-fn every_expression_uses_only_exported_metrics() {
-    let mut exported = catalog_exported();
+/// Every name a dashboard or rule reads is exported by a real process: the
+/// `/metrics` a running `serve` renders, what a collector renders, plus the
+/// recording rules and `up`. And the catalog (which the lint and the
+/// counter check rely on) agrees with those expositions, family by family.
+#[sqlx::test]
+async fn every_expression_reads_names_the_processes_export(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let serve = serve_exposition(&db).await;
+    let collector = collector_exposition();
+    let mut exported = exposition_exported(&serve);
+    exported.extend(exposition_exported(&collector));
     exported.extend(always_available());
     let problems = unexported_names(&exported);
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "names used but exported by neither serve nor collectors:\n{}",
+        problems.join("\n")
+    );
+    let problems = catalog_disagreements(&serve, &collector);
+    assert!(
+        problems.is_empty(),
+        "the catalog and the real expositions disagree:\n{}",
+        problems.join("\n")
+    );
+    // The check can fail, naming the place: drop one used name.
+    exported.remove("bf4ps_collector_busy");
+    let problems = unexported_names(&exported);
+    assert!(
+        problems.iter().any(|p| p.starts_with(
+            "dashboards/fleet.json / panel \"Busy collectors\" / A: bf4ps_collector_busy"
+        )),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -980,8 +1223,17 @@ fn exposition_names_include_histogram_series() {
     ] {
         assert!(names.contains(n), "{n} in {names:?}");
     }
-    assert!(catalog_exported().contains("bf4ps_collection_duration_seconds_bucket"));
-    assert!(!catalog_exported().contains("bf4ps_collection_duration_seconds"));
+    assert!(!names.contains("bf4ps_x_seconds"));
+    assert_eq!(
+        exposition_families(text)
+            .get("bf4ps_x_seconds")
+            .map(String::as_str),
+        Some("histogram")
+    );
+    assert_eq!(
+        families_without_samples("bf4ps_build_info{version=\"1\"} 1\n", Exporter::Any),
+        ["bf4ps_listener_reconnects_total"]
+    );
 }
 
 #[test]
