@@ -9,6 +9,7 @@ mod bench;
 mod cli;
 mod collector;
 mod demo;
+mod docs;
 mod feeder;
 mod import;
 mod listener;

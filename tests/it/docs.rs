@@ -1,0 +1,368 @@
+//! Keeps README.md and `deploy/` honest against the product:
+//! - every `BF4PS_*` variable they name exists (a clap `env = "…"` in `src/`),
+//!   and every SQL setting they `SET` is one the migrations read;
+//! - every variable in `src/` is documented in README.md, in a row that also
+//!   shows the default `--help` prints for it;
+//! - every subcommand (and sub-subcommand) of `bf4ps-ops --help` is mentioned;
+//! - every in-page link of README.md points at a heading.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::support::run_bin;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+fn readme() -> String {
+    read(&repo().join("README.md"))
+}
+
+/// Files under `dir` (recursively) whose name ends with `suffix`, sorted.
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn is_var_char(c: char) -> bool {
+    c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'
+}
+
+/// Every `env = "NAME"` in the Rust sources under `src/`.
+fn source_env_vars() -> BTreeSet<String> {
+    let mut vars = BTreeSet::new();
+    for path in files(&repo().join("src"), ".rs") {
+        let text = read(&path);
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("env") {
+            let before = rest[..i].chars().next_back();
+            rest = &rest[i + 3..];
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let Some(after_eq) = rest.trim_start().strip_prefix('=') else {
+                continue;
+            };
+            let Some(quoted) = after_eq.trim_start().strip_prefix('"') else {
+                continue;
+            };
+            let name: String = quoted.chars().take_while(|&c| is_var_char(c)).collect();
+            if !name.is_empty() && quoted[name.len()..].starts_with('"') {
+                vars.insert(name);
+            }
+        }
+    }
+    vars
+}
+
+/// The `BF4PS_*` names in `text`: exact names, and prefixes written as a
+/// family (`BF4PS_FAKE_*`).
+fn mentioned_vars(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let (mut exact, mut families) = (BTreeSet::new(), BTreeSet::new());
+    for (i, _) in text.match_indices("BF4PS_") {
+        if text[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let name: String = text[i..].chars().take_while(|&c| is_var_char(c)).collect();
+        if text[i + name.len()..].starts_with('*') {
+            families.insert(name);
+        } else {
+            exact.insert(name.trim_end_matches('_').to_owned());
+        }
+    }
+    (exact, families)
+}
+
+/// README.md and every file under `deploy/`.
+fn documents() -> Vec<(String, String)> {
+    let mut docs = vec![("README.md".to_owned(), readme())];
+    for path in files(&repo().join("deploy"), "") {
+        let name = path.strip_prefix(repo()).unwrap_or(&path);
+        docs.push((name.display().to_string(), read(&path)));
+    }
+    assert!(
+        docs.iter().any(|(n, _)| n.ends_with(".service")),
+        "deploy/ has no systemd units"
+    );
+    docs
+}
+
+#[test]
+fn every_documented_variable_exists() {
+    let known = source_env_vars();
+    assert!(
+        known.contains("BF4PS_LEASE_DURATION") && known.contains("DATABASE_URL"),
+        "the env scanner found too little: {known:?}"
+    );
+    let mut unknown = Vec::new();
+    for (name, text) in documents() {
+        let (exact, families) = mentioned_vars(&text);
+        for var in exact.iter().filter(|v| !known.contains(*v)) {
+            unknown.push(format!("{name}: {var}"));
+        }
+        for family in families {
+            if !known.iter().any(|v| v.starts_with(&family)) {
+                unknown.push(format!("{name}: {family}*"));
+            }
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "variables named in the docs but not defined by any `env = \"…\"` in src/:\n{}",
+        unknown.join("\n")
+    );
+}
+
+/// `SET bf4ps.x` in the docs ↔ `current_setting('bf4ps.x'` in the migrations.
+#[test]
+fn documented_sql_settings_exist_and_are_documented() {
+    let mut read_by_migrations = BTreeSet::new();
+    for path in files(&repo().join("migrations"), ".sql") {
+        let text = read(&path);
+        for (i, _) in text.match_indices("current_setting('bf4ps.") {
+            let rest = &text[i + "current_setting('".len()..];
+            let name: String = rest.chars().take_while(|&c| c != '\'').collect();
+            read_by_migrations.insert(name);
+        }
+    }
+    assert!(
+        read_by_migrations.contains("bf4ps.notify_events"),
+        "{read_by_migrations:?}"
+    );
+    for (name, text) in documents() {
+        for (i, _) in text.match_indices("SET bf4ps.") {
+            let rest = &text[i + "SET ".len()..];
+            let setting: String = rest
+                .chars()
+                .take_while(|&c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                .collect();
+            assert!(
+                read_by_migrations.contains(&setting),
+                "{name} sets {setting}, which no migration reads"
+            );
+        }
+    }
+    let readme = readme();
+    for setting in &read_by_migrations {
+        assert!(
+            readme.contains(&format!("SET {setting} =")),
+            "README.md does not say how to set {setting}"
+        );
+    }
+}
+
+fn help(args: &[&str]) -> String {
+    let mut all = args.to_vec();
+    all.push("--help");
+    let out = run_bin(&all, None);
+    assert!(
+        out.status.success(),
+        "bf4ps-ops {}: {}",
+        all.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("help is UTF-8")
+}
+
+/// The names in a help text's `Commands:` section (without `help`).
+fn subcommands(help: &str) -> Vec<String> {
+    help.lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every runnable command path: `["migrate"]`, `["collectors", "drain"]`, …
+fn command_paths() -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    for top in subcommands(&help(&[])) {
+        let nested = subcommands(&help(&[&top]));
+        if nested.is_empty() {
+            paths.push(vec![top]);
+        } else {
+            for sub in nested {
+                paths.push(vec![top.clone(), sub]);
+            }
+        }
+    }
+    paths
+}
+
+/// `VAR → default` from `[env: VAR=…] [default: D]` in a help text.
+fn help_defaults(help: &str, into: &mut BTreeMap<String, String>) {
+    for line in help.lines() {
+        let Some(i) = line.find("[env: ") else {
+            continue;
+        };
+        let rest = &line[i + "[env: ".len()..];
+        let var: String = rest.chars().take_while(|&c| is_var_char(c)).collect();
+        let Some(j) = rest.find("[default: ") else {
+            continue;
+        };
+        let default = &rest[j + "[default: ".len()..];
+        let Some(end) = default.rfind(']') else {
+            continue;
+        };
+        into.insert(var, default[..end].to_owned());
+    }
+}
+
+#[test]
+fn every_variable_is_documented_with_its_default() {
+    let readme = readme();
+    let (documented, _) = mentioned_vars(&readme);
+    let missing: Vec<String> = source_env_vars()
+        .into_iter()
+        .filter(|v| v != "DATABASE_URL" && !documented.contains(v))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "variables defined in src/ but not documented in README.md: {missing:?}"
+    );
+    assert!(readme.contains("`DATABASE_URL`"));
+
+    let mut defaults = BTreeMap::new();
+    help_defaults(&help(&[]), &mut defaults);
+    for path in command_paths() {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        help_defaults(&help(&args), &mut defaults);
+    }
+    assert!(
+        defaults.get("BF4PS_LEASE_DURATION").map(String::as_str) == Some("60s"),
+        "help parsing found {defaults:?}"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    let mut wrong = Vec::new();
+    for (var, default) in &defaults {
+        let shown = default.replace(version, "<version>");
+        let row = format!("`{var}`");
+        let value = format!("`{shown}`");
+        if !readme
+            .lines()
+            .any(|l| l.starts_with('|') && l.contains(&row) && l.contains(&value))
+        {
+            wrong.push(format!("{var}: --help says {default}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "README.md has no table row naming these variables with their --help default:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_subcommand_is_documented() {
+    let readme = readme();
+    let paths = command_paths();
+    assert!(paths.len() >= 15, "found only {paths:?}");
+    let mut missing = Vec::new();
+    for path in paths {
+        let top = &path[0];
+        if !(readme.contains(&format!("bf4ps-ops {top}")) || readme.contains(&format!("`{top}`"))) {
+            missing.push(top.clone());
+        }
+        if path.len() > 1 && !readme.contains(&path.join(" ")) {
+            missing.push(path.join(" "));
+        }
+    }
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "subcommands of `bf4ps-ops --help` that README.md never mentions: {missing:?}"
+    );
+}
+
+/// GitHub's heading anchor: lower case, punctuation dropped, spaces → `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+#[test]
+fn readme_links_point_at_headings() {
+    let readme = readme();
+    let mut anchors = BTreeSet::new();
+    let mut in_code = false;
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        if !in_code && line.starts_with('#') {
+            let base = anchor(line.trim_start_matches('#'));
+            let mut candidate = base.clone();
+            let mut n = 0;
+            while !anchors.insert(candidate.clone()) {
+                n += 1;
+                candidate = format!("{base}-{n}");
+            }
+        }
+    }
+    let broken: Vec<&str> = readme
+        .match_indices("](#")
+        .map(|(i, _)| {
+            let rest = &readme[i + 3..];
+            &rest[..rest.find(')').unwrap_or(rest.len())]
+        })
+        .filter(|target| !anchors.contains(*target))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "README.md links to missing headings: {broken:?}"
+    );
+}
+
+#[test]
+fn scanners_see_what_they_should() {
+    let (exact, families) =
+        mentioned_vars("`BF4PS_LOG` BF4PS_LANE=x (BF4PS_FAKE_*) xBF4PS_NO `BF4PS_PG_ROOT`.");
+    assert_eq!(
+        exact.into_iter().collect::<Vec<_>>(),
+        ["BF4PS_LANE", "BF4PS_LOG", "BF4PS_PG_ROOT"]
+    );
+    assert_eq!(families.into_iter().collect::<Vec<_>>(), ["BF4PS_FAKE_"]);
+    assert_eq!(
+        anchor(" `serve`: the control plane"),
+        "serve-the-control-plane"
+    );
+    assert_eq!(
+        subcommands("Usage: x\n\nCommands:\n  run   Do it\n  help  Print\n\nOptions:\n"),
+        ["run"]
+    );
+    let mut d = BTreeMap::new();
+    help_defaults(
+        "  --x <X>  Thing [env: BF4PS_X=] [default: detailed=40,profile=30]",
+        &mut d,
+    );
+    assert_eq!(d["BF4PS_X"], "detailed=40,profile=30");
+}
