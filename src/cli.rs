@@ -176,7 +176,7 @@ pub struct CollectorArgs {
     #[arg(long, env = "BF4PS_HOSTNAME")]
     pub hostname: Option<String>,
     /// Don't LISTEN for notifications; poll only (e.g. behind PgBouncer transaction pooling).
-    #[arg(long, env = "BF4PS_POLL_ONLY")]
+    #[arg(long, env = "BF4PS_POLL_ONLY", value_parser = clap::builder::BoolishValueParser::new())]
     pub poll_only: bool,
     /// Serve this process's metrics at http://ADDR/metrics (e.g. 127.0.0.1:9641).
     #[arg(long, env = "BF4PS_METRICS_LISTEN")]
@@ -268,10 +268,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = target.connect(2).await?;
             let report = db::migrate(&pool).await?;
             if report.applied.is_empty() {
-                println!("database is up to date (migration {})", report.current);
+                crate::outln!("database is up to date (migration {})", report.current);
             } else {
                 let list: Vec<String> = report.applied.iter().map(|v| format!("{v:04}")).collect();
-                println!(
+                crate::outln!(
                     "applied migration(s) {}; database is at migration {}",
                     list.join(", "),
                     report.current
@@ -301,9 +301,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             });
             let summary = crate::demo::run(cli.db.database_url.as_deref(), args, interrupt).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
+                crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
-                print!("{}", summary.render());
+                crate::out!("{}", summary.render());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -327,7 +327,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Control::Disable => "disabled (claims nothing until enabled)",
                 Control::Retire => "retired (it stops at its next heartbeat; the name is free)",
             };
-            println!("collector {name} ({uuid}) {done}");
+            crate::outln!("collector {name} ({uuid}) {done}");
             Ok(ExitCode::SUCCESS)
         }
         Command::FakeBattlelog { listen, settings } => {
@@ -343,7 +343,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = cli.db.target()?.connect(2).await?;
             let rows =
                 crate::request::request_refresh(&pool, &platform, persona_id, &resources).await?;
-            print!("{}", crate::request::render(&rows, json));
+            crate::out!("{}", crate::request::render(&rows, json));
             Ok(ExitCode::SUCCESS)
         }
         Command::Soldiers {
@@ -372,7 +372,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     for l in report.problems() {
                         eprintln!("{l}");
                     }
-                    println!("{}", report.summary());
+                    crate::outln!("{}", report.summary());
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
@@ -396,9 +396,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let status = crate::status::gather(&pool, None).await?;
             if json {
-                print!("{}", status.to_json());
+                crate::out!("{}", status.to_json());
             } else {
-                print!("{}", status.render());
+                crate::out!("{}", status.render());
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -430,7 +430,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await?;
             let cutoff = report.cutoff.to_rfc3339();
             if dry_run {
-                println!(
+                crate::outln!(
                     "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
                      {} older event(s) are kept until projected",
                     report.eligible.unwrap_or(0),
@@ -438,7 +438,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     report.unprojected_old
                 );
             } else {
-                println!(
+                crate::outln!(
                     "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
                      longest batch {} ms; {} older event(s) kept until projected",
                     report.deleted,
@@ -466,7 +466,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 eprintln!("replayed {n} event(s)");
             })
             .await?;
-            println!(
+            crate::outln!(
                 "rebuilt rollups from {} retained event(s) into {} row(s); checkpoint at tx {} event {}",
                 report.events,
                 report.rollup_rows,
@@ -552,12 +552,18 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
 
 fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(rows)?);
+        crate::outln!("{}", serde_json::to_string_pretty(rows)?);
         return Ok(());
     }
-    println!(
+    crate::outln!(
         "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  STATE",
-        "NAME", "UUID", "LANE", "EGRESS", "HEALTH", "HEARTBEAT", "JOB"
+        "NAME",
+        "UUID",
+        "LANE",
+        "EGRESS",
+        "HEALTH",
+        "HEARTBEAT",
+        "JOB"
     );
     for r in rows {
         let age = r
@@ -574,13 +580,19 @@ fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Resu
             (false, true, true) => "drained",
             (false, true, false) => "active",
         };
-        println!(
+        crate::outln!(
             "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  {state}",
-            r.collector_name, r.collector_uuid, r.lane, r.egress_key, r.heartbeat_state, age, job
+            r.collector_name,
+            r.collector_uuid,
+            r.lane,
+            r.egress_key,
+            r.heartbeat_state,
+            age,
+            job
         );
     }
     if rows.is_empty() {
-        println!("(no collectors)");
+        crate::outln!("(no collectors)");
     }
     Ok(())
 }
@@ -629,10 +641,10 @@ fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&map)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&map)?);
     } else {
         for (k, v) in rows {
-            println!("{k:<28} {v}");
+            crate::outln!("{k:<28} {v}");
         }
     }
     Ok(())

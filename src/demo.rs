@@ -527,7 +527,7 @@ impl Live {
         if self.json {
             eprintln!("{text}");
         } else {
-            println!("{text}");
+            crate::outln!("{text}");
         }
     }
 
@@ -567,7 +567,7 @@ impl Live {
         if self.json {
             eprint!("{text}");
         } else {
-            print!("{text}");
+            crate::out!("{text}");
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod import;
 pub mod listener;
 pub mod metrics;
 pub mod monitor;
+pub mod output;
 pub mod pgcluster;
 pub mod projector;
 pub mod queue;

@@ -77,7 +77,7 @@ impl Report {
     /// Prints as one JSON line or as a human-readable block.
     pub fn print(&self, json: bool) {
         if json {
-            println!("{}", serde_json::to_string(self).unwrap_or_default());
+            crate::outln!("{}", serde_json::to_string(self).unwrap_or_default());
             return;
         }
         let params = match &self.params {
@@ -88,9 +88,9 @@ impl Report {
                 .join(" "),
             _ => String::new(),
         };
-        println!("{:<18} {params}", self.name);
+        crate::outln!("{:<18} {params}", self.name);
         for (k, v) in &self.figures {
-            println!("    {k:<28} {v}");
+            crate::outln!("    {k:<28} {v}");
         }
     }
 }
