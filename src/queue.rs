@@ -414,7 +414,6 @@ struct Owned {
     collector_name: Option<String>,
     hostname: Option<String>,
     egress_key: Option<String>,
-    previous_success_at: Option<DateTime<Utc>>,
 }
 
 async fn lock_owned(
@@ -424,12 +423,10 @@ async fn lock_owned(
 ) -> Result<Option<Owned>, QueueError> {
     sqlx::query_as::<_, Owned>(
         "SELECT j.soldier_id, s.persona_id, s.platform, j.resource, j.lane, j.attempt_count,
-                c.collector_name, c.hostname, c.egress_key,
-                st.last_success_at AS previous_success_at
+                c.collector_name, c.hostname, c.egress_key
          FROM collection_jobs j
          JOIN soldiers s ON s.soldier_id = j.soldier_id
          LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
-         LEFT JOIN collection_state st ON st.soldier_id = j.soldier_id AND st.resource = j.resource
          WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
            AND j.status = 'running' AND j.lease_expires_at > now()
          FOR UPDATE OF j",
@@ -492,32 +489,49 @@ async fn remove_job_with_event(
     Ok(())
 }
 
-/// Successful finalization, the contract's eight steps in one transaction:
-/// verify the lease, write current data, append `detailed` history when the
-/// content hash changed, update `collection_state`, write `succeeded`, clear
-/// `current_job_id`, delete the job, commit.
+/// Successful finalization, the contract's eight steps in one transaction —
+/// one statement whose data-modifying CTEs all hang off the lease check:
+/// 1. verify and row-lock the owned, unexpired lease (`owned`);
+/// 2. write the current data (hash of the canonical JSONB text);
+/// 3. append `detailed` history when the hash changed;
+/// 4. update `collection_state` (success, freshness, next refresh by activity);
+/// 5. write `succeeded` (duration, HTTP status, previous success time);
+/// 6. clear `collectors.current_job_id`;
+/// 7. delete the job;
+/// 8. commit (the statement's implicit transaction).
+///
+/// When the lease is not owned every CTE is empty: nothing is written and the
+/// outcome is [`Fenced::LeaseLost`]. Any failure rolls the whole statement back.
 pub async fn finalize_success(
     pool: &PgPool,
     lease: &Lease,
     collected: &Collected,
     policy: &Policy,
 ) -> Result<Fenced<SuccessOutcome>, QueueError> {
-    const OP: &str = "finalize_success";
-    let mut tx = pool.begin().await.map_err(db(OP))?;
-    // 1. Verify ownership (row-locked, so recovery skips it meanwhile).
-    let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
-        return Ok(Fenced::LeaseLost);
-    };
-
-    // 2 + 3. Current data (hash of the canonical JSONB text), history on change.
-    let (changed, history_appended): (bool, bool) = sqlx::query_as(
-        "WITH prev AS (
-            SELECT content_hash FROM soldier_resource_current
-            WHERE soldier_id = $1 AND resource = $2
+    type Row = (bool, bool, Option<DateTime<Utc>>, DateTime<Utc>);
+    let row: Option<Row> = sqlx::query_as(concat!(
+        "WITH owned AS (
+            SELECT j.job_id, j.soldier_id, s.persona_id, s.platform, j.resource, j.lane,
+                   j.attempt_count, c.collector_name, c.hostname, c.egress_key,
+                   st.last_success_at AS previous_success_at
+            FROM collection_jobs j
+            JOIN soldiers s ON s.soldier_id = j.soldier_id
+            LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
+            LEFT JOIN collection_state st
+                   ON st.soldier_id = j.soldier_id AND st.resource = j.resource
+            WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
+              AND j.status = 'running' AND j.lease_expires_at > now()
+            FOR UPDATE OF j
+        ), prev AS (
+            SELECT cur.content_hash
+            FROM soldier_resource_current cur
+            JOIN owned o ON cur.soldier_id = o.soldier_id AND cur.resource = o.resource
         ), cur AS (
             INSERT INTO soldier_resource_current AS c
                 (soldier_id, resource, data, content_hash, fetched_at, changed_at)
-            VALUES ($1, $2, $3, sha256(convert_to($3::jsonb::text, 'UTF8')), now(), now())
+            SELECT o.soldier_id, o.resource, $4, sha256(convert_to($4::jsonb::text, 'UTF8')),
+                   now(), now()
+            FROM owned o
             ON CONFLICT (soldier_id, resource) DO UPDATE
             SET data = EXCLUDED.data,
                 content_hash = EXCLUDED.content_hash,
@@ -525,91 +539,88 @@ pub async fn finalize_success(
                 changed_at = CASE WHEN c.content_hash = EXCLUDED.content_hash
                                   THEN c.changed_at ELSE EXCLUDED.changed_at END
             RETURNING content_hash
-        ), changed AS (
-            SELECT cur.content_hash IS DISTINCT FROM (SELECT content_hash FROM prev) AS changed,
-                   cur.content_hash
+        ), chg AS (
+            SELECT cur.content_hash,
+                   cur.content_hash IS DISTINCT FROM (SELECT content_hash FROM prev) AS changed
             FROM cur
         ), hist AS (
             INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data)
-            SELECT $1, now(), changed.content_hash, $3
-            FROM changed WHERE changed.changed AND $2 = 'detailed'
+            SELECT o.soldier_id, now(), chg.content_hash, $4
+            FROM owned o, chg
+            WHERE chg.changed AND o.resource = 'detailed'
             RETURNING history_id
+        ), state AS (
+            INSERT INTO collection_state AS st
+                (soldier_id, resource, next_attempt_at, last_attempt_at, last_success_at,
+                 last_changed_at, success_count)
+            SELECT o.soldier_id, o.resource, now() + $5 * interval '1 millisecond', now(), now(),
+                   now(), 1
+            FROM owned o
+            ON CONFLICT (soldier_id, resource) DO UPDATE
+            SET last_attempt_at = now(),
+                last_success_at = now(),
+                last_changed_at = CASE WHEN (SELECT changed FROM chg) OR st.last_changed_at IS NULL
+                                       THEN now() ELSE st.last_changed_at END,
+                consecutive_failures = 0,
+                unavailable = false,
+                unavailable_since = NULL,
+                success_count = st.success_count + 1,
+                next_attempt_at = now() + CASE
+                    WHEN (SELECT changed FROM chg) OR st.last_changed_at IS NULL
+                         OR st.last_changed_at > now() - $6 * interval '1 millisecond'
+                        THEN $5 * interval '1 millisecond'
+                    WHEN st.last_changed_at > now() - $7 * interval '1 millisecond'
+                        THEN $8 * interval '1 millisecond'
+                    ELSE $9 * interval '1 millisecond' END,
+                updated_at = now()
+            RETURNING next_attempt_at
+        ), holder AS (
+            UPDATE collectors SET current_job_id = NULL, updated_at = now()
+            WHERE collector_uuid = $2 AND current_job_id = $1 AND EXISTS (SELECT 1 FROM owned)
+        ), removed AS (
+            DELETE FROM collection_jobs WHERE job_id IN (SELECT job_id FROM owned)
+        ), event AS (
+            INSERT INTO collection_events (",
+        event_columns!(),
+        ")
+            SELECT $2, o.collector_name, o.hostname, o.egress_key, o.job_id, o.soldier_id,
+                   o.persona_id, o.platform, o.resource, o.lane, 'succeeded', o.attempt_count, $3,
+                   CASE WHEN chg.changed THEN 'changed' ELSE 'unchanged' END,
+                   $10, $11, NULL, NULL,
+                   jsonb_build_object('previous_success_at', o.previous_success_at,
+                                      'changed', chg.changed,
+                                      'history_appended', EXISTS (SELECT 1 FROM hist))
+            FROM owned o, chg
         )
-        SELECT changed.changed, EXISTS (SELECT 1 FROM hist) FROM changed",
-    )
-    .bind(o.soldier_id)
-    .bind(o.resource)
+        SELECT chg.changed, EXISTS (SELECT 1 FROM hist), o.previous_success_at,
+               (SELECT next_attempt_at FROM state)
+        FROM owned o, chg"
+    ))
+    .bind(lease.job_id)
+    .bind(lease.collector_uuid)
+    .bind(lease.token)
     .bind(&collected.data)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(db(OP))?;
-
-    // 4. Durable state: success, freshness, next refresh by activity class.
-    let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as(
-        "INSERT INTO collection_state AS st
-            (soldier_id, resource, next_attempt_at, last_attempt_at, last_success_at,
-             last_changed_at, success_count)
-         VALUES ($1, $2, now() + $4 * interval '1 millisecond', now(), now(), now(), 1)
-         ON CONFLICT (soldier_id, resource) DO UPDATE
-         SET last_attempt_at = now(),
-             last_success_at = now(),
-             last_changed_at = CASE WHEN $3 OR st.last_changed_at IS NULL
-                                    THEN now() ELSE st.last_changed_at END,
-             consecutive_failures = 0,
-             unavailable = false,
-             unavailable_since = NULL,
-             success_count = st.success_count + 1,
-             next_attempt_at = now() + CASE
-                 WHEN $3 OR st.last_changed_at IS NULL
-                      OR st.last_changed_at > now() - $5 * interval '1 millisecond'
-                     THEN $4 * interval '1 millisecond'
-                 WHEN st.last_changed_at > now() - $6 * interval '1 millisecond'
-                     THEN $7 * interval '1 millisecond'
-                 ELSE $8 * interval '1 millisecond' END,
-             updated_at = now()
-         RETURNING next_attempt_at",
-    )
-    .bind(o.soldier_id)
-    .bind(o.resource)
-    .bind(changed)
     .bind(ms(policy.active_refresh))
     .bind(ms(policy.active_window))
     .bind(ms(policy.recent_window))
     .bind(ms(policy.recent_refresh))
     .bind(ms(policy.dormant_refresh))
-    .fetch_one(&mut *tx)
+    .bind(ms(collected.duration))
+    .bind(i32::from(collected.http_status))
+    .fetch_optional(pool)
     .await
-    .map_err(db(OP))?;
-
-    // 5–7. `succeeded` event, clear current_job_id, delete the job.
-    let metadata = serde_json::json!({
-        "previous_success_at": o.previous_success_at,
-        "changed": changed,
-        "history_appended": history_appended,
-    });
-    let result = if changed { "changed" } else { "unchanged" };
-    remove_job_with_event(
-        &mut tx,
-        lease,
-        &o,
-        "succeeded",
-        result,
-        collected.duration,
-        Some(collected.http_status),
-        None,
-        metadata,
-        OP,
-    )
-    .await?;
-
-    // 8. Commit.
-    tx.commit().await.map_err(db(OP))?;
-    Ok(Fenced::Committed(SuccessOutcome {
-        changed,
-        history_appended,
-        previous_success_at: o.previous_success_at,
-        next_attempt_at,
-    }))
+    .map_err(db("finalize_success"))?;
+    Ok(match row {
+        Some((changed, history_appended, previous_success_at, next_attempt_at)) => {
+            Fenced::Committed(SuccessOutcome {
+                changed,
+                history_appended,
+                previous_success_at,
+                next_attempt_at,
+            })
+        }
+        None => Fenced::LeaseLost,
+    })
 }
 
 /// Failure finalization in one transaction: verifies the lease, records
