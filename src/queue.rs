@@ -11,6 +11,12 @@
 //!   order, served by `ix_collection_jobs_claim_rank` so its cost does not
 //!   grow with the pending depth;
 //! - failures never touch `soldier_resource_current`/history (last-known-good);
+//! - relaxed commits: claim and start commit with `synchronous_commit = off`
+//!   (set inside the statement, for its own transaction only). Losing one in
+//!   a server crash is harmless: the claim (with its `claimed` event) or the
+//!   start (with `started`) vanishes as a whole, the job is pending or claimed
+//!   again, and the collector's next fenced step finds its lease gone.
+//!   Finalization, recovery and registration commit synchronously;
 //! - `parse` and transport failures are failures, never empty results.
 
 use std::time::Duration;
@@ -228,9 +234,12 @@ pub async fn claim(
     lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
     sqlx::query_as::<_, ClaimedJob>(concat!(
-        "WITH me AS (
+        "WITH relaxed AS (
+            -- Commit without waiting for the WAL flush (module doc: relaxed commits).
+            SELECT set_config('synchronous_commit', 'off', true)
+        ), me AS (
             SELECT collector_uuid, collector_name, hostname, egress_key
-            FROM collectors
+            FROM collectors, relaxed
             WHERE collector_uuid = $2 AND enabled AND NOT drained AND retired_at IS NULL
               AND current_job_id IS NULL
         ), candidate AS (
@@ -284,9 +293,13 @@ pub async fn claim(
 /// `claimed → running` under the lease; writes `started`.
 pub async fn start(pool: &PgPool, lease: &Lease) -> Result<Fenced<DateTime<Utc>>, QueueError> {
     let row: Option<(DateTime<Utc>,)> = sqlx::query_as(concat!(
-        "WITH started AS (
+        "WITH relaxed AS (
+            -- Commit without waiting for the WAL flush (module doc: relaxed commits).
+            SELECT set_config('synchronous_commit', 'off', true)
+        ), started AS (
             UPDATE collection_jobs
             SET status = 'running', started_at = now(), updated_at = now()
+            FROM relaxed
             WHERE job_id = $1 AND status = 'claimed' AND collector_uuid = $2
               AND lease_token = $3 AND lease_expires_at > now()
             RETURNING job_id, soldier_id, resource, lane, attempt_count, lease_token,
