@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -215,7 +216,7 @@ impl Collector {
             }
             if scan && self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
-                    Ok(Some(job)) => {
+                    Ok(Some((job, conn))) => {
                         errors = 0;
                         waiter.pass_on();
                         if notified {
@@ -229,7 +230,7 @@ impl Collector {
                                 .last_wake_to_claim_us
                                 .store(waited.as_micros() as u64, Ordering::Relaxed);
                         }
-                        self.process(job, abort).await?;
+                        self.process(job, conn, abort).await?;
                         // More may be waiting: rescan at once.
                         notified = false;
                         continue;
@@ -262,7 +263,12 @@ impl Collector {
     }
 
     /// Passes the egress gate, then claims one job (`None`: nothing to do).
-    async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<ClaimedJob>, String> {
+    /// The claim's connection is returned with the job: the start and the
+    /// finalization run on it too (one pool checkout per job).
+    async fn claim_one(
+        &self,
+        drain: &CancellationToken,
+    ) -> Result<Option<(ClaimedJob, PoolConnection<Postgres>)>, String> {
         match egress::pass(
             &self.pool,
             &self.id.egress_key,
@@ -275,22 +281,25 @@ impl Collector {
             Err(EgressError::Cancelled) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         }
-        queue::claim(&self.pool, &self.id, self.policy.lease)
+        let mut conn = self.pool.acquire().await.map_err(|e| e.to_string())?;
+        let job = queue::claim(&mut *conn, &self.id, self.policy.lease)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(job.map(|job| (job, conn)))
     }
 
     /// start → fetch (renewing) → finalize, for one claimed job.
     async fn process(
         &self,
         job: ClaimedJob,
+        mut conn: PoolConnection<Postgres>,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
         let span = info_span!("job", job.id = job.job_id, resource = %job.resource,
                               attempt = job.attempt_count);
         let lease = job.lease();
         let outcome = async {
-            match queue::start(&self.pool, &lease).await {
+            match queue::start(&mut *conn, &lease).await {
                 Ok(Fenced::Committed(_)) => {}
                 Ok(Fenced::LeaseLost) => return Ok(Outcome::LeaseLost),
                 Err(e) => {
@@ -310,26 +319,12 @@ impl Collector {
             let Some(fetched) = fetched else {
                 return Ok(Outcome::LeaseLost);
             };
-            let finalized = match fetched {
-                Ok(f) => {
-                    let collected = Collected {
-                        data: f.data,
-                        http_status: f.http_status,
-                        duration: f.duration,
-                    };
-                    self.finalize(
-                        || queue::finalize_success(&self.pool, &lease, &collected, &self.policy),
-                        abort,
-                    )
-                    .await?
-                    .map(|f| match f {
-                        Fenced::Committed(o) => {
-                            debug!(changed = o.changed, "succeeded");
-                            Outcome::Succeeded
-                        }
-                        Fenced::LeaseLost => Outcome::LeaseLost,
-                    })
-                }
+            let finish = match fetched {
+                Ok(f) => Finish::Success(Collected {
+                    data: f.data,
+                    http_status: f.http_status,
+                    duration: f.duration,
+                }),
                 Err(failure) => {
                     let attempt = AttemptFailure {
                         class: failure.class,
@@ -339,17 +334,10 @@ impl Collector {
                     };
                     info!(error_class = %attempt.class, http_status = ?attempt.http_status,
                           message = %attempt.message, "attempt failed");
-                    self.finalize(
-                        || queue::finalize_failure(&self.pool, &lease, &attempt, &self.policy),
-                        abort,
-                    )
-                    .await?
-                    .map(|f| match f {
-                        Fenced::Committed(_) => Outcome::Failed,
-                        Fenced::LeaseLost => Outcome::LeaseLost,
-                    })
+                    Finish::Failure(attempt)
                 }
             };
+            let finalized = self.finalize(conn, &lease, &finish, abort).await?;
             Ok(finalized.unwrap_or(Outcome::Error))
         }
         .instrument(span.clone())
@@ -374,23 +362,31 @@ impl Collector {
         Ok(())
     }
 
-    /// Runs a finalization, retrying transient database errors while the
-    /// lease can still be valid. `None` if it never committed (the lease will
-    /// expire and the job be recovered).
-    async fn finalize<T, F, Fut>(
+    /// Runs the finalization, retrying transient database errors while the
+    /// lease can still be valid: first on the job's connection, then (after
+    /// an error, which may have broken it) on fresh ones from the pool.
+    /// `None` if it never committed (the lease will expire and the job be
+    /// recovered).
+    async fn finalize(
         &self,
-        op: F,
+        conn: PoolConnection<Postgres>,
+        lease: &queue::Lease,
+        finish: &Finish,
         abort: &CancellationToken,
-    ) -> Result<Option<T>, CollectorError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, queue::QueueError>>,
-    {
+    ) -> Result<Option<Outcome>, CollectorError> {
         let deadline = Instant::now() + self.policy.lease;
         let mut delay = Duration::from_millis(100);
+        let mut conn = Some(conn);
         loop {
-            match op().await {
-                Ok(v) => return Ok(Some(v)),
+            let attempt = match conn.take() {
+                Some(mut c) => finish.run(&mut c, lease, &self.policy).await,
+                None => match self.pool.acquire().await {
+                    Ok(mut c) => finish.run(&mut c, lease, &self.policy).await,
+                    Err(e) => Err(e.to_string()),
+                },
+            };
+            match attempt {
+                Ok(outcome) => return Ok(Some(outcome)),
                 Err(e) if Instant::now() + delay < deadline => {
                     warn!(error = %e, "finalize failed; retrying");
                     tokio::select! {
@@ -405,6 +401,41 @@ impl Collector {
                 }
             }
         }
+    }
+}
+
+/// How an attempt ends: the data to commit, or the failure to record.
+enum Finish {
+    Success(Collected),
+    Failure(AttemptFailure),
+}
+
+impl Finish {
+    /// One finalization transaction on `conn`.
+    async fn run(
+        &self,
+        conn: &mut PgConnection,
+        lease: &queue::Lease,
+        policy: &Policy,
+    ) -> Result<Outcome, String> {
+        let fenced = match self {
+            Finish::Success(collected) => {
+                queue::finalize_success(&mut *conn, lease, collected, policy)
+                    .await
+                    .map(|f| {
+                        f.committed().map(|o| {
+                            debug!(changed = o.changed, "succeeded");
+                            Outcome::Succeeded
+                        })
+                    })
+            }
+            Finish::Failure(attempt) => queue::finalize_failure(&mut *conn, lease, attempt, policy)
+                .await
+                .map(|f| f.committed().map(|_| Outcome::Failed)),
+        };
+        fenced
+            .map(|o| o.unwrap_or(Outcome::LeaseLost))
+            .map_err(|e| e.to_string())
     }
 }
 

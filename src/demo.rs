@@ -182,7 +182,9 @@ async fn run_on(
     started: Instant,
     private: bool,
 ) -> anyhow::Result<Summary> {
-    let pool = target.connect(8).await?;
+    // Six collectors each hold one connection per job, plus heartbeats,
+    // renewals, requests and status.
+    let pool = target.connect(12).await?;
     db::migrate(&pool).await?;
     let soldiers = populate(&pool, args.soldiers).await?;
     let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")

@@ -2,6 +2,9 @@
 //! failure) and expired-lease recovery over `collection_jobs`.
 //!
 //! Invariants:
+//! - the hot-path operations take any executor (`&PgPool` or a held
+//!   `&mut PgConnection`): a collector runs a job's claim, start and
+//!   finalization on one connection, saving the pool's per-checkout work;
 //! - every operation is one transaction and writes its event(s) to
 //!   `collection_events` in that transaction, with identity snapshots;
 //! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
@@ -22,7 +25,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Acquire, PgExecutor, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::config::Tuning;
@@ -229,7 +232,7 @@ macro_rules! event_columns {
 /// when nothing is claimable or the collector may not claim (drained,
 /// disabled, retired, or already holding a job).
 pub async fn claim(
-    pool: &PgPool,
+    conn: impl PgExecutor<'_>,
     who: &CollectorId,
     lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
@@ -285,13 +288,16 @@ pub async fn claim(
     .bind(who.uuid)
     .bind(Uuid::new_v4())
     .bind(ms(lease))
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
     .map_err(db("claim"))
 }
 
 /// `claimed → running` under the lease; writes `started`.
-pub async fn start(pool: &PgPool, lease: &Lease) -> Result<Fenced<DateTime<Utc>>, QueueError> {
+pub async fn start(
+    conn: impl PgExecutor<'_>,
+    lease: &Lease,
+) -> Result<Fenced<DateTime<Utc>>, QueueError> {
     let row: Option<(DateTime<Utc>,)> = sqlx::query_as(concat!(
         "WITH relaxed AS (
             -- Commit without waiting for the WAL flush (module doc: relaxed commits).
@@ -321,7 +327,7 @@ pub async fn start(pool: &PgPool, lease: &Lease) -> Result<Fenced<DateTime<Utc>>
     .bind(lease.job_id)
     .bind(lease.collector_uuid)
     .bind(lease.token)
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
     .map_err(db("start"))?;
     Ok(match row {
@@ -332,7 +338,7 @@ pub async fn start(pool: &PgPool, lease: &Lease) -> Result<Fenced<DateTime<Utc>>
 
 /// Extends an owned, unexpired lease to now + `duration`. Writes no event.
 pub async fn renew(
-    pool: &PgPool,
+    conn: impl PgExecutor<'_>,
     lease: &Lease,
     duration: Duration,
 ) -> Result<Fenced<DateTime<Utc>>, QueueError> {
@@ -347,7 +353,7 @@ pub async fn renew(
     .bind(lease.collector_uuid)
     .bind(lease.token)
     .bind(ms(duration))
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
     .map_err(db("renew"))?;
     Ok(match row {
@@ -516,7 +522,7 @@ async fn remove_job_with_event(
 /// When the lease is not owned every CTE is empty: nothing is written and the
 /// outcome is [`Fenced::LeaseLost`]. Any failure rolls the whole statement back.
 pub async fn finalize_success(
-    pool: &PgPool,
+    conn: impl PgExecutor<'_>,
     lease: &Lease,
     collected: &Collected,
     policy: &Policy,
@@ -620,7 +626,7 @@ pub async fn finalize_success(
     .bind(ms(policy.dormant_refresh))
     .bind(ms(collected.duration))
     .bind(i32::from(collected.http_status))
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
     .map_err(db("finalize_success"))?;
     Ok(match row {
@@ -642,15 +648,15 @@ pub async fn finalize_success(
 /// (`retry_scheduled`); retryable but out of attempts → removed, pair due
 /// after `give_up_delay`; `unavailable` → removed, pair flagged and rechecked
 /// after `unavailable_recheck`.
-pub async fn finalize_failure(
-    pool: &PgPool,
+pub async fn finalize_failure<'c>(
+    conn: impl Acquire<'c, Database = Postgres>,
     lease: &Lease,
     failure: &AttemptFailure,
     policy: &Policy,
 ) -> Result<Fenced<FailureOutcome>, QueueError> {
     const OP: &str = "finalize_failure";
     let message: String = failure.message.chars().take(500).collect();
-    let mut tx = pool.begin().await.map_err(db(OP))?;
+    let mut tx = conn.begin().await.map_err(db(OP))?;
     let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
         return Ok(Fenced::LeaseLost);
     };

@@ -212,14 +212,19 @@ async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Rep
     for me in ids {
         let (pool, policy) = (db.pool.clone(), policy.clone());
         tasks.push(tokio::spawn(async move {
+            // One connection per worker, as a collector holds one for its job loop.
+            let mut conn = pool.acquire().await?;
             let mut done = 0u64;
-            while let Some(job) = queue::claim(&pool, &me, policy.lease).await.map_err(q)? {
-                queue::start(&pool, &job.lease())
+            while let Some(job) = queue::claim(&mut *conn, &me, policy.lease)
+                .await
+                .map_err(q)?
+            {
+                queue::start(&mut *conn, &job.lease())
                     .await
                     .map_err(q)?
                     .committed()
                     .ok_or_else(lost)?;
-                queue::finalize_success(&pool, &job.lease(), &collected(), &policy)
+                queue::finalize_success(&mut *conn, &job.lease(), &collected(), &policy)
                     .await
                     .map_err(q)?
                     .committed()

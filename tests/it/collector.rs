@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bf4ps_ops::collector::{Collector, CollectorMetrics, Stats};
 use bf4ps_ops::config::Tuning;
+use bf4ps_ops::db::DbTarget;
 use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
 use bf4ps_ops::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
@@ -481,6 +482,103 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
     );
     assert_eq!(events(p, "lease_expired", Some(j)).await, 0);
     assert_eq!(c.stats.lease_lost.load(Ordering::Relaxed), 0);
+    c.stop().await;
+}
+
+#[sqlx::test]
+async fn dropped_database_connections_mid_job_lose_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    // The collector gets its own pool, opened as the product opens it, under
+    // a name the test can find in pg_stat_activity.
+    let target = DbTarget {
+        pool: db.target.pool.clone().application_name("bf4ps-it-victim"),
+        ..db.target.clone()
+    };
+    let victim = TestDb {
+        pool: target.connect(4).await.unwrap(),
+        url: db.url.clone(),
+        target,
+    };
+    let tuning = Tuning {
+        lease_duration: Duration::from_secs(5),
+        ..fast()
+    };
+    let c = start_collector(
+        &victim,
+        &fake,
+        "survivor",
+        Lane::Background,
+        "e",
+        tuning,
+        Duration::from_secs(10),
+    )
+    .await;
+    let s = soldier(p, 77).await;
+    fake.script(
+        Platform::Pc,
+        77,
+        None,
+        vec![Scripted::Delay(Duration::from_millis(1500))],
+    );
+    let first = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "started", first, 1).await;
+    // Mid-fetch: every database session of the collector's pool dies, the
+    // one its job holds included.
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = 'bf4ps-it-victim'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(killed >= 1, "no collector session to terminate");
+    // The finalization fails on the dead connection and commits on a new one.
+    wait_event(p, "succeeded", first, 1).await;
+    let second = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", second, 1).await;
+    for (event, job_id) in [
+        ("lease_expired", first),
+        ("failed", first),
+        ("failed", second),
+    ] {
+        assert_eq!(
+            events(p, event, Some(job_id)).await,
+            0,
+            "{event} of job {job_id}"
+        );
+    }
+    assert_eq!(c.stats.succeeded.load(Ordering::Relaxed), 2);
+    assert_eq!(c.stats.lease_lost.load(Ordering::Relaxed), 0);
+    let current: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM soldier_resource_current WHERE soldier_id = $1")
+            .bind(s)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(current, 2);
     c.stop().await;
 }
 
