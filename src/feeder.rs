@@ -43,6 +43,10 @@
 //!   deficit plus the live jobs at the head of the due order, never by the
 //!   size of `collection_state` or `soldiers`, whatever the statistics say
 //!   (see `CYCLE_SETTINGS_SQL`);
+//! - a cycle sends at most one `bf4ps_events` notification, itself, after
+//!   its insert (the row trigger is switched off for the cycle's
+//!   transaction, which would otherwise run once per `created` event), and
+//!   none when operators set `bf4ps.notify_events` to `off`;
 //! - a failed cycle is logged and retried on the next tick; the loop only
 //!   ends when its cancellation token fires.
 
@@ -185,9 +189,19 @@ macro_rules! feed_sql {
 /// only add compile time to a statement that is cheap by construction. A
 /// cycle is idempotent (the pairs stay due until collected), so its commit
 /// need not wait for the WAL flush: a crash can only lose a cycle's jobs, and
-/// any collector's commit that saw them flushes them first.
+/// any collector's commit that saw them flushes them first. The events
+/// trigger is off for the cycle: it would call its function once per
+/// `created` event; the cycle notifies once itself (`NOTIFY_EVENTS_SQL`).
 const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
-     SET LOCAL synchronous_commit = off";
+     SET LOCAL synchronous_commit = off; SET LOCAL bf4ps.notify_events = 'off'";
+
+/// Whether event notifications are on for this database (not `off`); read
+/// before `CYCLE_SETTINGS_SQL` switches the trigger off for the cycle.
+const EVENTS_NOTIFY_ON_SQL: &str =
+    "SELECT coalesce(current_setting('bf4ps.notify_events', true), '') <> 'off'";
+
+/// The cycle's one notification for the projector.
+const NOTIFY_EVENTS_SQL: &str = "SELECT pg_notify('bf4ps_events', '')";
 
 const FEED_SQL: &str = feed_sql!();
 
@@ -250,6 +264,9 @@ impl Feeder {
             tx.rollback().await?;
             return Ok(CycleReport::default());
         }
+        let notify_events: bool = sqlx::query_scalar(EVENTS_NOTIFY_ON_SQL)
+            .fetch_one(&mut *tx)
+            .await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
         // A statement after the lock sees every earlier cycle's commit.
         let pending: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
@@ -270,6 +287,9 @@ impl Feeder {
             report.recent = recent as u64;
             report.bootstrap = bootstrap as u64;
             report.inserted = report.active + report.recent + report.bootstrap;
+        }
+        if notify_events && report.inserted > 0 {
+            sqlx::query(NOTIFY_EVENTS_SQL).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(report)

@@ -420,19 +420,48 @@ async fn a_cycle_sends_one_notification_on_the_background_channel(
 ) {
     let db = TestDb::new(opts).await;
     seed(&db.pool, 50).await;
-    let mut l = listen(&db, &["bf4ps_jobs_background", "bf4ps_jobs_interactive"]).await;
+    let mut l = listen(
+        &db,
+        &[
+            "bf4ps_jobs_background",
+            "bf4ps_jobs_interactive",
+            "bf4ps_events",
+        ],
+    )
+    .await;
     let r = feeder(&db.pool, 150).run_once().await.unwrap();
     assert_eq!(r.inserted, 150);
-    let got = l.drain(&db.pool, "bf4ps_jobs_background").await;
+    let mut got = l.drain(&db.pool, "bf4ps_jobs_background").await;
+    got.sort();
     assert_eq!(
         got,
-        vec![("bf4ps_jobs_background".to_owned(), String::new())],
-        "one notification for a 150-job cycle, none on the interactive channel"
+        vec![
+            ("bf4ps_events".to_owned(), String::new()),
+            ("bf4ps_jobs_background".to_owned(), String::new()),
+        ],
+        "one notification per channel for a 150-job cycle with 150 `created` events, \
+         none on the interactive channel"
     );
     // A cycle that inserts nothing notifies nobody.
     let r = feeder(&db.pool, 150).run_once().await.unwrap();
     assert_eq!(r.inserted, 0);
     assert!(l.drain(&db.pool, "bf4ps_jobs_background").await.is_empty());
+    // Event notifications switched off by the operator: collectors are
+    // still woken, the projector is left to its poll.
+    exec(
+        &db.pool,
+        "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET bf4ps.notify_events = ''off''', \
+         current_database()); END$$"
+            .to_owned(),
+    )
+    .await;
+    let fresh_sessions = db.target.connect(1).await.unwrap();
+    let r = feeder(&fresh_sessions, 200).run_once().await.unwrap();
+    assert_eq!(r.inserted, 50);
+    assert_eq!(
+        l.drain(&db.pool, "bf4ps_jobs_background").await,
+        vec![("bf4ps_jobs_background".to_owned(), String::new())]
+    );
 }
 
 #[sqlx::test]
