@@ -451,10 +451,10 @@ async fn a_cycle_sends_one_notification_on_the_background_channel(
     exec(
         &db.pool,
         "DO $$BEGIN EXECUTE format('ALTER DATABASE %I SET bf4ps.notify_events = ''off''', \
-         current_database()); END$$"
-            .to_owned(),
+         current_database()); END$$",
     )
-    .await;
+    .await
+    .unwrap();
     let fresh_sessions = db.target.connect(1).await.unwrap();
     let r = feeder(&fresh_sessions, 200).run_once().await.unwrap();
     assert_eq!(r.inserted, 50);
