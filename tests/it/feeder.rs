@@ -11,9 +11,8 @@ use bf4ps_ops::config::Tuning;
 use bf4ps_ops::feeder::{Feeder, FeederConfig};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use tokio::sync::mpsc;
 
-use crate::support::{TestDb, exec};
+use crate::support::{TestDb, exec, listen};
 
 /// A feeder with `target` depth and otherwise default tuning.
 pub(crate) fn feeder(pool: &PgPool, target: u32) -> Feeder {
@@ -164,72 +163,6 @@ async fn scalar(pool: &PgPool, sql: &str) -> i64 {
         .fetch_one(pool)
         .await
         .unwrap()
-}
-
-/// A dedicated LISTEN connection collecting (channel, payload) pairs.
-pub(crate) struct Listener {
-    rx: mpsc::UnboundedReceiver<(String, String)>,
-    _client: tokio_postgres::Client,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-pub(crate) async fn listen(db: &TestDb, channels: &[&str]) -> Listener {
-    let (client, mut connection) = db
-        .target
-        .listen
-        .connect(tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        while let Some(msg) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            match msg {
-                Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
-                    let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    });
-    for c in channels {
-        client.batch_execute(&format!("LISTEN {c}")).await.unwrap();
-    }
-    Listener {
-        rx,
-        _client: client,
-        task,
-    }
-}
-
-impl Listener {
-    /// Every notification received before a `sentinel` NOTIFY sent now on
-    /// `channel` (notifications arrive in commit order, so this is all of
-    /// them from transactions committed before this call).
-    pub(crate) async fn drain(&mut self, pool: &PgPool, channel: &str) -> Vec<(String, String)> {
-        sqlx::query("SELECT pg_notify($1, 'sentinel')")
-            .bind(channel)
-            .execute(pool)
-            .await
-            .unwrap();
-        let mut got = Vec::new();
-        loop {
-            let n = tokio::time::timeout(Duration::from_secs(10), self.rx.recv())
-                .await
-                .expect("sentinel notification within 10s")
-                .expect("listener alive");
-            if n.1 == "sentinel" {
-                return got;
-            }
-            got.push(n);
-        }
-    }
 }
 
 #[sqlx::test]
@@ -431,7 +364,7 @@ async fn a_cycle_sends_one_notification_on_the_background_channel(
     .await;
     let r = feeder(&db.pool, 150).run_once().await.unwrap();
     assert_eq!(r.inserted, 150);
-    let mut got = l.drain(&db.pool, "bf4ps_jobs_background").await;
+    let mut got = l.drain(&db.pool).await;
     got.sort();
     assert_eq!(
         got,
@@ -445,7 +378,7 @@ async fn a_cycle_sends_one_notification_on_the_background_channel(
     // A cycle that inserts nothing notifies nobody.
     let r = feeder(&db.pool, 150).run_once().await.unwrap();
     assert_eq!(r.inserted, 0);
-    assert!(l.drain(&db.pool, "bf4ps_jobs_background").await.is_empty());
+    assert!(l.drain(&db.pool).await.is_empty());
     // Event notifications switched off by the operator: collectors are
     // still woken, the projector is left to its poll.
     exec(
@@ -459,7 +392,7 @@ async fn a_cycle_sends_one_notification_on_the_background_channel(
     let r = feeder(&fresh_sessions, 200).run_once().await.unwrap();
     assert_eq!(r.inserted, 50);
     assert_eq!(
-        l.drain(&db.pool, "bf4ps_jobs_background").await,
+        l.drain(&db.pool).await,
         vec![("bf4ps_jobs_background".to_owned(), String::new())]
     );
 }

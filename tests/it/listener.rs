@@ -8,62 +8,10 @@ use bf4ps_ops::listener::{Channel, Listener, ListenerSettings, Wake};
 use bf4ps_ops::{egress, queue};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::mpsc;
-use tokio_postgres::AsyncMessage;
 use tokio_util::sync::CancellationToken;
 
 use crate::fixtures::*;
-use crate::support::{TestDb, eventually};
-
-const SENTINEL: &str = "bf4ps_test_sentinel";
-
-/// A raw LISTEN connection that reports every notification's channel.
-async fn raw_listen(
-    db: &TestDb,
-    channels: &[&str],
-) -> (tokio_postgres::Client, mpsc::UnboundedReceiver<String>) {
-    let (client, mut conn) = db
-        .target
-        .listen
-        .connect(tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(msg)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
-            if let AsyncMessage::Notification(n) = msg {
-                let _ = tx.send(n.channel().to_owned());
-            }
-        }
-    });
-    let sql: String = channels
-        .iter()
-        .chain([&SENTINEL])
-        .map(|c| format!("LISTEN {c};"))
-        .collect();
-    client.batch_execute(&sql).await.unwrap();
-    (client, rx)
-}
-
-/// Every notification received before the sentinel (sent after `statement`
-/// committed; notifications arrive in commit order).
-async fn notifications_of(db: &TestDb, rx: &mut mpsc::UnboundedReceiver<String>) -> Vec<String> {
-    sqlx::query("SELECT pg_notify($1, '')")
-        .bind(SENTINEL)
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    loop {
-        let ch = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .expect("sentinel within 5 s")
-            .unwrap();
-        if ch == SENTINEL {
-            return got;
-        }
-        got.push(ch);
-    }
-}
+use crate::support::{TestDb, eventually, listen};
 
 #[sqlx::test]
 async fn job_notifications_reach_the_right_lane_once_per_statement(
@@ -72,8 +20,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
 ) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
-    let (_client, mut rx) =
-        raw_listen(&db, &["bf4ps_jobs_interactive", "bf4ps_jobs_background"]).await;
+    let mut l = listen(&db, &["bf4ps_jobs_interactive", "bf4ps_jobs_background"]).await;
 
     // An interactive insert notifies interactive only.
     let s = soldier(p, 1).await;
@@ -87,10 +34,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
         0,
     )
     .await;
-    assert_eq!(
-        notifications_of(&db, &mut rx).await,
-        ["bf4ps_jobs_interactive"]
-    );
+    assert_eq!(l.drain_channels(&db.pool).await, ["bf4ps_jobs_interactive"]);
 
     // A job eligible only later notifies nobody (the poll finds it).
     let b = job(
@@ -103,7 +47,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
         60_000,
     )
     .await;
-    assert!(notifications_of(&db, &mut rx).await.is_empty());
+    assert!(l.drain_channels(&db.pool).await.is_empty());
 
     // Promotion of a pending background job to interactive wakes interactive.
     let w = job(
@@ -116,19 +60,13 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
         -10,
     )
     .await;
-    assert_eq!(
-        notifications_of(&db, &mut rx).await,
-        ["bf4ps_jobs_background"]
-    );
+    assert_eq!(l.drain_channels(&db.pool).await, ["bf4ps_jobs_background"]);
     sqlx::query("UPDATE collection_jobs SET lane = 'interactive', priority_class = 'interactive' WHERE job_id = $1")
         .bind(w)
         .execute(p)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_of(&db, &mut rx).await,
-        ["bf4ps_jobs_interactive"]
-    );
+    assert_eq!(l.drain_channels(&db.pool).await, ["bf4ps_jobs_interactive"]);
 
     // Updates that don't make anything claimable stay quiet (claim, start, renew).
     let me = collector(p, "quiet", Lane::Interactive).await;
@@ -146,7 +84,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
         .unwrap()
         .committed()
         .unwrap();
-    assert!(notifications_of(&db, &mut rx).await.is_empty());
+    assert!(l.drain_channels(&db.pool).await.is_empty());
 
     // Returning to pending and eligible now wakes the lane (e.g. recovery with no backoff).
     sqlx::query(
@@ -156,10 +94,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
     .execute(p)
     .await
     .unwrap();
-    assert_eq!(
-        notifications_of(&db, &mut rx).await,
-        ["bf4ps_jobs_background"]
-    );
+    assert_eq!(l.drain_channels(&db.pool).await, ["bf4ps_jobs_background"]);
 
     // A 1,000-row insert across both lanes: one notification per lane.
     sqlx::query(
@@ -174,7 +109,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
     .execute(p)
     .await
     .unwrap();
-    let mut got = notifications_of(&db, &mut rx).await;
+    let mut got = l.drain_channels(&db.pool).await;
     got.sort();
     assert_eq!(got, ["bf4ps_jobs_background", "bf4ps_jobs_interactive"]);
 }

@@ -12,7 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{TestDb, eventually, run_bin};
+use crate::support::{TestDb, eventually, idle_in_transaction, listen, run_bin};
 
 /// One event to insert (None: NULL).
 #[derive(Clone, Default)]
@@ -237,25 +237,6 @@ async fn out_of_order_commit_is_projected_exactly_once(_: PgPoolOptions, opts: P
     assert_eq!(checkpoint_count(&db.pool).await, 2);
 }
 
-/// A session that took a transaction id and idles in its transaction.
-async fn idle_transaction(db: &TestDb) -> (sqlx::PgConnection, i32) {
-    let mut conn = sqlx::PgConnection::connect_with(
-        &db.target.pool.clone().application_name("bf4ps-test idle"),
-    )
-    .await
-    .unwrap();
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    sqlx::query("SELECT pg_current_xact_id()")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    (conn, pid)
-}
-
 #[sqlx::test]
 async fn rollback_does_not_stall_and_idle_transaction_holds_the_horizon(
     _: PgPoolOptions,
@@ -273,7 +254,8 @@ async fn rollback_does_not_stall_and_idle_transaction_holds_the_horizon(
     project_until(&p, 1).await;
 
     // An idle open transaction older than a committed event holds it back.
-    let (mut idle, idle_pid) = idle_transaction(&db).await;
+    let (mut idle, idle_pid) =
+        idle_in_transaction(&db, "bf4ps-test idle", "SELECT pg_current_xact_id()").await;
     insert(&db.pool, &Ev::succeeded(9)).await;
     for _ in 0..3 {
         let step = p.run_once().await.unwrap();
@@ -610,49 +592,21 @@ async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConn
     inst.task.await.unwrap();
 }
 
-/// Notifications received on `bf4ps_events` until the marker payload.
-async fn notifications_until_marker(
-    pool_conn: &mut sqlx::PgConnection,
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-) -> Vec<String> {
-    sqlx::query("SELECT pg_notify('bf4ps_events', 'marker')")
-        .execute(&mut *pool_conn)
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    loop {
-        let payload = tokio::time::timeout(Duration::from_secs(10), rx.recv())
-            .await
-            .expect("notification within 10 s")
-            .expect("listener alive");
-        if payload == "marker" {
-            return got;
-        }
-        got.push(payload);
-    }
-}
-
 #[sqlx::test]
 async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let db = TestDb::new(opts).await;
-    let (client, mut connection) = db
-        .target
-        .listen
-        .connect(tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        while let Some(Ok(m)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            if let tokio_postgres::AsyncMessage::Notification(n) = m {
-                let _ = tx.send(n.payload().to_owned());
-            }
-        }
-    });
-    client.batch_execute("LISTEN bf4ps_events").await.unwrap();
+    let mut l = listen(&db, &["bf4ps_events"]).await;
+    // Payloads of the notifications committed so far.
+    let mut payloads = async || -> Vec<String> {
+        l.drain(&db.pool)
+            .await
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect()
+    };
     let mut conn = db.pool.acquire().await.unwrap();
     let multi = |types: &[&str]| {
         let values: Vec<String> = types
@@ -671,26 +625,17 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
         .execute(&mut *conn)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        vec![""]
-    );
+    assert_eq!(payloads().await, vec![""]);
     run(multi(&["claimed", "started"]))
         .execute(&mut *conn)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(payloads().await, Vec::<String>::new());
     run(multi(&["claimed", "retry_scheduled"]))
         .execute(&mut *conn)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        vec![""]
-    );
+    assert_eq!(payloads().await, vec![""]);
     // Two statements in one transaction: PostgreSQL folds identical notifications.
     run(format!(
         "BEGIN; {}; {}; COMMIT",
@@ -700,10 +645,7 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
     .execute(&mut *conn)
     .await
     .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        vec![""]
-    );
+    assert_eq!(payloads().await, vec![""]);
 
     // all: claimed/started too.
     run("SET bf4ps.notify_events = 'all'".into())
@@ -711,10 +653,7 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
         .await
         .unwrap();
     run(multi(&["claimed"])).execute(&mut *conn).await.unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        vec![""]
-    );
+    assert_eq!(payloads().await, vec![""]);
     // off: nothing at all.
     run("SET bf4ps.notify_events = 'off'".into())
         .execute(&mut *conn)
@@ -724,10 +663,7 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
         .execute(&mut *conn)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut conn, &mut rx).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(payloads().await, Vec::<String>::new());
     run("RESET bf4ps.notify_events".into())
         .execute(&mut *conn)
         .await
@@ -749,10 +685,7 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
         .execute(&mut fresh)
         .await
         .unwrap();
-    assert_eq!(
-        notifications_until_marker(&mut fresh, &mut rx).await,
-        Vec::<String>::new()
-    );
+    assert_eq!(payloads().await, Vec::<String>::new());
     fresh.close().await.unwrap();
 }
 

@@ -7,8 +7,8 @@ use bf4ps_ops::request::{RefreshState, publish_settings, request_refresh};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::feeder::{claim, collector, feeder, listen, seed};
-use crate::support::{TestDb, exec, run_bin};
+use crate::feeder::{claim, collector, feeder, seed};
+use crate::support::{TestDb, exec, listen, run_bin};
 
 async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -128,7 +128,7 @@ async fn an_unknown_soldier_gets_four_interactive_jobs_and_wakes_collectors(
             )
         );
     }
-    let notes = l.drain(&db.pool, "bf4ps_jobs_interactive").await;
+    let notes = l.drain(&db.pool).await;
     assert_eq!(
         notes,
         vec![("bf4ps_jobs_interactive".to_owned(), String::new())],
@@ -215,7 +215,7 @@ async fn pending_background_jobs_are_promoted_and_live_ones_reported(
         );
     }
     assert_eq!(
-        l.drain(&db.pool, "bf4ps_jobs_interactive").await,
+        l.drain(&db.pool).await,
         vec![("bf4ps_jobs_interactive".to_owned(), String::new())]
     );
     // Interactive collectors can claim the promoted jobs at once.
@@ -266,7 +266,7 @@ async fn calling_twice_changes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
         );
         assert_eq!(b.state, RefreshState::Pending);
     }
-    assert!(l.drain(&db.pool, "bf4ps_jobs_interactive").await.is_empty());
+    assert!(l.drain(&db.pool).await.is_empty());
 
     // The rest of the soldier's resources are created on a later request;
     // the first two are still pending.

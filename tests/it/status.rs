@@ -6,10 +6,9 @@
 use bf4ps_ops::status;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
-use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::support::{TestDb, eventually, exec, run_bin};
+use crate::support::{TestDb, eventually, exec, idle_in_transaction, run_bin};
 
 /// The known state, every time relative to `at` (`A`).
 fn fixture(at: DateTime<Utc>) -> String {
@@ -277,26 +276,6 @@ async fn the_screen_shows_the_known_state(_: PgPoolOptions, opts: PgConnectOptio
     );
 }
 
-/// A session whose open transaction inserted an event (so it has a
-/// transaction id) and now idles.
-async fn open_writer(db: &TestDb) -> (sqlx::PgConnection, i32) {
-    let mut conn = sqlx::PgConnection::connect_with(
-        &db.target.pool.clone().application_name("bf4ps-test holder"),
-    )
-    .await
-    .unwrap();
-    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    sqlx::query("INSERT INTO collection_events (event_type) VALUES ('created')")
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    (conn, pid)
-}
-
 #[sqlx::test]
 async fn status_names_the_transaction_holding_the_horizon(
     _: PgPoolOptions,
@@ -307,7 +286,12 @@ async fn status_names_the_transaction_holding_the_horizon(
         .fetch_one(&db.pool)
         .await
         .unwrap();
-    let (mut writer, pid) = open_writer(&db).await;
+    let (mut writer, pid) = idle_in_transaction(
+        &db,
+        "bf4ps-test holder",
+        "INSERT INTO collection_events (event_type) VALUES ('created')",
+    )
+    .await;
     // A later event commits while the writer's (older) one is still open.
     exec(
         &db.pool,

@@ -154,3 +154,99 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// Channel of the marker [`Notifications::drain`] sends.
+const DRAIN_MARKER: &str = "bf4ps_test_marker";
+
+/// A dedicated LISTEN connection collecting every (channel, payload).
+pub struct Notifications {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    _client: tokio_postgres::Client,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Notifications {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Listens on `channels` on a connection of its own.
+pub async fn listen(db: &TestDb, channels: &[&str]) -> Notifications {
+    let (client, mut connection) = db
+        .target
+        .listen
+        .connect(tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        while let Some(Ok(msg)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = msg {
+                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
+            }
+        }
+    });
+    let sql: String = channels
+        .iter()
+        .chain([&DRAIN_MARKER])
+        .map(|c| format!("LISTEN {c};"))
+        .collect();
+    client.batch_execute(&sql).await.unwrap();
+    Notifications {
+        rx,
+        _client: client,
+        task,
+    }
+}
+
+impl Notifications {
+    /// Every notification received before a marker NOTIFY sent now
+    /// (notifications arrive in commit order, so this is all of them from
+    /// transactions committed before this call).
+    pub async fn drain(&mut self, pool: &PgPool) -> Vec<(String, String)> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(DRAIN_MARKER)
+            .execute(pool)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        loop {
+            let n = tokio::time::timeout(Duration::from_secs(10), self.rx.recv())
+                .await
+                .expect("marker notification within 10 s")
+                .expect("listener alive");
+            if n.0 == DRAIN_MARKER {
+                return got;
+            }
+            got.push(n);
+        }
+    }
+
+    /// [`Notifications::drain`], channels only.
+    pub async fn drain_channels(&mut self, pool: &PgPool) -> Vec<String> {
+        self.drain(pool).await.into_iter().map(|(c, _)| c).collect()
+    }
+}
+
+/// A session (named `application_name` in `pg_stat_activity`) that ran
+/// `statement` in an open transaction and now idles in it; and its pid.
+pub async fn idle_in_transaction(
+    db: &TestDb,
+    application_name: &str,
+    statement: &'static str,
+) -> (sqlx::PgConnection, i32) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect_with(
+        &db.target.pool.clone().application_name(application_name),
+    )
+    .await
+    .unwrap();
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query(statement).execute(&mut conn).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    (conn, pid)
+}
