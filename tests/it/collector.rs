@@ -22,7 +22,7 @@ use sqlx::{PgPool, Row};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::fixtures::{events, job, soldier};
+use crate::fixtures::{event_types, events, job, soldier};
 use crate::support::{ChildGuard, TestDb, bin, eventually};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -188,13 +188,7 @@ async fn collects_all_four_resources(_: PgPoolOptions, opts: PgConnectOptions) {
             .unwrap();
             assert_eq!(ev.get::<Option<i32>, _>("http_status"), Some(200));
             assert!(ev.get::<Option<i64>, _>("duration_ms").is_some());
-            let types: Vec<String> = sqlx::query_scalar(
-                "SELECT event_type FROM collection_events WHERE job_id = $1 ORDER BY event_id",
-            )
-            .bind(id)
-            .fetch_all(p)
-            .await
-            .unwrap();
+            let types = event_types(p, *id).await;
             assert_eq!(types, ["claimed", "started", "succeeded"]);
         }
         let current: i64 = sqlx::query_scalar(

@@ -137,3 +137,14 @@ pub async fn events(pool: &PgPool, event_type: &str, job_id: Option<i64>) -> i64
     .await
     .unwrap()
 }
+
+/// The event types of one job, in the order they were written.
+pub async fn event_types(pool: &PgPool, job_id: i64) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT event_type FROM collection_events WHERE job_id = $1 ORDER BY event_id",
+    )
+    .bind(job_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}

@@ -386,13 +386,7 @@ async fn success_writes_data_state_history_and_events(_: PgPoolOptions, opts: Pg
         .unwrap();
         assert_eq!(ev.get::<Option<i64>, _>("duration_ms"), Some(42));
         assert_eq!(ev.get::<Option<i32>, _>("http_status"), Some(200));
-        let types: Vec<String> = sqlx::query_scalar(
-            "SELECT event_type FROM collection_events WHERE job_id = $1 ORDER BY event_id",
-        )
-        .bind(id)
-        .fetch_all(p)
-        .await
-        .unwrap();
+        let types = event_types(p, id).await;
         assert_eq!(types, ["claimed", "started", "succeeded"]);
     }
     let history: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_detailed_history")
@@ -569,13 +563,7 @@ async fn failures_retry_give_up_or_mark_unavailable(_: PgPoolOptions, opts: PgCo
     assert_eq!(status, "pending");
     assert!((9.0..=10.5).contains(&wait_s), "{wait_s}");
     assert_eq!(attempts, 1);
-    let types: Vec<String> = sqlx::query_scalar(
-        "SELECT event_type FROM collection_events WHERE job_id = $1 ORDER BY event_id",
-    )
-    .bind(id)
-    .fetch_all(p)
-    .await
-    .unwrap();
+    let types = event_types(p, id).await;
     assert_eq!(types, ["claimed", "started", "failed", "retry_scheduled"]);
     assert!(
         queue::claim(p, &me, Duration::from_secs(60))
