@@ -56,7 +56,7 @@ use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ResourceWeights, Tuning};
+use crate::config::{ResourceWeights, Tuning, jittered};
 use crate::domain::Resource;
 
 /// The ageing reference: `priority_value` counts minutes of due time from here.
@@ -365,26 +365,9 @@ impl Feeder {
     }
 }
 
-/// `d` scaled by a random factor in [0.8, 1.2).
-fn jittered(d: Duration) -> Duration {
-    d.mul_f64(0.8 + 0.4 * fastrand::f64())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jitter_stays_within_twenty_percent() {
-        let base = Duration::from_secs(5);
-        for _ in 0..1000 {
-            let d = jittered(base);
-            assert!(
-                d >= Duration::from_secs(4) && d < Duration::from_secs(6),
-                "{d:?}"
-            );
-        }
-    }
 
     #[test]
     fn config_follows_tuning() {

@@ -24,6 +24,7 @@ use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::jittered;
 use crate::domain::{EVENTS_CHANNEL, Lane};
 
 /// A NOTIFY channel bf4ps-ops listens on (names are contract).
@@ -189,9 +190,7 @@ impl Waiter {
     /// Like [`Waiter::wait`] but polls after at most `max` (jittered ±20%),
     /// e.g. to wake when a backed-off job becomes eligible.
     pub async fn wait_at_most(&self, max: Duration) -> Wake {
-        let timeout = max
-            .min(self.poll_interval)
-            .mul_f64(0.8 + 0.4 * fastrand::f64());
+        let timeout = jittered(max.min(self.poll_interval));
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Wake::Cancelled,

@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::Tuning;
+use crate::config::{Tuning, jittered};
 use crate::queue::{self, Policy, QueueError};
 use crate::registry::{self, RegistryError};
 
@@ -95,7 +95,7 @@ impl Monitor {
             if let Err(e) = self.run_once(&pool).await {
                 warn!(error = %e, "monitor step failed; retrying next tick");
             }
-            let delay = self.interval.mul_f64(0.8 + 0.4 * fastrand::f64());
+            let delay = jittered(self.interval);
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}

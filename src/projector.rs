@@ -36,6 +36,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::config::jittered;
 use crate::domain::{ErrorClass, EventType, Lane, Resource};
 use crate::metrics::Registry;
 
@@ -144,11 +145,6 @@ impl PollWaiter {
     pub fn new(interval: Duration) -> PollWaiter {
         PollWaiter { interval }
     }
-}
-
-/// `base` scaled by a random factor in [0.8, 1.2).
-pub fn jittered(base: Duration) -> Duration {
-    base.mul_f64(0.8 + fastrand::f64() * 0.4)
 }
 
 impl Wake for PollWaiter {

@@ -29,14 +29,14 @@ use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Tuning, parse_duration};
+use crate::config::{Tuning, jittered, parse_duration};
 use crate::db::{self, DbError, DbTarget};
 use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;
 use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::Registry;
 use crate::monitor::Monitor;
-use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, jittered};
+use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake};
 use crate::retention::{self, RetentionError, RetentionSettings};
 
 /// `serve`-specific settings (flags with `BF4PS_*` variables).
