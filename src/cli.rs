@@ -32,7 +32,7 @@ pub struct Cli {
     #[arg(
         long,
         env = "BF4PS_LOG",
-        default_value = "info,sqlx=warn",
+        default_value = DEFAULT_LOG,
         global = true
     )]
     pub log: String,
@@ -388,12 +388,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status { json } => {
             let target = cli.db.target()?;
             let pool = target.connect(2).await?;
-            if !db::migrations_current(&pool).await? {
-                anyhow::bail!(
-                    "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
-                    target.display
-                );
-            }
+            require_migrated(&pool, &target).await?;
             let status = crate::status::gather(&pool, None).await?;
             if json {
                 crate::out!("{}", status.to_json());
@@ -454,9 +449,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => {
             if batch == 0 {
-                anyhow::bail!(
-                    "invalid --projector-batch (BF4PS_PROJECTOR_BATCH): must be at least 1"
-                );
+                anyhow::bail!("invalid --batch (BF4PS_PROJECTOR_BATCH): must be at least 1");
             }
             let target = cli.db.target()?;
             let pool = target.connect(2).await?;
@@ -483,17 +476,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<ExitCode> {
-    args.tuning.validate()?;
-    let upstream = Arc::new(Upstream::new(&args.upstream)?);
-    let target = db_args.target()?;
-    let pool = target.connect(4).await?;
-    if !db::migrations_current(&pool).await? {
+/// Commands that only read and write through the current schema refuse an
+/// older (or newer) one instead of migrating it behind the operator's back.
+async fn require_migrated(pool: &sqlx::PgPool, target: &DbTarget) -> anyhow::Result<()> {
+    if !db::migrations_current(pool).await? {
         anyhow::bail!(
             "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
             target.display
         );
     }
+    Ok(())
+}
+
+async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<ExitCode> {
+    args.tuning.validate()?;
+    let upstream = Arc::new(Upstream::new(&args.upstream)?);
+    let target = db_args.target()?;
+    let pool = target.connect(4).await?;
+    require_migrated(&pool, &target).await?;
     let hostname = match args.hostname {
         Some(h) => h,
         None => gethostname::gethostname().to_string_lossy().into_owned(),
