@@ -170,7 +170,14 @@ pub async fn run(
     let result = run_on(&target, &args, &interrupt, started, cluster.is_some()).await;
     if let Some(mut c) = cluster {
         eprintln!("stopping the private PostgreSQL…");
-        c.stop().await.context("stopping the private PostgreSQL")?;
+        let stopped = c.stop().await.context("stopping the private PostgreSQL");
+        // The demo's own failure is the one to report; a failed stop after it
+        // is only a warning.
+        match (&result, stopped) {
+            (Ok(_), Err(e)) => return Err(e),
+            (Err(_), Err(e)) => eprintln!("warning: {e:#}"),
+            (_, Ok(())) => {}
+        }
     }
     result
 }
