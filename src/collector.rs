@@ -208,13 +208,15 @@ impl Collector {
         // Start with a scan: work may be waiting already. `notified` is true
         // when the last wait ended with a wake-up (NOTIFY, catch-up or a
         // passed-on wake), for the claims-after-notify statistic.
-        let mut scan = true;
         let mut notified = false;
         loop {
             if drain.is_cancelled() || abort.is_cancelled() {
                 return Ok(());
             }
-            if scan && self.claimable.load(Ordering::Acquire) {
+            // How long to sleep unless woken: the poll interval, or less when
+            // a backed-off job becomes eligible sooner.
+            let mut sleep = self.tuning.poll_interval;
+            if self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
                     Ok(Some((job, conn))) => {
                         errors = 0;
@@ -235,29 +237,39 @@ impl Collector {
                         notified = false;
                         continue;
                     }
-                    Ok(None) => errors = 0,
+                    Ok(None) => {
+                        errors = 0;
+                        // Nothing claimable now. A job already eligible is
+                        // being claimed by another collector (or this one may
+                        // not claim yet): that is what wakes and polls are for,
+                        // not a busy retry.
+                        if let Ok(Some(at)) =
+                            queue::next_eligible_at(&self.pool, self.id.lane).await
+                            && let Ok(until) = (at - Utc::now()).to_std()
+                        {
+                            sleep = sleep.min(until.max(Duration::from_millis(10)));
+                        }
+                    }
                     Err(e) => {
                         errors = errors.saturating_add(1);
                         let backoff = Duration::from_millis(200).saturating_mul(1 << errors.min(7));
                         warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "claim failed");
                         tokio::select! {
                             _ = stopped(drain, abort) => return Ok(()),
-                            _ = tokio::time::sleep(backoff.min(Duration::from_secs(30))) => {}
+                            _ = tokio::time::sleep(backoff) => {}
                         }
                         continue;
                     }
                 }
             }
             // Sleep until notified, polled, or a backed-off job becomes eligible.
-            let until_eligible = match queue::next_eligible_at(&self.pool, self.id.lane).await {
-                Ok(Some(at)) => (at - Utc::now()).to_std().unwrap_or(Duration::ZERO),
-                _ => self.tuning.poll_interval,
-            };
             let wake = tokio::select! {
                 _ = stopped(drain, abort) => return Ok(()),
-                w = waiter.wait_at_most(until_eligible.max(Duration::from_millis(10))) => w,
+                w = waiter.wait_at_most(sleep) => w,
             };
-            scan = wake != Wake::Cancelled;
+            if wake == Wake::Cancelled {
+                return Ok(());
+            }
             notified = wake == Wake::Notified;
         }
     }
