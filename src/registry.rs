@@ -110,6 +110,8 @@ pub async fn register(
             return Err(RegistryError::Blank { field });
         }
     }
+    // Names are stored trimmed: look up, insert and report the same text.
+    let name = reg.name.trim();
     let mut tx = pool.begin().await.map_err(db(OP))?;
     let holder: Option<Holder> = sqlx::query_as(
         "SELECT collector_uuid, hostname, heartbeat_state, drained, current_job_id,
@@ -118,7 +120,7 @@ pub async fn register(
          WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
          FOR UPDATE",
     )
-    .bind(&reg.name)
+    .bind(name)
     .fetch_optional(&mut *tx)
     .await
     .map_err(db(OP))?;
@@ -127,7 +129,7 @@ pub async fn register(
         let clean_exit = h.drained && h.current_job_id.is_none();
         if !(h.heartbeat_state == HeartbeatState::Lost || silent || clean_exit) {
             return Err(RegistryError::NameInUse {
-                name: reg.name.clone(),
+                name: name.to_owned(),
                 hostname: h.hostname,
                 age_s: h.age_s.unwrap_or(0.0),
             });
@@ -147,7 +149,7 @@ pub async fn register(
          VALUES ($1, $2, $3, $4, $5, now(), now(), 'healthy')
          RETURNING collector_uuid",
     )
-    .bind(reg.name.trim())
+    .bind(name)
     .bind(reg.hostname.trim())
     .bind(reg.lane)
     .bind(reg.egress_key.trim())
@@ -159,7 +161,7 @@ pub async fn register(
         // A concurrent registration took the name between our check and insert.
         Err(sqlx::Error::Database(e)) if e.constraint() == Some("uq_collectors_active_name") => {
             return Err(RegistryError::NameInUse {
-                name: reg.name.clone(),
+                name: name.to_owned(),
                 hostname: "(registering concurrently)".into(),
                 age_s: 0.0,
             });
@@ -169,7 +171,7 @@ pub async fn register(
     tx.commit().await.map_err(db(OP))?;
     Ok(CollectorId {
         uuid,
-        name: reg.name.trim().to_owned(),
+        name: name.to_owned(),
         hostname: reg.hostname.trim().to_owned(),
         lane: reg.lane,
         egress_key: reg.egress_key.trim().to_owned(),

@@ -65,12 +65,22 @@ async fn names_are_unique_until_the_holder_is_gone(_: PgPoolOptions, opts: PgCon
     .await
     .unwrap();
     assert!(retired);
-    // A cleanly stopped (drained, idle) holder is replaced at once.
+    // A cleanly stopped (drained, idle) holder is replaced at once, also
+    // under a name given with surrounding spaces (stored trimmed).
     registry::mark_drained(p, second.uuid).await.unwrap();
-    let third = registry::register(p, &reg("alpha"), lost_after)
+    let third = registry::register(p, &reg(" alpha "), lost_after)
         .await
         .unwrap();
     assert_ne!(third.uuid, second.uuid);
+    assert_eq!(third.name, "alpha");
+    let err = registry::register(p, &reg("alpha  "), lost_after)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("in use by a healthy collector on host \"h1\""),
+        "{err}"
+    );
     // Blank fields are refused.
     let err = registry::register(p, &reg("  "), lost_after)
         .await
