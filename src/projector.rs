@@ -157,8 +157,6 @@ impl Wake for PollWaiter {
 /// Settings of the projector loop.
 #[derive(Debug, Clone)]
 pub struct LoopSettings {
-    /// Events per batch transaction (`Tuning::projector_batch`).
-    pub batch: u32,
     /// How often a standby tries to take the lock.
     pub lock_retry: Duration,
     /// First re-poll delay when committed events wait behind the horizon
@@ -170,11 +168,9 @@ pub struct LoopSettings {
     pub lock_ping: Duration,
 }
 
-impl LoopSettings {
-    /// Defaults with the given batch size.
-    pub fn new(batch: u32) -> LoopSettings {
+impl Default for LoopSettings {
+    fn default() -> LoopSettings {
         LoopSettings {
-            batch,
             lock_retry: Duration::from_secs(1),
             held_retry: Duration::from_millis(10),
             max_held_retry: Duration::from_millis(250),
@@ -1118,9 +1114,10 @@ pub struct HorizonHolder {
     pub application_name: Option<String>,
     /// Its state (`idle in transaction`, `active`, `prepared`, ...).
     pub state: Option<String>,
-    /// Its client address.
+    /// Its client address; `null` for local sockets and prepared transactions.
     pub client_addr: Option<String>,
-    /// Seconds since its transaction began.
+    /// Seconds since its transaction began (`xact_age_s` in `status --json`).
+    #[serde(rename = "xact_age_s")]
     pub xact_age_seconds: f64,
 }
 

@@ -285,9 +285,7 @@ impl Serve {
             Some(f) => f(&ctx),
             None => Box::new(PollWaiter::new(tuning.poll_interval)),
         };
-        let loop_settings = self
-            .loop_settings
-            .unwrap_or_else(|| LoopSettings::new(tuning.projector_batch));
+        let loop_settings = self.loop_settings.unwrap_or_default();
         {
             let lock_config = self.target.listen.clone();
             let c = cancel.child_token();

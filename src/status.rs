@@ -282,37 +282,7 @@ pub struct HorizonStatus {
     pub held_s: f64,
     /// The oldest open transaction of this database, when it holds
     /// committed events back; `null` otherwise.
-    pub holder: Option<HorizonHolder>,
-}
-
-/// The session whose open transaction holds the horizon back.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct HorizonHolder {
-    /// Backend pid (0 for a prepared transaction).
-    pub pid: i32,
-    /// Its database.
-    pub database: Option<String>,
-    /// Its `application_name` (a prepared transaction's gid).
-    pub application_name: Option<String>,
-    /// Its state (`idle in transaction`, `active`, `prepared`, ...).
-    pub state: Option<String>,
-    /// Its client address; `null` for local sockets and prepared transactions.
-    pub client_addr: Option<String>,
-    /// Seconds since its transaction began.
-    pub xact_age_s: f64,
-}
-
-impl From<projector::HorizonHolder> for HorizonHolder {
-    fn from(h: projector::HorizonHolder) -> Self {
-        HorizonHolder {
-            pid: h.pid,
-            database: h.database,
-            application_name: h.application_name,
-            state: h.state,
-            client_addr: h.client_addr,
-            xact_age_s: h.xact_age_seconds,
-        }
-    }
+    pub holder: Option<projector::HorizonHolder>,
 }
 
 /// Retention state (migration 0003's `retention_runs`).
@@ -479,7 +449,7 @@ async fn projector_status(
         updated_age_s: age_s(at, lag.updated_at),
         horizon: HorizonStatus {
             held_s: horizon.held_seconds,
-            holder: horizon.holder.map(HorizonHolder::from),
+            holder: horizon.holder,
         },
     })
 }
@@ -655,7 +625,7 @@ impl Status {
                 h.client_addr
                     .as_deref()
                     .map_or(String::new(), |c| format!(", from {c}")),
-                fmt_age(Some(h.xact_age_s))
+                fmt_age(Some(h.xact_age_seconds))
             ),
         });
         let r = &self.retention;

@@ -189,7 +189,7 @@ async fn steady_lag(
     let projector = tokio::spawn(p.run(
         db.target.listen.clone(),
         Box::new(wake),
-        LoopSettings::new(batch),
+        LoopSettings::default(),
         cancel.clone(),
     ));
     let pending = Arc::new(Mutex::new(Pending::default()));

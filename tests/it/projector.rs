@@ -406,7 +406,7 @@ fn fast_loop() -> LoopSettings {
     LoopSettings {
         lock_retry: Duration::from_millis(200),
         lock_ping: Duration::from_millis(200),
-        ..LoopSettings::new(50)
+        ..LoopSettings::default()
     }
 }
 

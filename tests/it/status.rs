@@ -326,8 +326,8 @@ async fn status_names_the_transaction_holding_the_horizon(
             Some("idle in transaction")
         )
     );
-    assert!(h.xact_age_s > 0.0, "{h:?}");
-    assert_eq!(p.horizon.held_s, h.xact_age_s);
+    assert!(h.xact_age_seconds > 0.0, "{h:?}");
+    assert_eq!(p.horizon.held_s, h.xact_age_seconds);
     let screen = s.render();
     let held = screen
         .lines()
@@ -351,6 +351,7 @@ async fn status_names_the_transaction_holding_the_horizon(
     let holder = &doc["projector"]["horizon"]["holder"];
     assert_eq!(holder["pid"], json!(pid), "{doc:#}");
     assert_eq!(holder["application_name"], json!("bf4ps-test holder"));
+    assert!(holder["xact_age_s"].as_f64().unwrap() > 0.0, "{doc:#}");
     assert!(doc["projector"]["horizon"]["held_s"].as_f64().unwrap() > 0.0);
 
     // The transaction ends: nothing of ours holds the horizon any more.
