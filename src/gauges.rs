@@ -39,13 +39,16 @@ pub enum GaugeError {
     Retention(#[from] crate::retention::RetentionError),
 }
 
+/// How often the freshness counts are queried (the bands are hours wide); in
+/// between, the last counts are re-set on each refresh.
+const FRESHNESS_EVERY: Duration = Duration::from_secs(30);
+
 /// Refreshes the table-backed gauges of one `serve` instance.
 #[derive(Clone)]
 pub struct GaugeRefresher {
     pool: PgPool,
     registry: Registry,
     projector: Option<ProjectorState>,
-    freshness_every: Duration,
     freshness: Arc<Mutex<Option<FreshnessCache>>>,
 }
 
@@ -109,16 +112,8 @@ impl GaugeRefresher {
             pool,
             registry,
             projector,
-            freshness_every: Duration::from_secs(30),
             freshness: Arc::new(Mutex::new(None)),
         }
-    }
-
-    /// How often the freshness counts are queried (default 30 s; the bands
-    /// are hours wide). In between, the last counts are re-set each refresh.
-    pub fn with_freshness_every(mut self, every: Duration) -> Self {
-        self.freshness_every = every;
-        self
     }
 
     fn set(&self, name: &'static str, labels: &[(&'static str, &str)], v: f64) {
@@ -262,7 +257,7 @@ impl GaugeRefresher {
             .lock()
             .ok()
             .and_then(|c| c.clone())
-            .filter(|(at, _)| at.elapsed() < self.freshness_every);
+            .filter(|(at, _)| at.elapsed() < FRESHNESS_EVERY);
         let rows = match cached {
             Some((_, rows)) => rows,
             None => {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use clap::Args;
@@ -538,13 +538,7 @@ struct AppState {
 }
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.registry.render(),
-    )
+    crate::metrics::exposition(&s.registry)
 }
 
 async fn healthz() -> impl IntoResponse {

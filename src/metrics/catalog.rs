@@ -30,6 +30,13 @@ pub struct MetricDef {
     pub exporter: Exporter,
 }
 
+impl MetricDef {
+    /// Whether a process of kind `exporter` exports this family.
+    pub fn exported_by(&self, exporter: Exporter) -> bool {
+        self.exporter == exporter || self.exporter == Exporter::Any
+    }
+}
+
 /// The process that exports a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exporter {

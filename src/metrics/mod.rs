@@ -25,7 +25,7 @@ use metrics_exporter_prometheus::{
 };
 use metrics_util::MetricKindMask;
 
-use catalog::{CATALOG, Exporter, Kind};
+use catalog::{CATALOG, Kind};
 
 /// Buckets of a histogram family (None for non-histograms).
 pub fn buckets(name: &str) -> Option<&'static [f64]> {
@@ -150,11 +150,6 @@ impl Registry {
         )
         .set(1.0);
     }
-
-    /// Whether `name` is exported by `exporter` (for tests and docs).
-    pub fn exported_by(name: &str, exporter: Exporter) -> bool {
-        catalog::find(name).is_some_and(|d| d.exporter == exporter || d.exporter == Exporter::Any)
-    }
 }
 
 impl Default for Registry {
@@ -230,6 +225,18 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
     out
 }
 
+/// The `/metrics` response: the exposition with Prometheus's text content
+/// type. Rendering also folds pending histogram samples in.
+pub fn exposition(registry: &Registry) -> impl axum::response::IntoResponse + use<> {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        registry.render(),
+    )
+}
+
 /// Serves `/metrics` (and a trivial `/healthz`) for `registry` on `listener`
 /// until `cancel` fires. Used by processes without `serve`'s endpoints
 /// (`collector --metrics-listen`).
@@ -241,16 +248,7 @@ pub async fn serve_exposition(
     use axum::routing::get;
     let metrics = move || {
         let registry = registry.clone();
-        async move {
-            registry.upkeep();
-            (
-                [(
-                    axum::http::header::CONTENT_TYPE,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                )],
-                registry.render(),
-            )
-        }
+        async move { exposition(&registry) }
     };
     let app = axum::Router::new().route("/metrics", get(metrics)).route(
         "/healthz",

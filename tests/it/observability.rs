@@ -475,7 +475,7 @@ pub fn families_without_samples(text: &str, exporter: Exporter) -> Vec<&'static 
         .collect();
     CATALOG
         .iter()
-        .filter(|m| m.exporter == exporter || m.exporter == Exporter::Any)
+        .filter(|m| m.exported_by(exporter))
         .filter(|m| {
             !samples.iter().any(|s| {
                 s.strip_prefix(m.name)
@@ -502,7 +502,7 @@ pub fn catalog_disagreements(serve: &str, collector: &str) -> Vec<String> {
     ] {
         let families = exposition_families(text);
         for m in CATALOG {
-            let expected = m.exporter == exporter || m.exporter == Exporter::Any;
+            let expected = m.exported_by(exporter);
             match (expected, families.get(m.name)) {
                 (true, None) => problems.push(format!(
                     "{}: in the catalog for {process}, missing from its /metrics",
