@@ -13,17 +13,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::collector::{Collector, CollectorMetrics};
 use crate::config::Tuning;
 use crate::domain::Lane;
 use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::registry::Registration;
 use crate::upstream::{Upstream, UpstreamArgs};
-
-fn other(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Other(e.to_string())
-}
 
 /// The fake Battlelog as a child process, so its CPU is not counted.
 struct FakeProcess {
@@ -89,10 +85,10 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             } else {
                 jobs
             };
-            let db = ScratchDb::create(&ctx.target, collectors as u32 * 3 + 4).await?;
-            let result = scenario(&db, &fake.url, collectors, jobs).await;
-            db.drop().await?;
-            let figures = result?;
+            let figures = ScratchDb::with(&ctx.target, collectors as u32 * 3 + 4, async |db| {
+                scenario(db, &fake.url, collectors, jobs).await
+            })
+            .await?;
             reports.push(
                 Report::new(
                     "collect",
@@ -174,6 +170,9 @@ async fn scenario(
             break;
         }
         if Instant::now() > deadline {
+            // Stop the collectors before the database goes away under them.
+            drain.cancel();
+            root.cancel();
             return Err(other(format!(
                 "only {done} of {jobs} jobs finished in 10 minutes"
             )));

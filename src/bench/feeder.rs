@@ -15,17 +15,14 @@ use std::time::Instant;
 use serde_json::json;
 use sqlx::ConnectOptions;
 
-use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::config::Tuning;
 use crate::feeder::{Feeder, FeederConfig};
 use crate::import::{ImportOptions, import_file};
 
 /// Runs the feeder benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let db = ScratchDb::create(&ctx.target, 4).await?;
-    let result = measure(ctx, &db).await;
-    db.drop().await?;
-    result
+    ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
 }
 
 async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
@@ -64,9 +61,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         feeder_low_watermark: target / 2,
         ..Tuning::default()
     };
-    tuning
-        .validate()
-        .map_err(|e| BenchError::Other(e.to_string()))?;
+    tuning.validate().map_err(other)?;
     // One connection, so its server process's CPU time can be read.
     let feeder_pool = db.target.connect(1).await?;
     let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
@@ -76,7 +71,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let plan = feeder
         .explain_cycle(i64::from(target))
         .await
-        .map_err(|e| BenchError::Other(e.to_string()))?;
+        .map_err(other)?;
     if !plan.contains("Index Scan using ix_collection_state_due on collection_state")
         || plan.contains("Seq Scan on collection_state")
     {
@@ -94,10 +89,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         async move {
             let cpu0 = backend_cpu_ms(backend);
             let t = Instant::now();
-            let r = f
-                .run_once()
-                .await
-                .map_err(|e| BenchError::Other(e.to_string()))?;
+            let r = f.run_once().await.map_err(other)?;
             let wall = t.elapsed().as_secs_f64() * 1e3;
             let cpu = cpu0.zip(backend_cpu_ms(backend)).map(|(a, b)| b - a);
             Ok::<_, BenchError>((wall, cpu, r.inserted))
@@ -220,8 +212,7 @@ pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         progress: !ctx.quick,
         ..ImportOptions::default()
     };
-    let db = ScratchDb::create(&ctx.target, 2).await?;
-    let result = async {
+    let result = ScratchDb::with(&ctx.target, 2, async |db| {
         // As `soldiers import` does: batches are slow statements by design.
         let mut target = db.target.clone();
         target.pool = target.pool.disable_statement_logging();
@@ -229,9 +220,7 @@ pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         let mut reports = Vec::new();
         for scenario in ["new", "unchanged"] {
             let t = Instant::now();
-            let r = import_file(&pool, &path, opts)
-                .await
-                .map_err(|e| BenchError::Other(e.to_string()))?;
+            let r = import_file(&pool, &path, opts).await.map_err(other)?;
             let secs = t.elapsed().as_secs_f64();
             let expected = if scenario == "new" {
                 r.counts.inserted
@@ -256,9 +245,8 @@ pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         }
         pool.close().await;
         Ok(reports)
-    }
+    })
     .await;
     let _ = std::fs::remove_file(&path);
-    db.drop().await?;
     result
 }

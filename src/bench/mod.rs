@@ -168,6 +168,11 @@ pub async fn run(ctx: &Ctx, name: &str, json: bool) -> Result<(), BenchError> {
 
 static SCRATCH_SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// Any failure that is not a query error, as a [`BenchError::Other`].
+pub(crate) fn other(e: impl std::fmt::Display) -> BenchError {
+    BenchError::Other(e.to_string())
+}
+
 /// A migrated scratch database, dropped by [`ScratchDb::drop`].
 pub struct ScratchDb {
     /// Where it is (for extra pools and LISTEN connections).
@@ -202,8 +207,29 @@ impl ScratchDb {
         })
     }
 
+    /// Creates a scratch database, runs `f` on it and drops it whatever `f`
+    /// returned. `f`'s error is the one reported; a drop failing after it is
+    /// only a warning.
+    pub async fn with<T>(
+        base: &DbTarget,
+        max_connections: u32,
+        f: impl AsyncFnOnce(&ScratchDb) -> Result<T, BenchError>,
+    ) -> Result<T, BenchError> {
+        let db = ScratchDb::create(base, max_connections).await?;
+        let result = f(&db).await;
+        let dropped = db.drop().await;
+        match (result, dropped) {
+            (Ok(v), Ok(())) => Ok(v),
+            (Ok(_), Err(e)) | (Err(e), Ok(())) => Err(e),
+            (Err(e), Err(d)) => {
+                eprintln!("warning: dropping the scratch database failed too: {d}");
+                Err(e)
+            }
+        }
+    }
+
     /// Closes every connection and drops the database.
-    pub async fn drop(self) -> Result<(), BenchError> {
+    async fn drop(self) -> Result<(), BenchError> {
         self.pool.close().await;
         // Give terminated sessions (e.g. LISTEN connections) a moment to go.
         let drop_sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
-use super::{BenchError, Ctx, Report, ScratchDb};
+use super::{BenchError, Ctx, Report, ScratchDb, other};
 
 const WRITERS: usize = 8;
 
@@ -34,10 +34,7 @@ const OUTCOMES: &[&str] = &["succeeded"];
 
 /// Runs the notify-overhead benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let db = ScratchDb::create(&ctx.target, 4).await?;
-    let result = measure(ctx, &db).await;
-    db.drop().await?;
-    result
+    ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
@@ -184,7 +181,7 @@ async fn writers_rate(db: &ScratchDb, s: &Scenario, seconds: f64) -> Result<f64,
     }
     let mut total = 0;
     for t in tasks {
-        total += t.await.map_err(|e| BenchError::Other(e.to_string()))??;
+        total += t.await.map_err(other)??;
     }
     let secs = start.elapsed().as_secs_f64();
     pool.close().await;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::metrics::Registry;
 use crate::projector::{LoopSettings, Position, Projector, Wake, WakeFuture};
 
@@ -54,10 +54,7 @@ pub(crate) async fn insert_events(
 
 /// Runs the projector benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let db = ScratchDb::create(&ctx.target, 12).await?;
-    let result = measure(ctx, &db).await;
-    db.drop().await?;
-    result
+    ScratchDb::with(&ctx.target, 12, async |db| measure(ctx, db).await).await
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
@@ -73,10 +70,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let start = Instant::now();
     let mut projected = 0u64;
     while projected < n as u64 {
-        let step = p
-            .run_once()
-            .await
-            .map_err(|e| BenchError::Other(e.to_string()))?;
+        let step = p.run_once().await.map_err(other)?;
         projected += step.projected;
         if step.projected == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -256,7 +250,7 @@ async fn steady_lag(
         }));
     }
     for t in tasks {
-        t.await.map_err(|e| BenchError::Other(e.to_string()))??;
+        t.await.map_err(other)??;
     }
     let write_secs = start.elapsed().as_secs_f64();
     let written = (total / writers) * writers;

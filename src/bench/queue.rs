@@ -11,15 +11,11 @@ use sqlx::PgPool;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::domain::Lane;
 use crate::listener::{Channel, Listener, ListenerSettings, Wake};
 use crate::queue::{self, Collected, CollectorId, Policy};
 use crate::registry::{self, Registration};
-
-fn q(e: impl std::fmt::Display) -> BenchError {
-    BenchError::Other(e.to_string())
-}
 
 fn lost() -> BenchError {
     BenchError::Other("lease lost during the benchmark".into())
@@ -38,7 +34,7 @@ async fn register(pool: &PgPool, name: &str, lane: Lane) -> Result<CollectorId, 
         Duration::from_secs(30),
     )
     .await
-    .map_err(q)
+    .map_err(other)
 }
 
 fn collected() -> Collected {
@@ -77,10 +73,12 @@ async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Resu
 pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
     for listen in [true, false] {
-        let db = ScratchDb::create(&ctx.target, 16).await?;
-        let result = wake_scenario(ctx, &db, listen).await;
-        db.drop().await?;
-        reports.push(result?);
+        reports.push(
+            ScratchDb::with(&ctx.target, 16, async |db| {
+                wake_scenario(ctx, db, listen).await
+            })
+            .await?,
+        );
     }
     Ok(reports)
 }
@@ -107,7 +105,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
     if listen {
         tokio::time::timeout(Duration::from_secs(10), listener.connected(1))
             .await
-            .map_err(|_| q("LISTEN connection did not come up"))?;
+            .map_err(|_| other("LISTEN connection did not come up"))?;
     }
     let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant)>();
     let policy = Arc::new(Policy::default());
@@ -121,18 +119,21 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
                 if waiter.wait().await == Wake::Cancelled {
                     return Ok::<(), BenchError>(());
                 }
-                while let Some(job) = queue::claim(&pool, &me, policy.lease).await.map_err(q)? {
+                while let Some(job) = queue::claim(&pool, &me, policy.lease)
+                    .await
+                    .map_err(other)?
+                {
                     let claimed = Instant::now();
                     waiter.pass_on();
                     let _ = tx.send((job.job_id, claimed));
                     queue::start(&pool, &job.lease())
                         .await
-                        .map_err(q)?
+                        .map_err(other)?
                         .committed()
                         .ok_or_else(lost)?;
                     queue::finalize_success(&pool, &job.lease(), &collected(), &policy)
                         .await
-                        .map_err(q)?
+                        .map_err(other)?
                         .committed()
                         .ok_or_else(lost)?;
                 }
@@ -159,10 +160,10 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
         let committed = Instant::now();
         let (got, claimed) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
-            .map_err(|_| q("job not claimed within 10 s"))?
-            .ok_or_else(|| q("collectors stopped"))?;
+            .map_err(|_| other("job not claimed within 10 s"))?
+            .ok_or_else(|| other("collectors stopped"))?;
         if got != job_id {
-            return Err(q(format!("claimed job {got}, expected {job_id}")));
+            return Err(other(format!("claimed job {got}, expected {job_id}")));
         }
         latencies.push(claimed.saturating_duration_since(committed).as_secs_f64() * 1e3);
         // Let the claiming collector finish and go idle again.
@@ -170,7 +171,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
     }
     cancel.cancel();
     for w in workers {
-        w.await.map_err(q)??;
+        w.await.map_err(other)??;
     }
     let max = latencies.iter().copied().fold(0.0, f64::max);
     Ok(Report::new(
@@ -189,10 +190,12 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let jobs = ctx.size(20_000, 300) as i64;
     let mut reports = Vec::new();
     for workers in [1usize, 4, 16] {
-        let db = ScratchDb::create(&ctx.target, workers as u32 + 2).await?;
-        let result = claim_scenario(&db, workers, jobs).await;
-        db.drop().await?;
-        reports.push(result?);
+        reports.push(
+            ScratchDb::with(&ctx.target, workers as u32 + 2, async |db| {
+                claim_scenario(db, workers, jobs).await
+            })
+            .await?,
+        );
     }
     Ok(reports)
 }
@@ -217,16 +220,16 @@ async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Rep
             let mut done = 0u64;
             while let Some(job) = queue::claim(&mut *conn, &me, policy.lease)
                 .await
-                .map_err(q)?
+                .map_err(other)?
             {
                 queue::start(&mut *conn, &job.lease())
                     .await
-                    .map_err(q)?
+                    .map_err(other)?
                     .committed()
                     .ok_or_else(lost)?;
                 queue::finalize_success(&mut *conn, &job.lease(), &collected(), &policy)
                     .await
-                    .map_err(q)?
+                    .map_err(other)?
                     .committed()
                     .ok_or_else(lost)?;
                 done += 1;
@@ -236,11 +239,11 @@ async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Rep
     }
     let mut total = 0;
     for t in tasks {
-        total += t.await.map_err(q)??;
+        total += t.await.map_err(other)??;
     }
     let secs = start.elapsed().as_secs_f64();
     if total != jobs as u64 {
-        return Err(q(format!("finished {total} of {jobs} jobs")));
+        return Err(other(format!("finished {total} of {jobs} jobs")));
     }
     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
         .fetch_one(&db.pool)
@@ -264,10 +267,10 @@ pub async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
     let mut p50_first = None;
     for &depth in depths {
-        let db = ScratchDb::create(&ctx.target, 4).await?;
-        let result = depth_scenario(&db, depth, samples).await;
-        db.drop().await?;
-        let (mut lat, plan_rows) = result?;
+        let (mut lat, plan_rows) = ScratchDb::with(&ctx.target, 4, async |db| {
+            depth_scenario(db, depth, samples).await
+        })
+        .await?;
         let p50 = percentile(&mut lat, 50.0);
         let first = *p50_first.get_or_insert(p50);
         reports.push(
@@ -297,17 +300,17 @@ async fn depth_scenario(
         let t = Instant::now();
         let job = queue::claim(&db.pool, &me, policy.lease)
             .await
-            .map_err(q)?
-            .ok_or_else(|| q("queue ran dry"))?;
+            .map_err(other)?
+            .ok_or_else(|| other("queue ran dry"))?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
         queue::start(&db.pool, &job.lease())
             .await
-            .map_err(q)?
+            .map_err(other)?
             .committed()
             .ok_or_else(lost)?;
         queue::finalize_success(&db.pool, &job.lease(), &collected(), &policy)
             .await
-            .map_err(q)?
+            .map_err(other)?
             .committed()
             .ok_or_else(lost)?;
     }

@@ -8,14 +8,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{BenchError, Ctx, Report, ScratchDb, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 
 /// Runs the reference measurements.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let db = ScratchDb::create(&ctx.target, 10).await?;
-    let result = measure(ctx, &db).await;
-    db.drop().await?;
-    result
+    ScratchDb::with(&ctx.target, 10, async |db| measure(ctx, db).await).await
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
@@ -112,7 +109,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     }
     let mut total = 0;
     for t in tasks {
-        total += t.await.map_err(|e| BenchError::Other(e.to_string()))??;
+        total += t.await.map_err(other)??;
     }
     let secs = start.elapsed().as_secs_f64();
     reports.push(

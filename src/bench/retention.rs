@@ -6,16 +6,13 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{BenchError, Ctx, Report, ScratchDb};
+use super::{BenchError, Ctx, Report, ScratchDb, other};
 use crate::config::Tuning;
 use crate::retention::{self, RetentionSettings};
 
 /// Runs the retention benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let db = ScratchDb::create(&ctx.target, 4).await?;
-    let result = measure(ctx, &db).await;
-    db.drop().await?;
-    result
+    ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
 }
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
@@ -48,7 +45,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         }
     })
     .await
-    .map_err(|e| BenchError::Other(e.to_string()))?;
+    .map_err(other)?;
     let secs = start.elapsed().as_secs_f64();
     if report.deleted != expired as u64 {
         return Err(BenchError::Other(format!(
