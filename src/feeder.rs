@@ -57,7 +57,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ResourceWeights, Tuning, jittered};
-use crate::domain::Resource;
+use crate::domain::{EVENTS_CHANNEL, Resource};
 
 /// The ageing reference: `priority_value` counts minutes of due time from here.
 pub const AGING_EPOCH: &str = "2025-01-01 00:00:00+00";
@@ -195,13 +195,14 @@ macro_rules! feed_sql {
 const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
      SET LOCAL synchronous_commit = off; SET LOCAL bf4ps.notify_events = 'off'";
 
-/// Whether event notifications are on for this database (not `off`); read
-/// before `CYCLE_SETTINGS_SQL` switches the trigger off for the cycle.
-const EVENTS_NOTIFY_ON_SQL: &str =
-    "SELECT coalesce(current_setting('bf4ps.notify_events', true), '') <> 'off'";
+/// Takes the cycle's lock (false: another feeder is mid-cycle) and reads
+/// whether event notifications are on for this database (not `off`), before
+/// `CYCLE_SETTINGS_SQL` switches the trigger off for the cycle.
+const LOCK_CYCLE_SQL: &str = "SELECT pg_try_advisory_xact_lock($1), \
+     coalesce(current_setting('bf4ps.notify_events', true), '') <> 'off'";
 
-/// The cycle's one notification for the projector.
-const NOTIFY_EVENTS_SQL: &str = "SELECT pg_notify('bf4ps_events', '')";
+/// The cycle's one notification for the projector (binds `EVENTS_CHANNEL`).
+const NOTIFY_EVENTS_SQL: &str = "SELECT pg_notify($1, '')";
 
 const FEED_SQL: &str = feed_sql!();
 
@@ -238,11 +239,6 @@ impl Feeder {
         Feeder { pool, cfg }
     }
 
-    /// Its configuration.
-    pub fn config(&self) -> &FeederConfig {
-        &self.cfg
-    }
-
     /// Pending jobs in the background lane now.
     pub async fn pending_depth(&self) -> Result<u64, FeederError> {
         let n: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
@@ -256,7 +252,7 @@ impl Feeder {
     /// another feeder is mid-cycle.
     pub async fn run_once(&self) -> Result<CycleReport, FeederError> {
         let mut tx = self.pool.begin().await?;
-        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        let (locked, notify_events): (bool, bool) = sqlx::query_as(LOCK_CYCLE_SQL)
             .bind(FEED_LOCK_KEY)
             .fetch_one(&mut *tx)
             .await?;
@@ -264,9 +260,6 @@ impl Feeder {
             tx.rollback().await?;
             return Ok(CycleReport::default());
         }
-        let notify_events: bool = sqlx::query_scalar(EVENTS_NOTIFY_ON_SQL)
-            .fetch_one(&mut *tx)
-            .await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
         // A statement after the lock sees every earlier cycle's commit.
         let pending: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
@@ -289,7 +282,10 @@ impl Feeder {
             report.inserted = report.active + report.recent + report.bootstrap;
         }
         if notify_events && report.inserted > 0 {
-            sqlx::query(NOTIFY_EVENTS_SQL).execute(&mut *tx).await?;
+            sqlx::query(NOTIFY_EVENTS_SQL)
+                .bind(EVENTS_CHANNEL)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(report)
