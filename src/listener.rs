@@ -216,10 +216,14 @@ async fn run(inner: Arc<Inner>, config: tokio_postgres::Config, reconnects: metr
     let mut generation: u64 = 0;
     loop {
         if generation > 0 || failures > 0 {
-            let base = Duration::from_millis(100).saturating_mul(1 << failures.min(10));
-            let delay = base
-                .min(inner.settings.max_backoff)
-                .mul_f64(0.5 + fastrand::f64());
+            // 100 ms doubling per failure up to max_backoff, ±50%.
+            let delay = crate::queue::retry_delay(
+                failures.saturating_add(1),
+                Duration::from_millis(100),
+                inner.settings.max_backoff,
+                0.5,
+                fastrand::f64(),
+            );
             tokio::select! {
                 _ = inner.cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}

@@ -214,7 +214,8 @@ pub fn retry_delay(
     raw.mul_f64(factor.max(0.0))
 }
 
-fn ms(d: Duration) -> i64 {
+/// A duration as whole milliseconds for SQL (`$n * interval '1 millisecond'`).
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -19,7 +19,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::domain::{HeartbeatState, Lane};
-use crate::queue::CollectorId;
+use crate::queue::{CollectorId, ms};
 
 /// A registry operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -60,10 +60,6 @@ pub enum RegistryError {
 
 fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> RegistryError {
     move |source| RegistryError::Database { op, source }
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// What a new incarnation registers.
