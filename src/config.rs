@@ -340,14 +340,16 @@ impl Default for Tuning {
     }
 }
 
-fn err(setting: &'static str, message: impl Into<String>) -> ConfigError {
+/// A [`ConfigError`] for `setting` (its flag and variable, as shown to users).
+pub(crate) fn err(setting: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         setting,
         message: message.into(),
     }
 }
 
-fn positive(setting: &'static str, value: Duration) -> Result<(), ConfigError> {
+/// Rejects a zero duration for `setting`.
+pub(crate) fn positive(setting: &'static str, value: Duration) -> Result<(), ConfigError> {
     if value.is_zero() {
         return Err(err(setting, "must be greater than zero"));
     }

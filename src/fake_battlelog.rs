@@ -41,9 +41,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConfigError, parse_duration};
+use crate::config::{ConfigError, err, parse_duration};
 use crate::domain::{Platform, Resource};
-use crate::upstream::{self, UpstreamArgs, battlelog_platform_id, platform_from_battlelog_id};
+use crate::upstream::{UpstreamArgs, battlelog_platform_id, platform_from_battlelog_id};
 
 /// Present in every error body the fake sends (HTML pages, error
 /// envelopes, malformed and incomplete JSON).
@@ -203,10 +203,7 @@ impl FakeSettings {
             if (0.0..=1.0).contains(&v) {
                 Ok(())
             } else {
-                Err(ConfigError {
-                    setting,
-                    message: format!("{v} is not a fraction in [0, 1]"),
-                })
+                Err(err(setting, format!("{v} is not a fraction in [0, 1]")))
             }
         };
         for (setting, v) in self.fault_rates() {
@@ -219,10 +216,10 @@ impl FakeSettings {
         fraction("--change-rate (BF4PS_FAKE_CHANGE_RATE)", self.change_rate)?;
         let total: f64 = self.fault_rates().iter().map(|(_, v)| v).sum();
         if total > 1.0 + 1e-9 {
-            return Err(ConfigError {
-                setting: "--rate-* (BF4PS_FAKE_RATE_*)",
-                message: format!("the fault rates add up to {total}, more than 1"),
-            });
+            return Err(err(
+                "--rate-* (BF4PS_FAKE_RATE_*)",
+                format!("the fault rates add up to {total}, more than 1"),
+            ));
         }
         Ok(())
     }
@@ -1396,17 +1393,6 @@ pub async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), FakeErr
     tracing::info!("fake-battlelog: signal received, shutting down");
     server.shutdown().await;
     Ok(())
-}
-
-/// The Battlelog path the fake serves for a resource (the client's default).
-pub fn path(resource: Resource, platform: Platform, persona_id: i64) -> String {
-    UpstreamArgs::default()
-        .path_template(resource)
-        .replace("{persona_id}", &persona_id.to_string())
-        .replace(
-            "{platform_id}",
-            &upstream::battlelog_platform_id(platform).to_string(),
-        )
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::config::{ConfigError, fmt_duration, parse_duration};
+use crate::config::{ConfigError, err, fmt_duration, parse_duration, positive};
 use crate::domain::{ErrorClass, Platform, Resource};
 
 /// Default values, as the text a user would type.
@@ -138,13 +138,6 @@ impl Default for UpstreamArgs {
     }
 }
 
-fn invalid(setting: &'static str, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        setting,
-        message: message.into(),
-    }
-}
-
 impl UpstreamArgs {
     /// The same settings pointed at another base URL (tests, demo).
     pub fn with_url(url: impl Into<String>) -> UpstreamArgs {
@@ -167,16 +160,12 @@ impl UpstreamArgs {
     /// Checks every value; the error names the flag and environment variable.
     pub fn validate(&self) -> Result<(), ConfigError> {
         base_url(&self.url)?;
-        if self.timeout.is_zero() {
-            return Err(invalid(SET_TIMEOUT, "must be greater than zero"));
-        }
-        if self.connect_timeout.is_zero() {
-            return Err(invalid(SET_CONNECT, "must be greater than zero"));
-        }
+        positive(SET_TIMEOUT, self.timeout)?;
+        positive(SET_CONNECT, self.connect_timeout)?;
         if self.user_agent.trim().is_empty()
             || !self.user_agent.bytes().all(|b| (b' '..=b'~').contains(&b))
         {
-            return Err(invalid(SET_UA, "must be non-empty printable ASCII"));
+            return Err(err(SET_UA, "must be non-empty printable ASCII"));
         }
         for (i, resource) in Resource::ALL.iter().enumerate() {
             check_template(SET_PATHS[i], self.path_template(*resource))?;
@@ -188,18 +177,18 @@ impl UpstreamArgs {
 /// The base URL without a trailing slash, or an error naming the setting.
 fn base_url(text: &str) -> Result<String, ConfigError> {
     let url = reqwest::Url::parse(text.trim())
-        .map_err(|e| invalid(SET_URL, format!("{text:?} is not a URL ({e})")))?;
+        .map_err(|e| err(SET_URL, format!("{text:?} is not a URL ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(invalid(
+        return Err(err(
             SET_URL,
             format!("{text:?} must use http or https, not {}", url.scheme()),
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(invalid(SET_URL, format!("{text:?} has no host")));
+        return Err(err(SET_URL, format!("{text:?} has no host")));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(invalid(
+        return Err(err(
             SET_URL,
             format!("{text:?} must not have a query or fragment"),
         ));
@@ -211,13 +200,10 @@ fn base_url(text: &str) -> Result<String, ConfigError> {
 /// placeholder other than `{persona_id}` and `{platform_id}`.
 fn check_template(setting: &'static str, template: &str) -> Result<(), ConfigError> {
     if !template.starts_with('/') {
-        return Err(invalid(
-            setting,
-            format!("{template:?} must start with '/'"),
-        ));
+        return Err(err(setting, format!("{template:?} must start with '/'")));
     }
     if !template.contains("{persona_id}") {
-        return Err(invalid(
+        return Err(err(
             setting,
             format!("{template:?} lacks the {{persona_id}} placeholder"),
         ));
@@ -226,7 +212,7 @@ fn check_template(setting: &'static str, template: &str) -> Result<(), ConfigErr
         .replace("{persona_id}", "")
         .replace("{platform_id}", "");
     if rest.contains('{') || rest.contains('}') {
-        return Err(invalid(
+        return Err(err(
             setting,
             format!(
                 "{template:?} has an unknown placeholder (known: {{persona_id}}, {{platform_id}})"
@@ -237,7 +223,7 @@ fn check_template(setting: &'static str, template: &str) -> Result<(), ConfigErr
         .chars()
         .any(|c| c.is_whitespace() || c == '?' || c == '#')
     {
-        return Err(invalid(
+        return Err(err(
             setting,
             format!("{template:?} must be a plain path (no spaces, query or fragment)"),
         ));
@@ -288,9 +274,7 @@ pub struct FetchFailure {
 pub struct Upstream {
     client: reqwest::Client,
     base: String,
-    templates: [String; 4],
-    timeout: Duration,
-    connect_timeout: Duration,
+    settings: UpstreamArgs,
 }
 
 impl Upstream {
@@ -313,27 +297,21 @@ impl Upstream {
         Ok(Upstream {
             client,
             base,
-            templates: RESOURCE_ORDER.map(|r| settings.path_template(r).to_owned()),
-            timeout: settings.timeout,
-            connect_timeout: settings.connect_timeout,
+            settings: settings.clone(),
         })
     }
 
     /// The full URL fetched for one soldier's resource.
     pub fn url_for(&self, platform: Platform, persona_id: i64, resource: Resource) -> String {
-        let template = &self.templates[resource_index(resource)];
-        let path = template
+        let path = self
+            .settings
+            .path_template(resource)
             .replace("{persona_id}", &persona_id.to_string())
             .replace(
                 "{platform_id}",
                 &battlelog_platform_id(platform).to_string(),
             );
         format!("{}{path}", self.base)
-    }
-
-    /// The whole-request timeout.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
     }
 
     /// Fetches and normalizes one resource. Never panics; every failure is
@@ -433,10 +411,13 @@ impl Upstream {
             let message = if e.is_connect() {
                 format!(
                     "connect timed out after {}",
-                    fmt_duration(self.connect_timeout)
+                    fmt_duration(self.settings.connect_timeout)
                 )
             } else {
-                format!("no complete response within {}", fmt_duration(self.timeout))
+                format!(
+                    "no complete response within {}",
+                    fmt_duration(self.settings.timeout)
+                )
             };
             return (ErrorClass::Timeout, message);
         }
@@ -450,23 +431,6 @@ impl Upstream {
             "request failed"
         };
         (ErrorClass::Transport, format!("{what}: {}", root_cause(e)))
-    }
-}
-
-/// The order of [`Upstream`]'s templates; [`resource_index`] inverts it.
-const RESOURCE_ORDER: [Resource; 4] = [
-    Resource::Detailed,
-    Resource::Profile,
-    Resource::Weapons,
-    Resource::Vehicles,
-];
-
-fn resource_index(resource: Resource) -> usize {
-    match resource {
-        Resource::Detailed => 0,
-        Resource::Profile => 1,
-        Resource::Weapons => 2,
-        Resource::Vehicles => 3,
     }
 }
 
