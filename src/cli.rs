@@ -501,10 +501,28 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
     let root = CancellationToken::new();
     let registry = crate::metrics::Registry::new();
     registry.set_build_info();
-    if let Some(addr) = args.metrics_listen {
-        let socket = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?;
+    // Bound now, so a taken address is a startup error; served once registered.
+    let metrics_socket = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics = CollectorMetrics::register(&registry, args.lane, &args.egress_key);
+    let registration = Registration {
+        name: args.name,
+        hostname,
+        lane: args.lane,
+        egress_key: args.egress_key,
+        software_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let collector =
+        Collector::register(pool, &registration, upstream, args.tuning.clone(), metrics).await?;
+    // Registered: only now start background work (a refused registration
+    // leaves nothing running and prints nothing else).
+    if let Some(socket) = metrics_socket {
         tracing::info!("serving metrics at http://{}/metrics", socket.local_addr()?);
         tokio::spawn(crate::metrics::serve_exposition(
             socket,
@@ -525,26 +543,9 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         ),
         root.clone(),
     );
-    let metrics = CollectorMetrics::register(&registry, args.lane, &args.egress_key);
-    let registration = Registration {
-        name: args.name,
-        hostname,
-        lane: args.lane,
-        egress_key: args.egress_key,
-        software_version: env!("CARGO_PKG_VERSION").to_owned(),
-    };
-    let collector = Collector::register(
-        pool,
-        &registration,
-        upstream,
-        args.tuning,
-        listener,
-        metrics,
-    )
-    .await?;
     let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
     crate::shutdown::on_signals(drain.clone(), abort.clone());
-    let result = collector.run(drain, abort).await;
+    let result = collector.run(listener, drain, abort).await;
     root.cancel();
     result?;
     Ok(ExitCode::SUCCESS)

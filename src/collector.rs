@@ -120,7 +120,6 @@ pub struct Collector {
     upstream: Arc<Upstream>,
     tuning: Tuning,
     policy: Policy,
-    listener: Listener,
     metrics: CollectorMetrics,
     stats: Arc<Stats>,
     claimable: Arc<AtomicBool>,
@@ -134,7 +133,6 @@ impl Collector {
         registration: &Registration,
         upstream: Arc<Upstream>,
         tuning: Tuning,
-        listener: Listener,
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
         let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
@@ -146,7 +144,6 @@ impl Collector {
             id,
             upstream,
             tuning,
-            listener,
             metrics,
             stats: Arc::new(Stats::default()),
             claimable: Arc::new(AtomicBool::new(true)),
@@ -166,8 +163,11 @@ impl Collector {
     /// Runs until `drain` fires (finish the current job, mark drained, return
     /// `Ok`), the incarnation is retired (return `Ok`), or `abort` fires
     /// (with a job in flight: [`CollectorError::Aborted`]; idle: like a drain).
+    /// `listener` (the process's LISTEN connection, shared by its collectors)
+    /// wakes it when its lane's jobs become claimable.
     pub async fn run(
         self,
+        listener: Listener,
         drain: CancellationToken,
         abort: CancellationToken,
     ) -> Result<(), CollectorError> {
@@ -182,7 +182,7 @@ impl Collector {
                 drain.clone(),
                 stop_heartbeat.clone(),
             ));
-            let result = self.work(&drain, &abort).await;
+            let result = self.work(&listener, &drain, &abort).await;
             stop_heartbeat.cancel();
             let _ = heartbeat.await;
             if result.is_ok() {
@@ -200,10 +200,11 @@ impl Collector {
 
     async fn work(
         &self,
+        listener: &Listener,
         drain: &CancellationToken,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
-        let waiter = self.listener.waiter(Channel::Jobs(self.id.lane));
+        let waiter = listener.waiter(Channel::Jobs(self.id.lane));
         let mut errors: u32 = 0;
         // Start with a scan: work may be waiting already. `notified` is true
         // when the last wait ended with a wake-up (NOTIFY, catch-up or a

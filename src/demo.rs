@@ -252,13 +252,13 @@ async fn run_on(
                 },
                 upstream.clone(),
                 tuning.clone(),
-                listener.clone(),
                 CollectorMetrics::default(),
             )
             .await?;
             let stats = c.stats();
             let (drain, abort) = (collectors_stop.clone(), CancellationToken::new());
-            let task = tokio::spawn(async move { c.run(drain, abort).await });
+            let listener = listener.clone();
+            let task = tokio::spawn(async move { c.run(listener, drain, abort).await });
             running.push(RunningCollector { lane, stats, task });
         }
     }

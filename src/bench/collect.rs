@@ -151,14 +151,15 @@ async fn scenario(
             },
             upstream.clone(),
             tuning.clone(),
-            listener.clone(),
             CollectorMetrics::default(),
         )
         .await
         .map_err(other)?;
         stats.push(c.stats());
-        let (drain, abort) = (drain.clone(), CancellationToken::new());
-        tasks.push(tokio::spawn(async move { c.run(drain, abort).await }));
+        let (listener, drain, abort) = (listener.clone(), drain.clone(), CancellationToken::new());
+        tasks.push(tokio::spawn(
+            async move { c.run(listener, drain, abort).await },
+        ));
     }
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {

@@ -108,7 +108,6 @@ async fn start_collector(
         &registration,
         upstream,
         tuning,
-        listener,
         CollectorMetrics::default(),
     )
     .await
@@ -118,7 +117,7 @@ async fn start_collector(
     let task = tokio::spawn({
         let (drain, abort) = (drain.clone(), abort.clone());
         async move {
-            let r = c.run(drain, abort).await;
+            let r = c.run(listener, drain, abort).await;
             root.cancel();
             r
         }
