@@ -195,10 +195,7 @@ impl DbTarget {
 
     /// host:port (or socket) for messages.
     pub fn addr(&self) -> String {
-        match self.pool.get_socket() {
-            Some(socket) => socket.display().to_string(),
-            None => format!("{}:{}", self.pool.get_host(), self.pool.get_port()),
-        }
+        addr_of(&self.pool)
     }
 
     /// Opens a pool and checks that a connection can be made now.
@@ -226,6 +223,14 @@ impl DbTarget {
     /// Translates a sqlx error into an operator-facing [`DbError`].
     pub fn explain(&self, error: sqlx::Error) -> DbError {
         explain(error, &self.addr(), &self.pool)
+    }
+}
+
+/// host:port (or socket) of `opts`, for messages.
+fn addr_of(opts: &PgConnectOptions) -> String {
+    match opts.get_socket() {
+        Some(socket) => socket.display().to_string(),
+        None => format!("{}:{}", opts.get_host(), opts.get_port()),
     }
 }
 
@@ -280,7 +285,7 @@ const MIGRATE_LOCK_KEY: i64 = 0x6266_3470_736d_6967;
 /// when up to date.
 pub async fn migrate(pool: &PgPool) -> Result<MigrateReport, DbError> {
     let opts = pool.connect_options();
-    let addr = format!("{}:{}", opts.get_host(), opts.get_port());
+    let addr = addr_of(&opts);
     let mut conn = pool.acquire().await.map_err(|e| explain(e, &addr, &opts))?;
     // Held for the whole run so "what was applied by us" is exact; sqlx's
     // migrator takes its own (re-entrant) lock inside.

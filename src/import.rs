@@ -178,6 +178,14 @@ pub struct LoadCounts {
     pub unchanged: u64,
 }
 
+impl std::ops::AddAssign for LoadCounts {
+    fn add_assign(&mut self, other: LoadCounts) {
+        self.inserted += other.inserted;
+        self.updated += other.updated;
+        self.unchanged += other.unchanged;
+    }
+}
+
 /// The outcome of an import.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ImportReport {
@@ -460,9 +468,7 @@ pub async fn load(
                 let chunk = &rows[i * batch..((i + 1) * batch).min(rows.len())];
                 match load_batch(&pool, chunk).await {
                     Ok(c) => {
-                        counts.inserted += c.inserted;
-                        counts.updated += c.updated;
-                        counts.unchanged += c.unchanged;
+                        counts += c;
                         let before = loaded.fetch_add(chunk.len() as u64, Ordering::Relaxed);
                         let after = before + chunk.len() as u64;
                         if opts.progress && after / PROGRESS_EVERY > before / PROGRESS_EVERY {
@@ -482,11 +488,7 @@ pub async fn load(
     let mut failure = None;
     while let Some(joined) = workers.join_next().await {
         match joined {
-            Ok(Ok(c)) => {
-                counts.inserted += c.inserted;
-                counts.updated += c.updated;
-                counts.unchanged += c.unchanged;
-            }
+            Ok(Ok(c)) => counts += c,
             Ok(Err(e)) => failure = failure.or(Some(e)),
             Err(e) => {
                 failure = failure.or(Some(sqlx::Error::WorkerCrashed));

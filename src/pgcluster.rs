@@ -1236,19 +1236,14 @@ impl Server {
 
     /// Stops the server if one runs on the data directory.
     fn stop(&self) -> Result<(), ClusterError> {
-        match self.postmaster() {
-            Postmaster::Running(_) | Postmaster::Unknown(_) | Postmaster::Corrupt => {
-                progress(format!(
-                    "stopping private PostgreSQL in {}…",
-                    self.display_data.display()
-                ));
-                self.shut_down()
-            }
-            Postmaster::Absent
-            | Postmaster::Dead(_)
-            | Postmaster::Zombie(_)
-            | Postmaster::Foreign(_) => Ok(()),
+        if !self.postmaster().is_live() {
+            return Ok(());
         }
+        progress(format!(
+            "stopping private PostgreSQL in {}…",
+            self.display_data.display()
+        ));
+        self.shut_down()
     }
 
     fn log_len(&self) -> u64 {
