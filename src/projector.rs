@@ -286,7 +286,8 @@ const CAS_CHECKPOINT: &str = concat!(
     "UPDATE projector_checkpoint SET tx_id = $3::text::xid8, event_id = $4, ",
     "projected_events = projected_events + $5, ",
     "last_event_at = greatest(last_event_at, $6), updated_at = now() ",
-    "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2"
+    "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2 ",
+    "RETURNING last_event_at"
 );
 
 /// Reads the checkpoint row.
@@ -393,7 +394,9 @@ impl Projector {
             held_back(&mut *tx).await?
         };
         let batch = Batch::from_rows(&rows)?;
-        let moved = sqlx::query(CAS_CHECKPOINT)
+        // The checkpoint's newest event time over every projector that ever
+        // led: the last-event gauge shows it, never this batch's own maximum.
+        let moved: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(CAS_CHECKPOINT)
             .bind(from.tx_id.to_string())
             .bind(from.event_id)
             .bind(batch.last.tx_id.to_string())
@@ -401,13 +404,12 @@ impl Projector {
             .bind(batch.count as i64)
             .bind(batch.max_occurred_at)
             .bind(CHECKPOINT)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if moved != 1 {
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((last_event_at,)) = moved else {
             tx.rollback().await?;
             return Err(ProjectorError::CheckpointMoved);
-        }
+        };
         upsert_rollups(&mut tx, &batch.rollups).await?;
         if let Some(hook) = &self.hook {
             let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
@@ -430,7 +432,7 @@ impl Projector {
                 p.last_event_at = batch.max_occurred_at;
             }
         });
-        if let Some(at) = self.progress.borrow().last_event_at {
+        if let Some(at) = last_event_at {
             self.registry
                 .gauge("bf4ps_projector_last_event_timestamp_seconds", &[])
                 .set(unix_seconds(at));
