@@ -1,8 +1,7 @@
 //! `bench projector`: catch-up rate over pre-inserted events, and the
 //! steady-state lag from an event's commit to the counter update while
 //! events are written at a fixed rate (with NOTIFY wake-ups in the default
-//! `outcomes` mode; a bench-local LISTEN connection stands in for the
-//! product listener).
+//! `outcomes` mode, through the product's listener).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,8 +11,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
+use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::Registry;
-use crate::projector::{LoopSettings, Position, Projector, Wake, WakeFuture};
+use crate::projector::{LoopSettings, Position, Projector};
 
 /// Inserts `n` events of a realistic job mix (created, claimed, started,
 /// succeeded/failed), 100k per statement.
@@ -103,64 +103,6 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     Ok(reports)
 }
 
-/// Bench-only LISTEN waker with a fallback poll.
-struct NotifyWake {
-    notify: Arc<tokio::sync::Notify>,
-    poll: Duration,
-}
-
-impl Wake for NotifyWake {
-    fn wait(&mut self) -> WakeFuture<'_> {
-        let n = self.notify.clone();
-        let poll = self.poll;
-        Box::pin(async move {
-            tokio::select! {
-                _ = n.notified() => {}
-                _ = tokio::time::sleep(poll) => {}
-            }
-        })
-    }
-}
-
-async fn listen(
-    config: &tokio_postgres::Config,
-    cancel: CancellationToken,
-) -> Result<NotifyWake, BenchError> {
-    let (client, mut connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| BenchError::Other(format!("LISTEN connection: {e}")))?;
-    let notify = Arc::new(tokio::sync::Notify::new());
-    let n = notify.clone();
-    let stop = cancel.clone();
-    tokio::spawn(async move {
-        let drive = async {
-            while let Some(Ok(m)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                if let tokio_postgres::AsyncMessage::Notification(_) = m {
-                    n.notify_one();
-                }
-            }
-        };
-        tokio::select! {
-            _ = drive => {}
-            _ = stop.cancelled() => {}
-        }
-    });
-    client
-        .batch_execute("LISTEN bf4ps_events")
-        .await
-        .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
-    // Keep the session open until the run ends.
-    tokio::spawn(async move {
-        cancel.cancelled().await;
-        drop(client);
-    });
-    Ok(NotifyWake {
-        notify,
-        poll: Duration::from_secs(1),
-    })
-}
-
 #[derive(Default)]
 struct Pending {
     projected_to: Position,
@@ -179,10 +121,20 @@ async fn steady_lag(
     let registry = Registry::new();
     let p = Projector::new(db.pool.clone(), registry, batch);
     let mut progress = p.progress();
-    let wake = listen(&db.target.listen, cancel.clone()).await?;
+    // The product's listener, as `serve` wires it.
+    let listener = Listener::spawn(
+        db.target.listen.clone(),
+        &[Channel::Events],
+        ListenerSettings::new(Duration::from_secs(1)),
+        metrics::Counter::noop(),
+        cancel.clone(),
+    );
+    tokio::time::timeout(Duration::from_secs(10), listener.connected(1))
+        .await
+        .map_err(|_| other("LISTEN connection did not come up"))?;
     let projector = tokio::spawn(p.run(
         db.target.listen.clone(),
-        Box::new(wake),
+        Box::new(listener.waiter(Channel::Events)),
         LoopSettings::default(),
         cancel.clone(),
     ));
