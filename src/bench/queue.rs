@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::domain::Lane;
 use crate::listener::{Channel, Listener, ListenerSettings, Wake};
-use crate::queue::{self, Collected, CollectorId, Policy};
+use crate::queue::{self, ClaimedJob, Collected, CollectorId, Policy};
 use crate::registry::{self, Registration};
 
 fn lost() -> BenchError {
@@ -43,6 +43,26 @@ fn collected() -> Collected {
         http_status: 200,
         duration: Duration::from_millis(1),
     }
+}
+
+/// Starts a claimed job and finalizes it as a success, on one connection.
+async fn start_and_succeed(
+    conn: &mut PgConnection,
+    job: &ClaimedJob,
+    policy: &Policy,
+) -> Result<(), BenchError> {
+    let lease = job.lease();
+    queue::start(&mut *conn, &lease)
+        .await
+        .map_err(other)?
+        .committed()
+        .ok_or_else(lost)?;
+    queue::finalize_success(&mut *conn, &lease, &collected(), policy)
+        .await
+        .map_err(other)?
+        .committed()
+        .ok_or_else(lost)?;
+    Ok(())
 }
 
 /// Inserts `n` pending jobs of `lane` on fresh soldiers, in one statement.
@@ -126,16 +146,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
                     let claimed = Instant::now();
                     waiter.pass_on();
                     let _ = tx.send((job.job_id, claimed));
-                    queue::start(&pool, &job.lease())
-                        .await
-                        .map_err(other)?
-                        .committed()
-                        .ok_or_else(lost)?;
-                    queue::finalize_success(&pool, &job.lease(), &collected(), &policy)
-                        .await
-                        .map_err(other)?
-                        .committed()
-                        .ok_or_else(lost)?;
+                    start_and_succeed(&mut *pool.acquire().await?, &job, &policy).await?;
                 }
             }
         }));
@@ -222,16 +233,7 @@ async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Rep
                 .await
                 .map_err(other)?
             {
-                queue::start(&mut *conn, &job.lease())
-                    .await
-                    .map_err(other)?
-                    .committed()
-                    .ok_or_else(lost)?;
-                queue::finalize_success(&mut *conn, &job.lease(), &collected(), &policy)
-                    .await
-                    .map_err(other)?
-                    .committed()
-                    .ok_or_else(lost)?;
+                start_and_succeed(&mut conn, &job, &policy).await?;
                 done += 1;
             }
             Ok::<u64, BenchError>(done)
@@ -303,16 +305,7 @@ async fn depth_scenario(
             .map_err(other)?
             .ok_or_else(|| other("queue ran dry"))?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
-        queue::start(&db.pool, &job.lease())
-            .await
-            .map_err(other)?
-            .committed()
-            .ok_or_else(lost)?;
-        queue::finalize_success(&db.pool, &job.lease(), &collected(), &policy)
-            .await
-            .map_err(other)?
-            .committed()
-            .ok_or_else(lost)?;
+        start_and_succeed(&mut *db.pool.acquire().await?, &job, &policy).await?;
     }
     // How many index rows the candidate scan reads: constant means depth-independent.
     let plan: serde_json::Value = sqlx::query_scalar(
