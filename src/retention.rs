@@ -194,15 +194,12 @@ async fn locked_run(
                 break;
             }
         }
-        let unprojected: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM collection_events e, projector_checkpoint cp \
-             WHERE cp.projector = $2 AND e.occurred_at < $1 \
-             AND (e.tx_id, e.event_id) > (cp.tx_id, cp.event_id)",
-        )
-        .bind(cutoff)
-        .bind(CHECKPOINT)
-        .fetch_one(&mut **conn)
-        .await?;
+        // What is left past the period: all of it not projected yet.
+        let (_, unprojected): (i64, i64) = sqlx::query_as(COUNT_ELIGIBLE)
+            .bind(cutoff)
+            .bind(CHECKPOINT)
+            .fetch_one(&mut **conn)
+            .await?;
         report.unprojected_old = unprojected as u64;
     }
     sqlx::query(
