@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
 use crate::metrics::Registry;
-use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
+use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER, freshness_bounds};
 use crate::projector::{self, ProjectorState, unix_seconds};
 
 /// A refresh failure (the loop logs it and tries again next interval).
@@ -248,10 +248,6 @@ impl GaugeRefresher {
     }
 
     async fn freshness(&self) -> Result<(), GaugeError> {
-        let bounds: Vec<f64> = FRESHNESS_BANDS
-            .iter()
-            .filter_map(|(_, b)| b.map(|s| s as f64))
-            .collect();
         let cached = self
             .freshness
             .lock()
@@ -262,8 +258,8 @@ impl GaugeRefresher {
             Some((_, rows)) => rows,
             None => {
                 let mut q = sqlx::query_as::<_, FreshnessRow>(FRESHNESS);
-                for b in bounds.iter().take(4) {
-                    q = q.bind(*b);
+                for b in freshness_bounds().into_iter().take(4) {
+                    q = q.bind(b);
                 }
                 let resources: Vec<&str> = Resource::ALL.iter().map(|r| r.as_str()).collect();
                 let rows = q.bind(resources).fetch_all(&self.pool).await?;

@@ -25,7 +25,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
-use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
+use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER, freshness_bounds};
 use crate::projector::{self, ProjectorError};
 use crate::retention::{self, RetentionError};
 
@@ -389,14 +389,6 @@ async fn queue(
     Ok(q)
 }
 
-/// Upper bounds (seconds) of the bounded bands, for `width_bucket`.
-fn band_bounds() -> Vec<f64> {
-    FRESHNESS_BANDS
-        .iter()
-        .filter_map(|(_, bound)| bound.map(|b| b as f64))
-        .collect()
-}
-
 async fn freshness(
     conn: &mut PgConnection,
     at: DateTime<Utc>,
@@ -411,7 +403,7 @@ async fn freshness(
          FROM collection_state GROUP BY 1, 2",
     )
     .bind(at)
-    .bind(band_bounds())
+    .bind(freshness_bounds())
     .fetch_all(&mut *conn)
     .await?;
     let mut f = PerResource::<ResourceFreshness>::default();
@@ -659,9 +651,9 @@ mod tests {
     #[test]
     fn bands_match_the_catalog() {
         // width_bucket indexes bounded bands 0..n-1 and the open band n.
-        assert_eq!(band_bounds().len() + 1, FRESHNESS_BANDS.len());
+        assert_eq!(freshness_bounds().len() + 1, FRESHNESS_BANDS.len());
         assert!(FRESHNESS_BANDS.last().unwrap().1.is_none());
-        assert!(band_bounds().windows(2).all(|w| w[0] < w[1]));
+        assert!(freshness_bounds().windows(2).all(|w| w[0] < w[1]));
         let json = serde_json::to_string(&Bands::default()).unwrap();
         assert_eq!(
             json,

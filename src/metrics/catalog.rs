@@ -262,6 +262,15 @@ pub const FRESHNESS_BANDS: &[(&str, Option<u64>)] = &[
     ("gt_7d", None),
 ];
 
+/// Upper bounds (seconds) of the bounded [`FRESHNESS_BANDS`], youngest first:
+/// the bounds the freshness queries bucket ages by.
+pub fn freshness_bounds() -> Vec<f64> {
+    FRESHNESS_BANDS
+        .iter()
+        .filter_map(|(_, bound)| bound.map(|b| b as f64))
+        .collect()
+}
+
 /// Label value of pairs never collected successfully.
 pub const FRESHNESS_NEVER: &str = "never";
 
