@@ -193,6 +193,23 @@ text_enum! {
 }
 
 text_enum! {
+    /// What an interactive refresh request did to one resource's job (the
+    /// `state` column of `bf4ps_request_refresh`).
+    RefreshState, "refresh state", "created, promoted, pending, claimed, running" {
+        /// A new interactive job was created.
+        Created => "created",
+        /// A pending background job was moved to the interactive lane.
+        Promoted => "promoted",
+        /// An interactive job was already pending.
+        Pending => "pending",
+        /// A collector has claimed the job (not started yet).
+        Claimed => "claimed",
+        /// A collector is fetching it.
+        Running => "running",
+    }
+}
+
+text_enum! {
     /// Why an attempt failed. Retryable classes go back to the queue with
     /// backoff; `unavailable` is terminal (the persona/resource is gone or
     /// private) and `parse` is never recorded as an empty result.
@@ -267,6 +284,7 @@ mod tests {
         round_trip(EventType::ALL);
         round_trip(HeartbeatState::ALL);
         round_trip(ErrorClass::ALL);
+        round_trip(RefreshState::ALL);
     }
 
     #[test]

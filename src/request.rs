@@ -14,7 +14,6 @@
 //! SQL error with SQLSTATE 22023 naming the bad value and the accepted ones,
 //! surfaced here as [`RequestError::Rejected`].
 
-use std::fmt;
 use std::time::Duration;
 
 use sqlx::PgPool;
@@ -42,55 +41,10 @@ impl From<sqlx::Error> for RequestError {
     }
 }
 
-/// What the request did to one resource's job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RefreshState {
-    /// A new interactive job was created.
-    Created,
-    /// A pending background job was moved to the interactive lane.
-    Promoted,
-    /// An interactive job was already pending.
-    Pending,
-    /// A collector has claimed the job (not started yet).
-    Claimed,
-    /// A collector is fetching it.
-    Running,
-}
-
-impl RefreshState {
-    /// The text the SQL function returns.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RefreshState::Created => "created",
-            RefreshState::Promoted => "promoted",
-            RefreshState::Pending => "pending",
-            RefreshState::Claimed => "claimed",
-            RefreshState::Running => "running",
-        }
-    }
-
-    fn parse(text: &str) -> Option<RefreshState> {
-        [
-            RefreshState::Created,
-            RefreshState::Promoted,
-            RefreshState::Pending,
-            RefreshState::Claimed,
-            RefreshState::Running,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == text)
-    }
-}
-
-impl fmt::Display for RefreshState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::domain::RefreshState;
 
 /// One row of `bf4ps_request_refresh`: a requested resource's job.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
 pub struct RefreshRow {
     /// The resource.
     pub resource: String,
@@ -106,15 +60,6 @@ pub struct RefreshRow {
     pub eta_seconds: Option<f64>,
 }
 
-#[derive(sqlx::FromRow)]
-struct RawRow {
-    resource: String,
-    job_id: i64,
-    state: String,
-    position: i64,
-    eta_seconds: Option<f64>,
-}
-
 /// Requests an interactive refresh of (`platform`, `persona_id`) for
 /// `resources` (all four when empty), on a pool (its own transaction) or
 /// inside the caller's transaction.
@@ -124,7 +69,7 @@ pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
     persona_id: i64,
     resources: &[String],
 ) -> Result<Vec<RefreshRow>, RequestError> {
-    let raw: Vec<RawRow> = if resources.is_empty() {
+    Ok(if resources.is_empty() {
         sqlx::query_as(
             "SELECT resource, job_id, state, position, eta_seconds \
              FROM bf4ps_request_refresh($1, $2)",
@@ -143,23 +88,7 @@ pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
         .bind(resources)
         .fetch_all(executor)
         .await?
-    };
-    raw.into_iter()
-        .map(|r| {
-            let state = RefreshState::parse(&r.state).ok_or_else(|| {
-                RequestError::Db(sqlx::Error::Decode(
-                    format!("unexpected refresh state {:?}", r.state).into(),
-                ))
-            })?;
-            Ok(RefreshRow {
-                resource: r.resource,
-                job_id: r.job_id,
-                state,
-                position: r.position,
-                eta_seconds: r.eta_seconds,
-            })
-        })
-        .collect()
+    })
 }
 
 /// Writes the ETA window and egress rate into `scheduling_settings`, where
@@ -244,8 +173,8 @@ mod tests {
     #[test]
     fn states_round_trip() {
         for s in ["created", "promoted", "pending", "claimed", "running"] {
-            assert_eq!(RefreshState::parse(s).unwrap().as_str(), s);
+            assert_eq!(s.parse::<RefreshState>().unwrap().as_str(), s);
         }
-        assert_eq!(RefreshState::parse("done"), None);
+        assert!("done".parse::<RefreshState>().is_err());
     }
 }
