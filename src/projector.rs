@@ -701,8 +701,10 @@ struct Batch {
     last: Position,
     max_occurred_at: Option<DateTime<Utc>>,
     counters: BTreeMap<CounterKey, u64>,
-    durations: Vec<(String, String, &'static str, f64)>,
-    ages: Vec<(String, String, f64)>,
+    /// Attempt durations (s) per (lane, resource, result).
+    durations: BTreeMap<(String, String, &'static str), Vec<f64>>,
+    /// Refresh ages (s) per (lane, resource).
+    ages: BTreeMap<(String, String), Vec<f64>>,
     rollups: BTreeMap<RollupKey, RollupDelta>,
 }
 
@@ -834,7 +836,9 @@ impl Batch {
             delta.duration.1 += ms;
             delta.duration.2 = delta.duration.2.max(ms);
             self.durations
-                .push((lane.clone(), resource.clone(), result, ms as f64 / 1000.0));
+                .entry((lane.clone(), resource.clone(), result))
+                .or_default()
+                .push(ms as f64 / 1000.0);
         }
         if kind == Some(EventType::Succeeded) {
             delta.succeeded += 1;
@@ -844,7 +848,10 @@ impl Batch {
                 delta.refresh_age.0 += 1;
                 delta.refresh_age.1 += ms;
                 delta.refresh_age.2 = delta.refresh_age.2.max(ms);
-                self.ages.push((lane, resource, ms as f64 / 1000.0));
+                self.ages
+                    .entry((lane, resource))
+                    .or_default()
+                    .push(ms as f64 / 1000.0);
             }
         } else {
             let (i, class) = error_class_index(r.error_class.as_deref());
@@ -880,48 +887,23 @@ impl Batch {
             };
             c.increment(*n);
         }
-        let mut by_series: BTreeMap<(&str, &str, &str), Vec<f64>> = BTreeMap::new();
-        for (lane, resource, result, secs) in &self.durations {
-            by_series
-                .entry((lane, resource, result))
-                .or_default()
-                .push(*secs);
+        for ((lane, resource, result), samples) in &self.durations {
+            let h = registry.histogram(
+                "bf4ps_collection_duration_seconds",
+                &[("lane", lane), ("resource", resource), ("result", result)],
+            );
+            samples.iter().for_each(|s| h.record(*s));
         }
-        for ((lane, resource, result), samples) in by_series {
-            registry
-                .histogram(
-                    "bf4ps_collection_duration_seconds",
-                    &[("lane", lane), ("resource", resource), ("result", result)],
-                )
-                .record_many_each(&samples);
-        }
-        let mut by_series: BTreeMap<(&str, &str), Vec<f64>> = BTreeMap::new();
-        for (lane, resource, secs) in &self.ages {
-            by_series.entry((lane, resource)).or_default().push(*secs);
-        }
-        for ((lane, resource), samples) in by_series {
-            registry
-                .histogram(
-                    "bf4ps_refresh_age_seconds",
-                    &[("lane", lane), ("resource", resource)],
-                )
-                .record_many_each(&samples);
+        for ((lane, resource), samples) in &self.ages {
+            let h = registry.histogram(
+                "bf4ps_refresh_age_seconds",
+                &[("lane", lane), ("resource", resource)],
+            );
+            samples.iter().for_each(|s| h.record(*s));
         }
         registry
             .counter("bf4ps_projector_projected_events_total", &[])
             .increment(self.count);
-    }
-}
-
-trait RecordEach {
-    fn record_many_each(&self, samples: &[f64]);
-}
-
-impl RecordEach for metrics::Histogram {
-    fn record_many_each(&self, samples: &[f64]) {
-        for s in samples {
-            self.record(*s);
-        }
     }
 }
 
