@@ -275,8 +275,7 @@ impl Serve {
             tuning: tuning.clone(),
             cancel: cancel.child_token(),
         };
-        let mut tasks: JoinSet<(String, TaskOutcome)> = JoinSet::new();
-        let mut names: HashMap<tokio::task::Id, String> = HashMap::new();
+        let mut tasks = Tasks::default();
 
         // Projector.
         let projector = Projector::new(pool.clone(), registry.clone(), tuning.projector_batch);
@@ -289,11 +288,10 @@ impl Serve {
         {
             let lock_config = self.target.listen.clone();
             let c = cancel.child_token();
-            let h = tasks.spawn(async move {
+            tasks.spawn("projector", async move {
                 projector.run(lock_config, wake, loop_settings, c).await;
-                ("projector".to_owned(), Ok(()))
+                Ok(())
             });
-            names.insert(h.id(), "projector".to_owned());
         }
 
         // Gauges.
@@ -302,11 +300,10 @@ impl Serve {
                 GaugeRefresher::new(pool.clone(), registry.clone(), Some(state.clone()));
             let c = cancel.child_token();
             let interval = tuning.gauge_interval;
-            let h = tasks.spawn(async move {
+            tasks.spawn("gauges", async move {
                 refresher.run(interval, c).await;
-                ("gauges".to_owned(), Ok(()))
+                Ok(())
             });
-            names.insert(h.id(), "gauges".to_owned());
         }
 
         // Retention.
@@ -321,11 +318,10 @@ impl Serve {
                 now: None,
             };
             let interval = tuning.retention_interval;
-            let h = tasks.spawn(async move {
+            tasks.spawn("retention", async move {
                 retention_loop(pool, registry, settings, interval, c).await;
-                ("retention".to_owned(), Ok(()))
+                Ok(())
             });
-            names.insert(h.id(), "retention".to_owned());
         }
 
         // HTTP.
@@ -341,21 +337,17 @@ impl Serve {
                     alive_within: (tuning.poll_interval * 3).max(Duration::from_secs(15)),
                 });
             let c = cancel.child_token();
-            let h = tasks.spawn(async move {
-                let r = axum::serve(listener, app)
+            tasks.spawn("http", async move {
+                axum::serve(listener, app)
                     .with_graceful_shutdown(c.cancelled_owned())
-                    .await;
-                ("http".to_owned(), r.map_err(|e| e.to_string()))
+                    .await
+                    .map_err(|e| e.to_string())
             });
-            names.insert(h.id(), "http".to_owned());
         }
 
         // Plugged-in tasks (monitor, feeder).
         for (name, f) in self.tasks {
-            let fut = f(ctx.clone());
-            let task_name = name.clone();
-            let h = tasks.spawn(async move { (task_name, fut.await) });
-            names.insert(h.id(), name);
+            tasks.spawn(name, f(ctx.clone()));
         }
 
         tracing::info!("serving http://{addr}/metrics");
@@ -366,7 +358,6 @@ impl Serve {
             projector: state,
             cancel,
             tasks,
-            names,
             shutdown_timeout: self.settings.shutdown_timeout,
         })
     }
@@ -379,8 +370,7 @@ pub struct Running {
     pool: PgPool,
     projector: ProjectorState,
     cancel: CancellationToken,
-    tasks: JoinSet<(String, TaskOutcome)>,
-    names: HashMap<tokio::task::Id, String>,
+    tasks: Tasks,
     shutdown_timeout: Duration,
 }
 
@@ -417,11 +407,11 @@ impl Running {
                     break;
                 }
                 _ = self.cancel.cancelled() => break,
-                joined = self.tasks.join_next_with_id() => {
+                joined = self.tasks.set.join_next_with_id() => {
                     match joined {
                         None => break,
                         Some(j) => {
-                            if let Some(e) = judge(j, self.cancel.is_cancelled(), &mut self.names) {
+                            if let Some(e) = self.tasks.judge(j, self.cancel.is_cancelled()) {
                                 tracing::error!("{e}; stopping");
                                 failure = Some(e);
                                 break;
@@ -434,18 +424,18 @@ impl Running {
         self.cancel.cancel();
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         loop {
-            match tokio::time::timeout_at(deadline, self.tasks.join_next_with_id()).await {
+            match tokio::time::timeout_at(deadline, self.tasks.set.join_next_with_id()).await {
                 Ok(None) => break,
                 Ok(Some(j)) => {
-                    if let Some(e) = judge(j, true, &mut self.names)
+                    if let Some(e) = self.tasks.judge(j, true)
                         && failure.is_none()
                     {
                         failure = Some(e);
                     }
                 }
                 Err(_) => {
-                    let n = self.tasks.len();
-                    self.tasks.abort_all();
+                    let n = self.tasks.set.len();
+                    self.tasks.set.abort_all();
                     if failure.is_none() {
                         failure = Some(ServeError::ShutdownTimeout {
                             timeout: self.shutdown_timeout,
@@ -464,34 +454,47 @@ impl Running {
     }
 }
 
-/// A finished task: `Some(error)` if it failed or panicked.
-fn judge(
-    joined: Result<(tokio::task::Id, (String, TaskOutcome)), tokio::task::JoinError>,
-    cancelled: bool,
-    names: &mut HashMap<tokio::task::Id, String>,
-) -> Option<ServeError> {
-    match joined {
-        Ok((id, (task, outcome))) => {
-            names.remove(&id);
-            match outcome {
-                Ok(()) => {
-                    if !cancelled {
-                        tracing::info!("task {task} finished");
-                    }
-                    None
+/// `serve`'s tasks and their names (for errors and logs).
+#[derive(Default)]
+struct Tasks {
+    set: JoinSet<TaskOutcome>,
+    names: HashMap<tokio::task::Id, String>,
+}
+
+impl Tasks {
+    fn spawn(
+        &mut self,
+        name: impl Into<String>,
+        task: impl Future<Output = TaskOutcome> + Send + 'static,
+    ) {
+        let id = self.set.spawn(task).id();
+        self.names.insert(id, name.into());
+    }
+
+    /// A finished task: `Some(error)` if it failed or panicked.
+    fn judge(
+        &mut self,
+        joined: Result<(tokio::task::Id, TaskOutcome), tokio::task::JoinError>,
+        cancelled: bool,
+    ) -> Option<ServeError> {
+        let id = match &joined {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let task = self
+            .names
+            .remove(&id)
+            .unwrap_or_else(|| "unnamed".to_owned());
+        match joined {
+            Ok((_, Ok(()))) => {
+                if !cancelled {
+                    tracing::info!("task {task} finished");
                 }
-                Err(message) => Some(ServeError::Task { task, message }),
-            }
-        }
-        Err(e) => {
-            let task = names
-                .remove(&e.id())
-                .unwrap_or_else(|| "unnamed".to_owned());
-            if e.is_cancelled() && cancelled {
                 None
-            } else {
-                Some(ServeError::Panicked { task })
             }
+            Ok((_, Err(message))) => Some(ServeError::Task { task, message }),
+            Err(e) if e.is_cancelled() && cancelled => None,
+            Err(_) => Some(ServeError::Panicked { task }),
         }
     }
 }
