@@ -173,6 +173,37 @@ pub(crate) fn other(e: impl std::fmt::Display) -> BenchError {
     BenchError::Other(e.to_string())
 }
 
+/// Commits per second of `writers` concurrent loops running `op(writer, n)`
+/// (n: that writer's iteration) for `duration`.
+pub(crate) async fn commit_rate<F, Fut>(
+    writers: usize,
+    duration: Duration,
+    op: F,
+) -> Result<f64, BenchError>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), sqlx::Error>> + Send,
+{
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while start.elapsed() < duration {
+                op(w, n).await?;
+                n += 1;
+            }
+            Ok::<u64, sqlx::Error>(n)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.map_err(other)??;
+    }
+    Ok(total as f64 / start.elapsed().as_secs_f64())
+}
+
 /// A migrated scratch database, dropped by [`ScratchDb::drop`].
 pub struct ScratchDb {
     /// Where it is (for extra pools and LISTEN connections).

@@ -5,12 +5,12 @@
 //! transaction; the "job mix" cycles claimed, started, succeeded (the three
 //! event-writing commits of a job), so `outcomes` notifies one commit in three.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 use sqlx::postgres::PgPoolOptions;
 
-use super::{BenchError, Ctx, Report, ScratchDb, other};
+use super::{BenchError, Ctx, Report, ScratchDb, commit_rate};
 
 const WRITERS: usize = 8;
 
@@ -142,48 +142,39 @@ async fn writers_rate(db: &ScratchDb, s: &Scenario, seconds: f64) -> Result<f64,
         .connect_with(opts)
         .await?;
     let duration = Duration::from_secs_f64(seconds);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for w in 0..WRITERS {
-        let pool = pool.clone();
-        let insert = s.insert;
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            let resources = ["detailed", "profile", "weapons", "vehicles"];
-            while start.elapsed() < duration {
-                match insert {
-                    Insert::Events(types) => {
-                        sqlx::query(
-                            "INSERT INTO collection_events (event_type, lane, resource) \
-                             VALUES ($1, 'background', 'profile')",
-                        )
-                        .bind(types[(n as usize + w) % types.len()])
-                        .execute(&pool)
-                        .await?;
-                    }
-                    Insert::Jobs => {
-                        // Writer w owns soldiers w+1, w+1+8, ...; 4 resources each.
-                        let k = n as i64;
-                        sqlx::query(
-                            "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason) \
-                             VALUES ($1, $2, 'background', 'recent', 'bench')",
-                        )
-                        .bind(1 + w as i64 + (k / 4) * WRITERS as i64)
-                        .bind(resources[(k % 4) as usize])
-                        .execute(&pool)
-                        .await?;
-                    }
+    let insert = s.insert;
+    let writer_pool = pool.clone();
+    let rate = commit_rate(WRITERS, duration, move |w, n| {
+        let pool = writer_pool.clone();
+        async move {
+            match insert {
+                Insert::Events(types) => {
+                    sqlx::query(
+                        "INSERT INTO collection_events (event_type, lane, resource) \
+                         VALUES ($1, 'background', 'profile')",
+                    )
+                    .bind(types[(n as usize + w) % types.len()])
+                    .execute(&pool)
+                    .await?;
                 }
-                n += 1;
+                Insert::Jobs => {
+                    // Writer w owns soldiers w+1, w+1+8, ...; 4 resources each.
+                    let resources = ["detailed", "profile", "weapons", "vehicles"];
+                    let k = n as i64;
+                    sqlx::query(
+                        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason) \
+                         VALUES ($1, $2, 'background', 'recent', 'bench')",
+                    )
+                    .bind(1 + w as i64 + (k / 4) * WRITERS as i64)
+                    .bind(resources[(k % 4) as usize])
+                    .execute(&pool)
+                    .await?;
+                }
             }
-            Ok::<u64, sqlx::Error>(n)
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.map_err(other)??;
-    }
-    let secs = start.elapsed().as_secs_f64();
+            Ok(())
+        }
+    })
+    .await;
     pool.close().await;
-    Ok(total as f64 / secs)
+    rate
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, commit_rate, percentile};
 
 /// Runs the reference measurements.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -92,32 +92,23 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     .await?;
     let writers = 8;
     let duration = Duration::from_millis(ctx.size(3_000, 500) as u64);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..writers {
-        let pool = db.pool.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while start.elapsed() < duration {
-                sqlx::query("INSERT INTO bench_reference (v) VALUES (1)")
-                    .execute(&pool)
-                    .await?;
-                n += 1;
-            }
-            Ok::<u64, sqlx::Error>(n)
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.map_err(other)??;
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let pool = db.pool.clone();
+    let rate = commit_rate(writers, duration, move |_, _| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query("INSERT INTO bench_reference (v) VALUES (1)")
+                .execute(&pool)
+                .await
+                .map(|_| ())
+        }
+    })
+    .await?;
     reports.push(
         Report::new(
             "reference",
             json!({"scenario": "insert_commit", "writers": writers}),
         )
-        .figure("commits_per_s", total as f64 / secs),
+        .figure("commits_per_s", rate),
     );
     Ok(reports)
 }
