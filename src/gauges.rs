@@ -121,7 +121,8 @@ impl GaugeRefresher {
     }
 
     /// One refresh of every gauge. Gauges that need no query (build info,
-    /// leadership) are set even when a query fails.
+    /// leadership) are set even when a query fails. The retention gauge is
+    /// set last (tests wait for it to see a complete first refresh).
     pub async fn refresh_once(&self) -> Result<(), GaugeError> {
         self.registry.set_build_info();
         if let Some(p) = &self.projector {

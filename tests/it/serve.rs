@@ -138,8 +138,11 @@ async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts:
     let text = eventually(Duration::from_secs(30), "projection and gauges", || async {
         let (code, text) = get(addr, "/metrics").await;
         assert_eq!(code, 200);
+        // The retention gauge is the last one a refresh sets: present means
+        // the gauge refresher has been through every table once.
         let done = sample(&text, "bf4ps_projector_projected_events_total", &[]) == Some(n)
             && sample(&text, "bf4ps_projector_backlog_events", &[]) == Some(0.0)
+            && sample(&text, "bf4ps_retention_oldest_event_timestamp_seconds", &[]).is_some()
             && sample(
                 &text,
                 "bf4ps_collector_busy",
