@@ -56,17 +56,44 @@ impl Cli {
 }
 
 /// The database connection, shared by every subcommand.
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct DbArgs {
-    /// PostgreSQL URL, e.g. postgres://bf4ps@127.0.0.1:5432/bf4ps.
+    /// PostgreSQL URL, e.g. postgres://bf4ps@db.example:5432/bf4ps?sslmode=verify-full&sslrootcert=/etc/bf4ps/db-ca.crt
+    /// (libpq parameters: sslmode, sslrootcert, sslcert, sslkey, ...).
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
+
+    /// Read the database password from this file (first line), e.g. a systemd
+    /// credential; the URL must not carry one then.
+    #[arg(
+        long,
+        env = "BF4PS_DATABASE_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub database_password_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for DbArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbArgs")
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(db::redact),
+            )
+            .field("database_password_file", &self.database_password_file)
+            .finish()
+    }
 }
 
 impl DbArgs {
     /// The parsed target, or a clear error when missing or malformed.
     pub fn target(&self) -> Result<DbTarget, db::DbError> {
-        DbTarget::parse(self.database_url.as_deref())
+        let password = match &self.database_password_file {
+            Some(path) => Some(db::read_password_file(path)?),
+            None => None,
+        };
+        DbTarget::parse_with_password(self.database_url.as_deref(), password.as_deref())
     }
 }
 
@@ -359,7 +386,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             use sqlx::ConnectOptions;
             let mut target = cli.db.target()?;
             // Batches take seconds by design: no slow-statement warnings.
-            target.pool = target.pool.disable_statement_logging();
+            target.options = target.options.disable_statement_logging();
             let opts = ImportOptions {
                 skip_invalid,
                 progress: true,
@@ -455,7 +482,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let pool = target.connect(2).await?;
             db::migrate(&pool).await?;
             eprintln!("taking the projector lock…");
-            let report = crate::projector::rebuild(&pool, &target.listen, batch, wait, |n| {
+            let report = crate::projector::rebuild(&pool, &target, batch, wait, |n| {
                 eprintln!("replayed {n} event(s)");
             })
             .await?;
@@ -531,7 +558,7 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         ));
     }
     let listener = Listener::spawn(
-        target.listen.clone(),
+        target.clone(),
         &[Channel::Jobs(args.lane)],
         ListenerSettings {
             enabled: !args.poll_only,

@@ -213,7 +213,7 @@ async fn run_on(
     upstream_args.timeout = Duration::from_secs(3);
     let upstream = Arc::new(Upstream::new(&upstream_args)?);
     let listener = Listener::spawn(
-        target.listen.clone(),
+        target.clone(),
         &[
             Channel::Jobs(Lane::Interactive),
             Channel::Jobs(Lane::Background),

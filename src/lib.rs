@@ -17,6 +17,7 @@ pub mod feeder;
 pub mod gauges;
 pub mod import;
 pub mod listener;
+pub mod locks;
 pub mod metrics;
 pub mod monitor;
 pub mod output;

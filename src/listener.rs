@@ -1,5 +1,5 @@
-//! NOTIFY wake-ups: one dedicated tokio-postgres connection per process that
-//! LISTENs on the job and event channels and fans wake-ups out in-process.
+//! NOTIFY wake-ups: one dedicated connection per process that LISTENs on the
+//! job and event channels and fans wake-ups out in-process.
 //!
 //! Invariants:
 //! - a notification is only a hint: every [`Waiter::wait`] also returns on a
@@ -20,12 +20,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::jittered;
+use crate::db::{DbError, DbTarget};
 use crate::domain::{EVENTS_CHANNEL, Lane};
+
+/// `application_name` of the LISTEN connection.
+const APPLICATION: &str = "bf4ps-ops listener";
 
 /// A NOTIFY channel bf4ps-ops listens on (names are contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -112,7 +115,7 @@ impl Listener {
     /// Starts the listener task for `channels` (no connection is opened when
     /// `settings.enabled` is false). It stops when `cancel` fires.
     pub fn spawn(
-        config: tokio_postgres::Config,
+        target: DbTarget,
         channels: &[Channel],
         settings: ListenerSettings,
         reconnects: metrics::Counter,
@@ -135,7 +138,7 @@ impl Listener {
         };
         if listener.inner.settings.enabled && !channels.is_empty() {
             let inner = listener.inner.clone();
-            tokio::spawn(async move { run(inner, config, reconnects).await });
+            tokio::spawn(async move { run(inner, target, reconnects).await });
         }
         listener
     }
@@ -206,12 +209,8 @@ impl Waiter {
     }
 }
 
-async fn run(inner: Arc<Inner>, config: tokio_postgres::Config, reconnects: metrics::Counter) {
-    let listen_sql: String = inner
-        .notifies
-        .keys()
-        .map(|c| ["LISTEN ", c.name(), ";"].concat())
-        .collect();
+async fn run(inner: Arc<Inner>, target: DbTarget, reconnects: metrics::Counter) {
+    let channels: Vec<&str> = inner.notifies.keys().map(|c| c.name()).collect();
     let mut failures: u32 = 0;
     let mut generation: u64 = 0;
     loop {
@@ -231,7 +230,7 @@ async fn run(inner: Arc<Inner>, config: tokio_postgres::Config, reconnects: metr
             inner.reconnects.fetch_add(1, Ordering::Relaxed);
             reconnects.increment(1);
         }
-        let attempt = session(&inner, &config, &listen_sql, &mut generation);
+        let attempt = session(&inner, &target, &channels, &mut generation);
         let result = tokio::select! {
             _ = inner.cancel.cancelled() => return,
             r = attempt => r,
@@ -241,7 +240,7 @@ async fn run(inner: Arc<Inner>, config: tokio_postgres::Config, reconnects: metr
             Ok(()) => failures = 0,
             Err(e) => {
                 failures = failures.saturating_add(1);
-                warn!(error = %e, "LISTEN connection failed; reconnecting");
+                warn!(error = %crate::telemetry::error_chain(&e), "LISTEN connection failed; reconnecting");
             }
         }
     }
@@ -252,71 +251,64 @@ async fn run(inner: Arc<Inner>, config: tokio_postgres::Config, reconnects: metr
 /// connection was up and later dropped, `Err` when it never came up.
 async fn session(
     inner: &Inner,
-    config: &tokio_postgres::Config,
-    listen_sql: &str,
+    target: &DbTarget,
+    channels: &[&str],
     generation: &mut u64,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
-    let driver = async {
-        loop {
-            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                Some(Ok(AsyncMessage::Notification(n))) => {
-                    if let Some(notify) =
-                        Channel::from_name(n.channel()).and_then(|c| inner.notifies.get(&c))
-                    {
-                        notify.notify_one();
+) -> Result<(), DbError> {
+    let mut listener = target.listen(APPLICATION).await?;
+    listener
+        .listen_all(channels.iter().copied())
+        .await
+        .map_err(|e| target.explain(e))?;
+    inner.connected.store(true, Ordering::Release);
+    *generation += 1;
+    inner.connected_tx.send_replace(*generation);
+    info!(generation = *generation, "LISTEN connection up");
+    // Catch-up: whatever was notified while we were away is lost, so every
+    // waiter (and the next one to wait) rescans now.
+    for notify in inner.notifies.values() {
+        notify.notify_waiters();
+        notify.notify_one();
+    }
+    let ping = inner.settings.ping_interval;
+    let mut next_ping = tokio::time::Instant::now() + ping;
+    loop {
+        // `try_recv` is cancel-safe: a message is consumed only when whole.
+        match tokio::time::timeout_at(next_ping, listener.try_recv()).await {
+            Ok(Ok(Some(n))) => {
+                if let Some(notify) =
+                    Channel::from_name(n.channel()).and_then(|c| inner.notifies.get(&c))
+                {
+                    notify.notify_one();
+                }
+            }
+            Ok(Ok(None)) => {
+                warn!("LISTEN connection closed");
+                return Ok(());
+            }
+            Ok(Err(e)) => {
+                warn!(error = %crate::telemetry::error_chain(&e), "LISTEN connection lost");
+                return Ok(());
+            }
+            Err(_) => {
+                // Quiet for a whole interval: check the connection is alive
+                // (notifications arriving meanwhile are buffered).
+                let pinged =
+                    tokio::time::timeout(ping, sqlx::query("SELECT 1").execute(&mut listener))
+                        .await;
+                match pinged {
+                    Ok(Ok(_)) => debug!("LISTEN connection ping ok"),
+                    Ok(Err(e)) => {
+                        warn!(error = %crate::telemetry::error_chain(&e), "LISTEN connection ping failed");
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        warn!("LISTEN connection ping timed out");
+                        return Ok(());
                     }
                 }
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e),
-                None => return Ok(()),
+                next_ping = tokio::time::Instant::now() + ping;
             }
-        }
-    };
-    let up = async {
-        client.batch_execute(listen_sql).await?;
-        inner.connected.store(true, Ordering::Release);
-        *generation += 1;
-        inner.connected_tx.send_replace(*generation);
-        info!(generation = *generation, "LISTEN connection up");
-        // Catch-up: whatever was notified while we were away is lost, so
-        // every waiter (and the next one to wait) rescans now.
-        for notify in inner.notifies.values() {
-            notify.notify_waiters();
-            notify.notify_one();
-        }
-        loop {
-            tokio::time::sleep(inner.settings.ping_interval).await;
-            match tokio::time::timeout(
-                inner.settings.ping_interval,
-                client.simple_query("SELECT 1"),
-            )
-            .await
-            {
-                Ok(Ok(_)) => debug!("LISTEN connection ping ok"),
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    warn!("LISTEN connection ping timed out");
-                    return Ok(());
-                }
-            }
-        }
-    };
-    let was_up = async {
-        tokio::select! {
-            r = driver => r,
-            r = up => r,
-        }
-    };
-    match was_up.await {
-        Err(e) if !inner.connected.load(Ordering::Acquire) => Err(e),
-        Err(e) => {
-            warn!(error = %e, "LISTEN connection lost");
-            Ok(())
-        }
-        Ok(()) => {
-            warn!("LISTEN connection closed");
-            Ok(())
         }
     }
 }

@@ -31,8 +31,8 @@ fn main() -> ExitCode {
     match runtime.block_on(bf4ps_ops::cli::run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the error and its causes, no backtrace.
-            eprintln!("error: {e:#}");
+            // One line: the error and its causes (each once), no backtrace.
+            eprintln!("error: {}", bf4ps_ops::telemetry::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

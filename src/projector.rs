@@ -17,7 +17,7 @@
 //!   Prometheus series are bumped only after that commit, so the sum over
 //!   every `serve` instance equals the events projected;
 //! - **one leader**: the loop projects only while it holds the session
-//!   advisory lock [`LOCK_KEY`] on a dedicated connection; when that
+//!   advisory lock [`locks::PROJECTOR`] on a dedicated connection; when that
 //!   connection dies it stops before the next commit (standbys retry every
 //!   [`LoopSettings::lock_retry`]). The compare-and-set keeps the rollups
 //!   exact even if two projectors ever overlap;
@@ -37,11 +37,13 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::jittered;
+use crate::db::DbTarget;
 use crate::domain::{ErrorClass, EventType, Lane, Resource};
+use crate::locks::{self, LockConnection};
 use crate::metrics::Registry;
 
-/// Session advisory lock held by the leading projector ("bf4psprj").
-pub const LOCK_KEY: i64 = 0x6266_3470_7370_726a;
+/// `application_name` of the projector's lock connection.
+const LOCK_APPLICATION: &str = "bf4ps-ops projector";
 
 /// Name of the projector's checkpoint row.
 pub const CHECKPOINT: &str = "main";
@@ -67,7 +69,7 @@ pub enum ProjectorError {
     LeadershipLost,
     /// The dedicated lock connection failed.
     #[error("projector lock connection failed: {0}")]
-    LockConnection(#[source] tokio_postgres::Error),
+    LockConnection(#[from] crate::db::DbError),
     /// `projector rebuild` could not take the projector (or retention) lock in time.
     #[error(
         "the {lock} lock is held by {holder} (a running `serve` leads projection and runs \
@@ -457,26 +459,26 @@ impl Projector {
     }
 
     /// The projector loop: take (or wait for) the lock on a dedicated
-    /// connection made from `lock_config`, then project while leading,
+    /// connection to `target`, then project while leading,
     /// looping at once while batches are full, re-polling shortly while
     /// committed events wait behind the horizon, and otherwise waiting on
     /// `wake`. Returns when `cancel` fires. Database errors are logged and
     /// retried with backoff; they never end the loop.
     pub async fn run(
         self,
-        lock_config: tokio_postgres::Config,
+        target: DbTarget,
         mut wake: Box<dyn Wake>,
         settings: LoopSettings,
         cancel: CancellationToken,
     ) {
-        let mut conn: Option<LockConn> = None;
+        let mut conn: Option<LockConnection> = None;
         let mut leading = false;
         let mut error_backoff = Duration::from_millis(100);
         let mut held_delay = settings.held_retry;
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
-            if conn.as_ref().is_some_and(|c| c.lost.is_cancelled()) {
+            if conn.as_ref().is_some_and(|c| c.lost().is_cancelled()) {
                 conn = None;
                 if leading {
                     tracing::warn!("projector lock connection lost; leadership given up");
@@ -492,20 +494,24 @@ impl Projector {
             }
             let lock = match conn.as_ref() {
                 Some(c) => c,
-                None => match LockConn::connect(&lock_config, settings.lock_ping).await {
-                    Ok(c) => conn.insert(c),
-                    Err(e) => {
-                        tracing::warn!("projector: {e}");
-                        tokio::select! {
-                            _ = cancel.cancelled() => break,
-                            _ = tokio::time::sleep(jittered(settings.lock_retry)) => {}
+                None => {
+                    match LockConnection::connect(&target, LOCK_APPLICATION, settings.lock_ping)
+                        .await
+                    {
+                        Ok(c) => conn.insert(c),
+                        Err(e) => {
+                            tracing::warn!("projector: {e}");
+                            tokio::select! {
+                                _ = cancel.cancelled() => break,
+                                _ = tokio::time::sleep(jittered(settings.lock_retry)) => {}
+                            }
+                            continue;
                         }
-                        continue;
                     }
-                },
+                }
             };
             if !leading {
-                match lock.try_lock().await {
+                match lock.try_lock(locks::PROJECTOR).await {
                     Ok(true) => {
                         tracing::info!("projector lock taken; this process leads projection");
                         leading = true;
@@ -514,7 +520,7 @@ impl Projector {
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!("projector: {e}");
+                        tracing::warn!("projector: taking the lock failed: {e}");
                         conn = None;
                     }
                 }
@@ -524,7 +530,7 @@ impl Projector {
                 }
                 continue;
             }
-            let lost = lock.lost.clone();
+            let lost = lock.lost().clone();
             match self.step(Some(&lost)).await {
                 Ok(step) => {
                     error_backoff = Duration::from_millis(100);
@@ -569,87 +575,6 @@ impl Projector {
         }
         drop(conn);
         self.set_leader(false);
-    }
-}
-
-/// The dedicated (non-pool) connection on which the projector lock is
-/// tried and held. Dropping it closes the session, releasing the lock.
-/// `lost` fires when the connection ends or stops answering pings.
-struct LockConn {
-    client: Arc<tokio_postgres::Client>,
-    lost: CancellationToken,
-    stop: CancellationToken,
-}
-
-impl Drop for LockConn {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl LockConn {
-    async fn connect(
-        config: &tokio_postgres::Config,
-        ping: Duration,
-    ) -> Result<LockConn, ProjectorError> {
-        let mut config = config.clone();
-        config.application_name("bf4ps-ops projector");
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(ProjectorError::LockConnection)?;
-        let lost = CancellationToken::new();
-        let stop = CancellationToken::new();
-        {
-            let lost = lost.clone();
-            let stop = stop.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    r = connection => {
-                        if let Err(e) = r {
-                            tracing::debug!("projector lock connection ended: {e}");
-                        }
-                    }
-                    _ = stop.cancelled() => {}
-                }
-                lost.cancel();
-            });
-        }
-        let client = Arc::new(client);
-        {
-            let client = client.clone();
-            let lost = lost.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = lost.cancelled() => break,
-                        _ = tokio::time::sleep(ping) => {}
-                    }
-                    let ok = matches!(
-                        tokio::time::timeout(ping * 5, client.simple_query("SELECT 1")).await,
-                        Ok(Ok(_))
-                    );
-                    if !ok {
-                        lost.cancel();
-                        break;
-                    }
-                }
-            });
-        }
-        Ok(LockConn { client, lost, stop })
-    }
-
-    async fn try_lock(&self) -> Result<bool, ProjectorError> {
-        self.try_lock_key(LOCK_KEY).await
-    }
-
-    async fn try_lock_key(&self, key: i64) -> Result<bool, ProjectorError> {
-        Ok(self
-            .client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-            .await
-            .map_err(ProjectorError::LockConnection)?
-            .get(0))
     }
 }
 
@@ -1168,23 +1093,9 @@ async fn busy_or_wait(pool: &PgPool, key: i64, deadline: Instant) -> Result<(), 
         tokio::time::sleep(Duration::from_millis(250)).await;
         return Ok(());
     }
-    let holder: Option<String> = sqlx::query_scalar(concat!(
-        "SELECT format('pid %s (%s%s)', a.pid, coalesce(nullif(a.application_name, ''), '?'), ",
-        "coalesce(' from ' || a.client_addr::text, '')) ",
-        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid ",
-        "WHERE l.locktype = 'advisory' AND l.granted AND l.database = ",
-        "(SELECT oid FROM pg_database WHERE datname = current_database()) ",
-        "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 LIMIT 1"
-    ))
-    .bind(key)
-    .fetch_optional(pool)
-    .await?;
+    let holder = locks::holder(pool, key).await?;
     Err(ProjectorError::LockBusy {
-        lock: if key == LOCK_KEY {
-            "projector"
-        } else {
-            "retention"
-        },
+        lock: locks::name(key),
         holder: holder.unwrap_or_else(|| "another session".to_owned()),
     })
 }
@@ -1208,26 +1119,26 @@ pub struct RebuildReport {
 /// touched. `progress` gets (events replayed so far) after each batch.
 pub async fn rebuild(
     pool: &PgPool,
-    lock_config: &tokio_postgres::Config,
+    target: &DbTarget,
     batch: u32,
     wait: Duration,
     mut progress: impl FnMut(u64),
 ) -> Result<RebuildReport, ProjectorError> {
     let deadline = Instant::now() + wait;
-    let lock = LockConn::connect(lock_config, Duration::from_secs(1)).await?;
+    let lock = LockConnection::connect(target, LOCK_APPLICATION, Duration::from_secs(1)).await?;
     loop {
-        if lock.try_lock().await? {
+        if lock.try_lock(locks::PROJECTOR).await? {
             break;
         }
-        busy_or_wait(pool, LOCK_KEY, deadline).await?;
+        busy_or_wait(pool, locks::PROJECTOR, deadline).await?;
     }
     // Retention must not run meanwhile: the checkpoint goes back to 0 and
     // climbs again inside this transaction.
     loop {
-        if lock.try_lock_key(crate::retention::LOCK_KEY).await? {
+        if lock.try_lock(locks::RETENTION).await? {
             break;
         }
-        busy_or_wait(pool, crate::retention::LOCK_KEY, deadline).await?;
+        busy_or_wait(pool, locks::RETENTION, deadline).await?;
     }
     let mut tx = pool.begin().await?;
     let horizon: String = sqlx::query_scalar("SELECT bf4ps_projection_horizon()::text")
@@ -1287,7 +1198,7 @@ pub async fn rebuild(
     let rollup_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM event_rollup_hourly")
         .fetch_one(&mut *tx)
         .await?;
-    if lock.lost.is_cancelled() {
+    if lock.lost().is_cancelled() {
         return Err(ProjectorError::LeadershipLost);
     }
     tx.commit().await?;

@@ -145,21 +145,6 @@ pub struct Serve {
     loop_settings: Option<LoopSettings>,
 }
 
-/// An error and its causes on one line.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let s = c.to_string();
-        if !text.contains(&s) {
-            text.push_str(": ");
-            text.push_str(&s);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 impl Serve {
     /// A `serve` for `target` (tuning must be validated).
     pub fn new(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
@@ -183,8 +168,9 @@ impl Serve {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let run: TaskFn =
-            Box::new(move |ctx| Box::pin(async move { f(ctx).await.map_err(|e| error_chain(&e)) }));
+        let run: TaskFn = Box::new(move |ctx| {
+            Box::pin(async move { f(ctx).await.map_err(|e| crate::telemetry::error_chain(&e)) })
+        });
         self.tasks.push((name.to_owned(), run));
         self
     }
@@ -209,7 +195,7 @@ impl Serve {
         Serve::new(target, tuning, settings)
             .events_wake(|ctx| {
                 let listener = Listener::spawn(
-                    ctx.target.listen.clone(),
+                    ctx.target.clone(),
                     &[Channel::Events],
                     ListenerSettings::new(ctx.tuning.poll_interval),
                     ctx.registry
@@ -286,7 +272,7 @@ impl Serve {
         };
         let loop_settings = self.loop_settings.unwrap_or_default();
         {
-            let lock_config = self.target.listen.clone();
+            let lock_config = self.target.clone();
             let c = cancel.child_token();
             tasks.spawn("projector", async move {
                 projector.run(lock_config, wake, loop_settings, c).await;

@@ -18,7 +18,6 @@
 
 pub mod battlelog;
 
-use std::error::Error as _;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -293,7 +292,7 @@ impl Upstream {
             .redirect(reqwest::redirect::Policy::limited(5))
             .tcp_nodelay(true)
             .build()
-            .map_err(|e| UpstreamConfigError::Client(error_chain(&e)))?;
+            .map_err(|e| UpstreamConfigError::Client(crate::telemetry::error_chain(&e)))?;
         Ok(Upstream {
             client,
             base,
@@ -464,17 +463,6 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     cur.to_string()
-}
-
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        cur = s.source();
-    }
-    text
 }
 
 /// Truncates to [`MAX_MESSAGE_CHARS`] characters.

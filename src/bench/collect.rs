@@ -128,7 +128,7 @@ async fn scenario(
     let upstream = Arc::new(Upstream::new(&UpstreamArgs::with_url(url)).map_err(other)?);
     let root = CancellationToken::new();
     let listener = Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[Channel::Jobs(Lane::Background)],
         ListenerSettings::new(tuning.poll_interval),
         metrics::Counter::noop(),

@@ -215,7 +215,7 @@ pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let result = ScratchDb::with(&ctx.target, 2, async |db| {
         // As `soldiers import` does: batches are slow statements by design.
         let mut target = db.target.clone();
-        target.pool = target.pool.disable_statement_logging();
+        target.options = target.options.disable_statement_logging();
         let pool = target.connect(opts.workers as u32 + 1).await?;
         let mut reports = Vec::new();
         for scenario in ["new", "unchanged"] {

@@ -133,7 +133,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
 async fn writers_rate(db: &ScratchDb, s: &Scenario, seconds: f64) -> Result<f64, BenchError> {
     let opts = db
         .target
-        .pool
+        .options
         .clone()
         .options([("bf4ps.notify_events", s.mode)]);
     let pool = PgPoolOptions::new()

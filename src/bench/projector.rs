@@ -123,7 +123,7 @@ async fn steady_lag(
     let mut progress = p.progress();
     // The product's listener, as `serve` wires it.
     let listener = Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[Channel::Events],
         ListenerSettings::new(Duration::from_secs(1)),
         metrics::Counter::noop(),
@@ -133,7 +133,7 @@ async fn steady_lag(
         .await
         .map_err(|_| other("LISTEN connection did not come up"))?;
     let projector = tokio::spawn(p.run(
-        db.target.listen.clone(),
+        db.target.clone(),
         Box::new(listener.waiter(Channel::Events)),
         LoopSettings::default(),
         cancel.clone(),

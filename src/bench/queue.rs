@@ -113,7 +113,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
     let poll = Duration::from_secs(1);
     let cancel = CancellationToken::new();
     let listener = Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[Channel::Jobs(Lane::Interactive)],
         ListenerSettings {
             enabled: listen,

@@ -38,28 +38,17 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     );
 
     // 2. NOTIFY delivery: commit of pg_notify returned → notification received.
-    let (client, mut connection) = db
-        .target
-        .listen
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| BenchError::Other(format!("LISTEN connection: {e}")))?;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
-    let driver = tokio::spawn(async move {
-        while let Some(msg) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            match msg {
-                Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                    let _ = tx.send(Instant::now());
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    });
-    client
-        .batch_execute("LISTEN bf4ps_bench_reference")
+    let mut listener = db.target.listen("bf4ps-ops bench").await?;
+    listener
+        .listen("bf4ps_bench_reference")
         .await
         .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
+    let driver = tokio::spawn(async move {
+        while let Ok(Some(_)) = listener.try_recv().await {
+            let _ = tx.send(Instant::now());
+        }
+    });
     let notify_n = ctx.size(2_000, 100);
     let mut samples = Vec::with_capacity(notify_n);
     for _ in 0..notify_n {
@@ -73,7 +62,6 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             .ok_or_else(|| BenchError::Other("LISTEN connection closed".into()))?;
         samples.push(got.saturating_duration_since(committed).as_secs_f64() * 1e3);
     }
-    drop(client);
     driver.abort();
     reports.push(
         Report::new(

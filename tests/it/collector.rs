@@ -90,7 +90,7 @@ async fn start_collector(
     let upstream = Arc::new(Upstream::new(&args).unwrap());
     let root = CancellationToken::new();
     let listener = Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[Channel::Jobs(lane)],
         ListenerSettings::new(tuning.poll_interval),
         metrics::Counter::noop(),
@@ -489,7 +489,11 @@ async fn dropped_database_connections_mid_job_lose_nothing(
     // The collector gets its own pool, opened as the product opens it, under
     // a name the test can find in pg_stat_activity.
     let target = DbTarget {
-        pool: db.target.pool.clone().application_name("bf4ps-it-victim"),
+        options: db
+            .target
+            .options
+            .clone()
+            .application_name("bf4ps-it-victim"),
         ..db.target.clone()
     };
     let victim = TestDb {

@@ -116,7 +116,7 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
 
 fn listener(db: &TestDb, poll: Duration, cancel: &CancellationToken) -> Listener {
     Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[
             Channel::Jobs(Lane::Interactive),
             Channel::Jobs(Lane::Background),

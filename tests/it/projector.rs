@@ -422,12 +422,7 @@ fn spawn_projector(db: &TestDb, wake: Box<dyn Wake>, cancel: &CancellationToken)
     let p = Projector::new(db.pool.clone(), registry.clone(), 50);
     let state = p.state();
     let progress = p.progress();
-    let task = tokio::spawn(p.run(
-        db.target.listen.clone(),
-        wake,
-        fast_loop(),
-        cancel.child_token(),
-    ));
+    let task = tokio::spawn(p.run(db.target.clone(), wake, fast_loop(), cancel.child_token()));
     Instance {
         registry,
         state,
@@ -442,7 +437,7 @@ async fn leader_lock_pids(pool: &PgPool) -> Vec<i32> {
          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          AND ((l.classid::bigint << 32) | l.objid::bigint) = $1",
     )
-    .bind(projector::LOCK_KEY)
+    .bind(bf4ps_ops::locks::PROJECTOR)
     .fetch_all(pool)
     .await
     .unwrap()
@@ -533,7 +528,7 @@ async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConn
     let cancel = CancellationToken::new();
     // The real process listener (the one `serve` uses).
     let listener = bf4ps_ops::listener::Listener::spawn(
-        db.target.listen.clone(),
+        db.target.clone(),
         &[bf4ps_ops::listener::Channel::Events],
         bf4ps_ops::listener::ListenerSettings::new(Duration::from_secs(1)),
         metrics::Counter::noop(),
@@ -671,14 +666,14 @@ async fn notify_trigger_fires_once_per_statement_and_honours_the_setting(
     drop(conn);
 
     // Per database, as operators set it: new sessions honour it.
-    let dbname = db.target.pool.get_database().unwrap().to_owned();
+    let dbname = db.target.options.get_database().unwrap().to_owned();
     run(format!(
         "ALTER DATABASE \"{dbname}\" SET bf4ps.notify_events = 'off'"
     ))
     .execute(&db.pool)
     .await
     .unwrap();
-    let mut fresh = sqlx::PgConnection::connect_with(&db.target.pool)
+    let mut fresh = sqlx::PgConnection::connect_with(&db.target.options)
         .await
         .unwrap();
     run(multi(&["succeeded"]))

@@ -161,7 +161,6 @@ const DRAIN_MARKER: &str = "bf4ps_test_marker";
 /// A dedicated LISTEN connection collecting every (channel, payload).
 pub struct Notifications {
     rx: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-    _client: tokio_postgres::Client,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -173,31 +172,18 @@ impl Drop for Notifications {
 
 /// Listens on `channels` on a connection of its own.
 pub async fn listen(db: &TestDb, channels: &[&str]) -> Notifications {
-    let (client, mut connection) = db
-        .target
-        .listen
-        .connect(tokio_postgres::NoTls)
+    let mut listener = db.target.listen("bf4ps-it listen").await.unwrap();
+    listener
+        .listen_all(channels.iter().copied().chain([DRAIN_MARKER]))
         .await
         .unwrap();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        while let Some(Ok(msg)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            if let tokio_postgres::AsyncMessage::Notification(n) = msg {
-                let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
-            }
+        while let Ok(Some(n)) = listener.try_recv().await {
+            let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
         }
     });
-    let sql: String = channels
-        .iter()
-        .chain([&DRAIN_MARKER])
-        .map(|c| format!("LISTEN {c};"))
-        .collect();
-    client.batch_execute(&sql).await.unwrap();
-    Notifications {
-        rx,
-        _client: client,
-        task,
-    }
+    Notifications { rx, task }
 }
 
 impl Notifications {
@@ -238,7 +224,7 @@ pub async fn idle_in_transaction(
 ) -> (sqlx::PgConnection, i32) {
     use sqlx::Connection;
     let mut conn = sqlx::PgConnection::connect_with(
-        &db.target.pool.clone().application_name(application_name),
+        &db.target.options.clone().application_name(application_name),
     )
     .await
     .unwrap();

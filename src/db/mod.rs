@@ -1,5 +1,6 @@
-//! Database access basics: parsing `DATABASE_URL`, opening the pool, and
-//! applying migrations under PostgreSQL's advisory lock.
+//! Database access basics: where the database is ([`DbTarget`], TLS,
+//! redaction), opening connections, translating failures into actionable
+//! errors, and applying migrations under PostgreSQL's advisory lock.
 //!
 //! Invariants:
 //! - released migrations are never edited: a changed checksum is
@@ -12,12 +13,17 @@
 //!   before it is handed out (a dead one is replaced transparently); a busy
 //!   connection is not, so the hot path pays no extra round trip per query.
 
-use std::str::FromStr;
+mod target;
+
 use std::time::Duration;
 
-use sqlx::Connection;
 use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool};
+
+pub use target::{
+    DbTarget, RootCert, SslMode, Tls, TlsInputs, check_key_permissions, read_password_file, redact,
+    resolve_tls,
+};
 
 /// Pooled connections idle longer than this are checked with a ping before use.
 pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
@@ -61,6 +67,22 @@ pub enum DbError {
         addr: String,
         /// The missing database.
         database: String,
+    },
+    /// The TLS handshake failed or TLS is unavailable.
+    #[error("cannot connect to PostgreSQL at {addr} over TLS: {reason}")]
+    Tls {
+        /// host:port.
+        addr: String,
+        /// What went wrong, in our words.
+        reason: String,
+    },
+    /// The password file cannot be used.
+    #[error("cannot use the password file {path}: {reason}")]
+    PasswordFile {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
     },
     /// The server refused the credentials.
     #[error(
@@ -112,129 +134,21 @@ pub enum DbError {
     Other(#[source] sqlx::Error),
 }
 
-/// Where the database is: options for the sqlx pool and for the dedicated
-/// tokio-postgres LISTEN connections, parsed from the same URL.
-#[derive(Clone)]
-pub struct DbTarget {
-    /// Pool connection options.
-    pub pool: PgConnectOptions,
-    /// Options for dedicated (non-pooled) LISTEN connections.
-    pub listen: tokio_postgres::Config,
-    /// The URL with any password removed, for messages.
-    pub display: String,
-}
-
-impl std::fmt::Debug for DbTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.display)
-    }
-}
-
-/// Removes the password from a `postgres://user:pass@host/db` URL.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
-impl DbTarget {
-    /// Parses a PostgreSQL URL (or `None` for "not configured").
-    pub fn parse(url: Option<&str>) -> Result<DbTarget, DbError> {
-        let url = url
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .ok_or(DbError::MissingUrl)?;
-        let display = redact(url);
-        let invalid = |reason: String| DbError::InvalidUrl {
-            url: display.clone(),
-            reason,
-        };
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(invalid(
-                "it must start with postgres:// or postgresql://".into(),
-            ));
-        }
-        let pool = PgConnectOptions::from_str(url)
-            .map_err(|e| invalid(e.to_string()))?
-            .application_name("bf4ps-ops");
-        let mut listen =
-            tokio_postgres::Config::from_str(url).map_err(|e| invalid(e.to_string()))?;
-        listen
-            .application_name("bf4ps-ops listener")
-            .connect_timeout(Duration::from_secs(5))
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(30));
-        Ok(DbTarget {
-            pool,
-            listen,
-            display,
-        })
-    }
-
-    /// The same server, another database (scratch databases for benches and tests).
-    pub fn with_database(&self, database: &str) -> DbTarget {
-        let mut listen = self.listen.clone();
-        listen.dbname(database);
-        DbTarget {
-            pool: self.pool.clone().database(database),
-            listen,
-            display: format!("{} (database {database})", self.display),
-        }
-    }
-
-    /// host:port (or socket) for messages.
-    pub fn addr(&self) -> String {
-        addr_of(&self.pool)
-    }
-
-    /// Opens a pool and checks that a connection can be made now.
-    pub async fn connect(&self, max_connections: u32) -> Result<PgPool, DbError> {
-        PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
-            // sqlx pings every idle connection on acquire by default: one extra
-            // round trip per query. Ping only those idle long enough to have
-            // been dropped by a restart or a firewall (as pgxpool does).
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for > PING_AFTER_IDLE {
-                        conn.ping().await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_with(self.pool.clone())
-            .await
-            .map_err(|e| self.explain(e))
-    }
-
-    /// Translates a sqlx error into an operator-facing [`DbError`].
-    pub fn explain(&self, error: sqlx::Error) -> DbError {
-        explain(error, &self.addr(), &self.pool)
-    }
-}
-
 /// host:port (or socket) of `opts`, for messages.
-fn addr_of(opts: &PgConnectOptions) -> String {
+pub(crate) fn addr_of(opts: &PgConnectOptions) -> String {
     match opts.get_socket() {
         Some(socket) => socket.display().to_string(),
         None => format!("{}:{}", opts.get_host(), opts.get_port()),
     }
 }
 
-fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -> DbError {
+pub(crate) fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -> DbError {
+    if let Some(reason) = tls_failure(&error, opts) {
+        return DbError::Tls {
+            addr: addr.to_owned(),
+            reason,
+        };
+    }
     match error {
         sqlx::Error::Io(e) => DbError::Unreachable {
             addr: addr.to_owned(),
@@ -266,6 +180,51 @@ fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -> DbError {
         }
         other => DbError::Other(other),
     }
+}
+
+/// A TLS failure in our words (`None` when `error` is not about TLS).
+/// rustls errors arrive inside I/O errors from the handshake.
+fn tls_failure(error: &sqlx::Error, opts: &PgConnectOptions) -> Option<String> {
+    use rustls::{CertificateError, Error as TlsError};
+    let rustls_error = match error {
+        sqlx::Error::Io(e) => e
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<TlsError>()),
+        sqlx::Error::Tls(e) => e.downcast_ref::<TlsError>(),
+        _ => None,
+    };
+    let host = opts.get_host();
+    let reason = match rustls_error {
+        Some(TlsError::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => format!(
+            "the server certificate is not valid for the host name {host:?} (sslmode=verify-full \
+             checks it: connect with a name the certificate lists, or use sslmode=verify-ca)"
+        ),
+        Some(TlsError::InvalidCertificate(
+            CertificateError::UnknownIssuer | CertificateError::BadSignature,
+        )) => "the server certificate is not signed by a root in sslrootcert (check that \
+               sslrootcert is the server's CA)"
+            .to_owned(),
+        Some(TlsError::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        )) => "the server certificate has expired".to_owned(),
+        Some(other) => format!("TLS handshake failed: {other}"),
+        None => match error {
+            sqlx::Error::Tls(e) => {
+                let text = e.to_string();
+                if text.contains("server does not support TLS") {
+                    "the server does not offer TLS (sslmode=require and stricter need ssl = on \
+                     on the server; sslmode=prefer falls back to plain)"
+                        .to_owned()
+                } else {
+                    text
+                }
+            }
+            _ => return None,
+        },
+    };
+    Some(reason)
 }
 
 /// What [`migrate`] did.
@@ -372,42 +331,5 @@ fn explain_migrate(error: MigrateError, addr: &str, opts: &PgConnectOptions) -> 
         },
         MigrateError::Execute(e) => explain(e, addr, opts),
         other => DbError::Other(sqlx::Error::Migrate(Box::new(other))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            redact("postgres://bob:s3cret@db:5432/x?sslmode=require"),
-            "postgres://bob:***@db:5432/x?sslmode=require"
-        );
-        assert_eq!(redact("postgres://bob@db/x"), "postgres://bob@db/x");
-        assert_eq!(redact("nonsense"), "nonsense");
-    }
-
-    #[test]
-    fn rejects_non_postgres_urls() {
-        let e = DbTarget::parse(Some("mysql://x@y/z")).unwrap_err();
-        assert!(e.to_string().contains("postgres://"), "{e}");
-        assert!(matches!(DbTarget::parse(None), Err(DbError::MissingUrl)));
-        assert!(matches!(
-            DbTarget::parse(Some("  ")),
-            Err(DbError::MissingUrl)
-        ));
-    }
-
-    #[test]
-    fn parses_for_pool_and_listener() {
-        let t = DbTarget::parse(Some("postgres://u:p@127.0.0.1:5433/bf")).unwrap();
-        assert_eq!(t.addr(), "127.0.0.1:5433");
-        assert_eq!(t.listen.get_dbname(), Some("bf"));
-        assert!(!t.display.contains(":p@"));
-        let other = t.with_database("scratch");
-        assert_eq!(other.pool.get_database(), Some("scratch"));
-        assert_eq!(other.listen.get_dbname(), Some("scratch"));
     }
 }
