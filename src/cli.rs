@@ -656,6 +656,10 @@ fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
         ("BF4PS_DORMANT_REFRESH", d(t.dormant_refresh)),
         ("BF4PS_AGING_WEIGHT", t.aging_weight.to_string()),
         ("BF4PS_ETA_WINDOW", d(t.eta_window)),
+        (
+            "BF4PS_MAX_PENDING_INTERACTIVE",
+            t.max_pending_interactive.to_string(),
+        ),
         ("BF4PS_EGRESS_RATE", t.egress_rate.to_string()),
         ("BF4PS_RETENTION", d(t.retention)),
         ("BF4PS_RETENTION_BATCH", t.retention_batch.to_string()),

@@ -28,8 +28,8 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use crate::config::Tuning;
 use crate::egress::{self, EgressError};
 use crate::listener::{Channel, Listener, Wake};
-use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, CollectorId, Fenced, Policy};
-use crate::registry::{self, HeartbeatReply, Registration, RegistryError};
+use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy};
+use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
 use crate::upstream::Upstream;
 
 /// The collector could not start or stopped abnormally.
@@ -176,7 +176,7 @@ impl Collector {
             let stop_heartbeat = CancellationToken::new();
             let heartbeat = tokio::spawn(heartbeat_loop(
                 self.pool.clone(),
-                self.id.uuid,
+                self.id.clone(),
                 self.tuning.heartbeat_interval,
                 self.claimable.clone(),
                 drain.clone(),
@@ -187,7 +187,7 @@ impl Collector {
             let _ = heartbeat.await;
             if result.is_ok() {
                 // Clean stop: not swept to lost, and a restart may take the name.
-                if let Err(e) = registry::mark_drained(&self.pool, self.id.uuid).await {
+                if let Err(e) = registry::mark_drained(&self.pool, &self.id).await {
                     warn!(error = %e, "could not mark the collector drained");
                 }
                 info!("collector drained and stopped");
@@ -495,7 +495,7 @@ async fn renewing<F: std::future::Future>(
 /// drained/disabled pauses claiming, retired drains the collector.
 async fn heartbeat_loop(
     pool: PgPool,
-    uuid: uuid::Uuid,
+    id: CollectorId,
     interval: Duration,
     claimable: Arc<AtomicBool>,
     drain: CancellationToken,
@@ -508,7 +508,7 @@ async fn heartbeat_loop(
             _ = stop.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        match registry::heartbeat(&pool, uuid).await {
+        match registry::heartbeat(&pool, &id).await {
             Ok(HeartbeatReply::Alive {
                 claimable: c,
                 restored,

@@ -38,6 +38,7 @@ pub mod defaults {
     pub const DORMANT_REFRESH: &str = "3d";
     pub const AGING_WEIGHT: &str = "1";
     pub const ETA_WINDOW: &str = "15m";
+    pub const MAX_PENDING_INTERACTIVE: &str = "1000";
     pub const EGRESS_RATE: &str = "5";
     pub const RETENTION: &str = "180d";
     pub const RETENTION_BATCH: &str = "5000";
@@ -262,6 +263,12 @@ pub struct Tuning {
           value_parser = parse_duration, help_heading = "Scheduling")]
     pub eta_window: Duration,
 
+    /// Most pending interactive jobs `bf4ps_request_refresh` admits; beyond,
+    /// it refuses with SQLSTATE 53400 and queues nothing.
+    #[arg(long, env = "BF4PS_MAX_PENDING_INTERACTIVE",
+          default_value = defaults::MAX_PENDING_INTERACTIVE, help_heading = "Scheduling")]
+    pub max_pending_interactive: u32,
+
     /// Battlelog requests per second allowed per egress key, shared by every
     /// collector on that key.
     #[arg(long, env = "BF4PS_EGRESS_RATE", default_value = defaults::EGRESS_RATE,
@@ -329,6 +336,7 @@ impl Default for Tuning {
             dormant_refresh: d(defaults::DORMANT_REFRESH),
             aging_weight: f(defaults::AGING_WEIGHT),
             eta_window: d(defaults::ETA_WINDOW),
+            max_pending_interactive: n(defaults::MAX_PENDING_INTERACTIVE),
             egress_rate: f(defaults::EGRESS_RATE),
             retention: d(defaults::RETENTION),
             retention_batch: n(defaults::RETENTION_BATCH),
@@ -381,6 +389,7 @@ impl Tuning {
         const DREF: &str = "--dormant-refresh (BF4PS_DORMANT_REFRESH)";
         const AGING: &str = "--aging-weight (BF4PS_AGING_WEIGHT)";
         const ETA: &str = "--eta-window (BF4PS_ETA_WINDOW)";
+        const MAXINT: &str = "--max-pending-interactive (BF4PS_MAX_PENDING_INTERACTIVE)";
         const EGRESS: &str = "--egress-rate (BF4PS_EGRESS_RATE)";
         const RET: &str = "--retention (BF4PS_RETENTION)";
         const RETB: &str = "--retention-batch (BF4PS_RETENTION_BATCH)";
@@ -483,6 +492,9 @@ impl Tuning {
                 AGING,
                 format!("{} is not a number >= 0", self.aging_weight),
             ));
+        }
+        if self.max_pending_interactive == 0 || self.max_pending_interactive > i32::MAX as u32 {
+            return Err(err(MAXINT, "must be between 1 and 2147483647"));
         }
         if !self.egress_rate.is_finite() || self.egress_rate <= 0.0 {
             return Err(err(

@@ -90,10 +90,8 @@ pub struct FeederConfig {
     pub active_window: Duration,
     /// Priority points per minute overdue.
     pub aging_weight: f64,
-    /// Published to `scheduling_settings` for the request function's ETA.
-    pub eta_window: Duration,
-    /// Published to `scheduling_settings` for the request function's ETA.
-    pub egress_rate: f64,
+    /// Published to `scheduling_settings` for the request function.
+    pub published: crate::request::Published,
 }
 
 impl FeederConfig {
@@ -107,8 +105,7 @@ impl FeederConfig {
             resource_weights: t.resource_weights,
             active_window: t.active_window,
             aging_weight: t.aging_weight,
-            eta_window: t.eta_window,
-            egress_rate: t.egress_rate,
+            published: crate::request::Published::from_tuning(t),
         }
     }
 }
@@ -314,13 +311,7 @@ impl Feeder {
         let mut next_cycle = Instant::now();
         loop {
             if !published {
-                match crate::request::publish_settings(
-                    &self.pool,
-                    self.cfg.eta_window,
-                    self.cfg.egress_rate,
-                )
-                .await
-                {
+                match crate::request::publish_settings(&self.pool, &self.cfg.published).await {
                     Ok(()) => published = true,
                     Err(e) => tracing::warn!(error = %e, "publishing scheduling settings failed"),
                 }

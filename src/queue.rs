@@ -29,7 +29,9 @@ use sqlx::{Acquire, PgExecutor, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::config::Tuning;
+use crate::db::ms;
 use crate::domain::{ErrorClass, Lane, Platform, PriorityClass, Resource};
+use crate::registry::CollectorId;
 
 /// A queue operation failed for a reason other than a lost lease.
 #[derive(Debug, thiserror::Error)]
@@ -69,21 +71,6 @@ impl<T> Fenced<T> {
             Fenced::LeaseLost => None,
         }
     }
-}
-
-/// The collector incarnation acting on the queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectorId {
-    /// Incarnation UUID.
-    pub uuid: Uuid,
-    /// Operator-facing name.
-    pub name: String,
-    /// Host name snapshot.
-    pub hostname: String,
-    /// The lane it claims from.
-    pub lane: Lane,
-    /// Egress key (shared request rate).
-    pub egress_key: String,
 }
 
 /// Proof of ownership of one attempt.
@@ -212,11 +199,6 @@ pub fn retry_delay(
     let raw = base.saturating_mul(1u32 << exp).min(max);
     let factor = 1.0 + jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
     raw.mul_f64(factor.max(0.0))
-}
-
-/// A duration as whole milliseconds for SQL (`$n * interval '1 millisecond'`).
-pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// Columns every job event fills; used with `concat!` so SQL stays literal.

@@ -18,8 +18,8 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::db::ms;
 use crate::domain::{HeartbeatState, Lane};
-use crate::queue::{CollectorId, ms};
 
 /// A registry operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -77,19 +77,46 @@ pub struct Registration {
     pub software_version: String,
 }
 
-#[derive(Debug, sqlx::FromRow)]
-struct Holder {
-    collector_uuid: Uuid,
-    hostname: String,
-    heartbeat_state: HeartbeatState,
-    drained: bool,
-    current_job_id: Option<i64>,
-    age_s: Option<f64>,
+/// The identity of one collector incarnation, as registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectorId {
+    /// Incarnation UUID.
+    pub uuid: Uuid,
+    /// Operator-facing name.
+    pub name: String,
+    /// Host name snapshot.
+    pub hostname: String,
+    /// The lane it claims from.
+    pub lane: Lane,
+    /// Egress key (shared request rate).
+    pub egress_key: String,
+    /// Proof of being this incarnation for heartbeats and the clean-stop
+    /// mark (the database keeps only its hash).
+    pub secret: IncarnationSecret,
 }
 
-/// Registers a new incarnation. If a non-retired collector already has the
-/// name: it is retired and the name taken when it is lost, silent for longer
-/// than `lost_after`, or drained and idle (a clean shutdown); otherwise
+/// The secret an incarnation received at registration. Never printed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IncarnationSecret(Uuid);
+
+impl std::fmt::Debug for IncarnationSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IncarnationSecret(***)")
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+struct Registered {
+    collector_uuid: Option<Uuid>,
+    secret: Option<Uuid>,
+    holder_hostname: Option<String>,
+    holder_age_s: Option<f64>,
+}
+
+/// Registers a new incarnation (SQL `bf4ps_collector_register`, migration
+/// 0006). If a non-retired collector already has the name: it is retired
+/// and the name taken when it is lost, silent for longer than `lost_after`,
+/// or drained and idle (a clean shutdown); otherwise
 /// [`RegistryError::NameInUse`].
 pub async fn register(
     pool: &PgPool,
@@ -108,69 +135,33 @@ pub async fn register(
     }
     // Names are stored trimmed: look up, insert and report the same text.
     let name = reg.name.trim();
-    let mut tx = pool.begin().await.map_err(db(OP))?;
-    let holder: Option<Holder> = sqlx::query_as(
-        "SELECT collector_uuid, hostname, heartbeat_state, drained, current_job_id,
-                extract(epoch FROM now() - last_heartbeat_at)::float8 AS age_s
-         FROM collectors
-         WHERE lower(collector_name) = lower($1) AND retired_at IS NULL
-         FOR UPDATE",
-    )
-    .bind(name)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(db(OP))?;
-    if let Some(h) = holder {
-        let silent = h.age_s.is_none_or(|a| a > lost_after.as_secs_f64());
-        let clean_exit = h.drained && h.current_job_id.is_none();
-        if !(h.heartbeat_state == HeartbeatState::Lost || silent || clean_exit) {
-            return Err(RegistryError::NameInUse {
-                name: name.to_owned(),
-                hostname: h.hostname,
-                age_s: h.age_s.unwrap_or(0.0),
-            });
-        }
-        sqlx::query(
-            "UPDATE collectors SET retired_at = now(), drained = true, updated_at = now()
-             WHERE collector_uuid = $1",
-        )
-        .bind(h.collector_uuid)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(OP))?;
-    }
-    let inserted = sqlx::query_scalar::<_, Uuid>(
-        "INSERT INTO collectors (collector_name, hostname, lane, egress_key, software_version,
-                                 started_at, last_heartbeat_at, heartbeat_state)
-         VALUES ($1, $2, $3, $4, $5, now(), now(), 'healthy')
-         RETURNING collector_uuid",
+    let row: Registered = sqlx::query_as(
+        "SELECT collector_uuid, secret, holder_hostname, holder_age_s
+         FROM bf4ps_collector_register($1, $2, $3, $4, $5, $6 * interval '1 millisecond')",
     )
     .bind(name)
     .bind(reg.hostname.trim())
     .bind(reg.lane)
     .bind(reg.egress_key.trim())
     .bind(&reg.software_version)
-    .fetch_one(&mut *tx)
-    .await;
-    let uuid = match inserted {
-        Ok(uuid) => uuid,
-        // A concurrent registration took the name between our check and insert.
-        Err(sqlx::Error::Database(e)) if e.constraint() == Some("uq_collectors_active_name") => {
-            return Err(RegistryError::NameInUse {
-                name: name.to_owned(),
-                hostname: "(registering concurrently)".into(),
-                age_s: 0.0,
-            });
-        }
-        Err(e) => return Err(db(OP)(e)),
+    .bind(ms(lost_after))
+    .fetch_one(pool)
+    .await
+    .map_err(db(OP))?;
+    let (Some(uuid), Some(secret)) = (row.collector_uuid, row.secret) else {
+        return Err(RegistryError::NameInUse {
+            name: name.to_owned(),
+            hostname: row.holder_hostname.unwrap_or_default(),
+            age_s: row.holder_age_s.unwrap_or(0.0),
+        });
     };
-    tx.commit().await.map_err(db(OP))?;
     Ok(CollectorId {
         uuid,
         name: name.to_owned(),
         hostname: reg.hostname.trim().to_owned(),
         lane: reg.lane,
         egress_key: reg.egress_key.trim().to_owned(),
+        secret: IncarnationSecret(secret),
     })
 }
 
@@ -188,57 +179,26 @@ pub enum HeartbeatReply {
     Retired,
 }
 
-/// Records a heartbeat. Routine: updates `last_heartbeat_at` only. After an
-/// outage (`lost`): writes exactly one `heartbeat_restored` carrying the
-/// outage boundary, then clears `heartbeat_lost_at`.
-pub async fn heartbeat(pool: &PgPool, collector: Uuid) -> Result<HeartbeatReply, RegistryError> {
-    const OP: &str = "heartbeat";
-    let mut tx = pool.begin().await.map_err(db(OP))?;
-    let row: Option<(HeartbeatState, bool, bool)> = sqlx::query_as(
-        "SELECT heartbeat_state, enabled, drained FROM collectors
-         WHERE collector_uuid = $1 AND retired_at IS NULL
-         FOR UPDATE",
+/// Records a heartbeat (SQL `bf4ps_collector_heartbeat`, one round trip).
+/// Routine: updates `last_heartbeat_at` only. After an outage (`lost`):
+/// writes exactly one `heartbeat_restored` carrying the outage boundary, then
+/// clears `heartbeat_lost_at`.
+pub async fn heartbeat(pool: &PgPool, id: &CollectorId) -> Result<HeartbeatReply, RegistryError> {
+    let (retired, claimable, restored): (bool, bool, bool) = sqlx::query_as(
+        "SELECT retired, claimable, restored FROM bf4ps_collector_heartbeat($1, $2)",
     )
-    .bind(collector)
-    .fetch_optional(&mut *tx)
+    .bind(id.uuid)
+    .bind(id.secret.0)
+    .fetch_one(pool)
     .await
-    .map_err(db(OP))?;
-    let Some((state, enabled, drained)) = row else {
-        return Ok(HeartbeatReply::Retired);
-    };
-    let restored = state == HeartbeatState::Lost;
-    if restored {
-        sqlx::query(
-            "INSERT INTO collection_events
-                (collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot,
-                 lane, event_type, metadata)
-             SELECT collector_uuid, collector_name, hostname, egress_key, lane,
-                    'heartbeat_restored',
-                    jsonb_build_object(
-                        'lost_at', heartbeat_lost_at,
-                        'last_heartbeat_at', last_heartbeat_at,
-                        'outage_ms', floor(extract(epoch FROM now() - heartbeat_lost_at) * 1000))
-             FROM collectors WHERE collector_uuid = $1",
-        )
-        .bind(collector)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(OP))?;
-    }
-    sqlx::query(
-        "UPDATE collectors
-         SET last_heartbeat_at = now(), heartbeat_state = 'healthy', heartbeat_lost_at = NULL,
-             updated_at = now()
-         WHERE collector_uuid = $1",
-    )
-    .bind(collector)
-    .execute(&mut *tx)
-    .await
-    .map_err(db(OP))?;
-    tx.commit().await.map_err(db(OP))?;
-    Ok(HeartbeatReply::Alive {
-        claimable: enabled && !drained,
-        restored,
+    .map_err(db("heartbeat"))?;
+    Ok(if retired {
+        HeartbeatReply::Retired
+    } else {
+        HeartbeatReply::Alive {
+            claimable,
+            restored,
+        }
     })
 }
 
@@ -365,15 +325,15 @@ pub async fn control(pool: &PgPool, name: &str, action: Control) -> Result<Uuid,
         .ok_or_else(|| RegistryError::UnknownName(name.to_owned()))
 }
 
-/// Marks this incarnation drained (clean shutdown), so it is neither swept to
-/// lost nor blocks a restart under the same name.
-pub async fn mark_drained(pool: &PgPool, collector: Uuid) -> Result<(), RegistryError> {
-    sqlx::query(
-        "UPDATE collectors SET drained = true, updated_at = now() WHERE collector_uuid = $1",
-    )
-    .bind(collector)
-    .execute(pool)
-    .await
-    .map_err(db("mark drained"))?;
+/// Marks this incarnation drained (clean shutdown; SQL
+/// `bf4ps_collector_stopped`), so it is neither swept to lost nor blocks a
+/// restart under the same name.
+pub async fn mark_drained(pool: &PgPool, id: &CollectorId) -> Result<(), RegistryError> {
+    sqlx::query("SELECT bf4ps_collector_stopped($1, $2)")
+        .bind(id.uuid)
+        .bind(id.secret.0)
+        .execute(pool)
+        .await
+        .map_err(db("mark drained"))?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Interactive refresh requests: the Rust side of the SQL function
-//! `bf4ps_request_refresh` (migration 0004), which the website calls inside
+//! `bf4ps_request_refresh` (migrations 0004 and 0006), which the website calls inside
 //! its own transaction and `bf4ps-ops request` calls here.
 //!
 //! The SQL function does all the work (create the soldier if unknown, create
@@ -12,7 +12,9 @@
 //! Invariants: a request never duplicates a job (one live job per
 //! (soldier, resource)); calling it again changes nothing; bad input is a
 //! SQL error with SQLSTATE 22023 naming the bad value and the accepted ones,
-//! surfaced here as [`RequestError::Rejected`].
+//! surfaced here as [`RequestError::Rejected`]; a request that would take the
+//! pending interactive jobs past `max_pending_interactive` writes nothing and
+//! fails with SQLSTATE 53400 ([`RequestError::Busy`]).
 
 use std::time::Duration;
 
@@ -25,16 +27,26 @@ pub enum RequestError {
     /// persona id): the message names the value and the accepted ones.
     #[error("{0}")]
     Rejected(String),
+    /// Too many interactive refreshes are pending (SQLSTATE 53400): nothing
+    /// was queued; retry later.
+    #[error("{0}")]
+    Busy(String),
     /// Any other database failure.
     #[error("refresh request failed: {0}")]
     Db(#[source] sqlx::Error),
 }
+
+/// SQLSTATE of a refused admission (`configuration_limit_exceeded`).
+pub const BUSY_SQLSTATE: &str = "53400";
 
 impl From<sqlx::Error> for RequestError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("22023") => {
                 RequestError::Rejected(db.message().to_owned())
+            }
+            sqlx::Error::Database(db) if db.code().as_deref() == Some(BUSY_SQLSTATE) => {
+                RequestError::Busy(db.message().to_owned())
             }
             _ => RequestError::Db(e),
         }
@@ -91,22 +103,44 @@ pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
     })
 }
 
-/// Writes the ETA window and egress rate into `scheduling_settings`, where
+/// What `serve` publishes into `scheduling_settings` for
+/// `bf4ps_request_refresh`: the ETA inputs the website cannot know and the
+/// admission cap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Published {
+    /// Window of interactive outcomes the ETA learns from.
+    pub eta_window: Duration,
+    /// Requests per second per egress key.
+    pub egress_rate: f64,
+    /// Most pending interactive jobs admitted (SQLSTATE 53400 beyond).
+    pub max_pending_interactive: u32,
+}
+
+impl Published {
+    /// The published part of a validated [`Tuning`](crate::config::Tuning).
+    pub fn from_tuning(t: &crate::config::Tuning) -> Published {
+        Published {
+            eta_window: t.eta_window,
+            egress_rate: t.egress_rate,
+            max_pending_interactive: t.max_pending_interactive,
+        }
+    }
+}
+
+/// Writes `settings` into `scheduling_settings`, where
 /// `bf4ps_request_refresh` reads them. `serve`'s feeder calls it at start.
-pub async fn publish_settings(
-    pool: &PgPool,
-    eta_window: Duration,
-    egress_rate: f64,
-) -> Result<(), sqlx::Error> {
+pub async fn publish_settings(pool: &PgPool, settings: &Published) -> Result<(), sqlx::Error> {
     sqlx::query(
-        "INSERT INTO scheduling_settings AS s (singleton, eta_window, egress_rate, updated_at) \
-         VALUES (true, make_interval(secs => $1), $2, now()) \
+        "INSERT INTO scheduling_settings AS s \
+             (singleton, eta_window, egress_rate, max_pending_interactive, updated_at) \
+         VALUES (true, make_interval(secs => $1), $2, $3, now()) \
          ON CONFLICT (singleton) DO UPDATE \
          SET eta_window = EXCLUDED.eta_window, egress_rate = EXCLUDED.egress_rate, \
-             updated_at = now()",
+             max_pending_interactive = EXCLUDED.max_pending_interactive, updated_at = now()",
     )
-    .bind(eta_window.as_secs_f64())
-    .bind(egress_rate)
+    .bind(settings.eta_window.as_secs_f64())
+    .bind(settings.egress_rate)
+    .bind(i32::try_from(settings.max_pending_interactive).unwrap_or(i32::MAX))
     .execute(pool)
     .await?;
     Ok(())

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::domain::Lane;
 use crate::listener::{Channel, Listener, ListenerSettings, Wake};
-use crate::queue::{self, ClaimedJob, Collected, CollectorId, Policy};
+use crate::queue::{self, ClaimedJob, Collected, Policy};
+use crate::registry::CollectorId;
 use crate::registry::{self, Registration};
 
 fn lost() -> BenchError {
@@ -89,21 +90,63 @@ async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Resu
 }
 
 /// `wake`: 8 idle interactive collectors; one interactive job inserted at a
-/// time; latency from the insert's commit to the claim's commit.
+/// time; latency from the insert's commit to the claim's commit. With
+/// LISTEN over plain connections, over TLS (`sslmode=require`; figures
+/// compared with plain), and poll-only.
 pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
-    for listen in [true, false] {
-        reports.push(
-            ScratchDb::with(&ctx.target, 16, async |db| {
-                wake_scenario(ctx, db, listen).await
-            })
-            .await?,
-        );
+    let mut plain_p50 = None;
+    for (listen, tls) in [(true, false), (true, true), (false, false)] {
+        let Some(target) = tls_target(ctx, tls).await? else {
+            reports.push(tls_skipped("wake"));
+            continue;
+        };
+        let mut report = ScratchDb::with(&target, 16, async |db| {
+            wake_scenario(ctx, db, listen, tls).await
+        })
+        .await?;
+        let p50 = report.figures["p50_ms"].as_f64().unwrap_or(0.0);
+        match (tls, plain_p50) {
+            (false, None) if listen => plain_p50 = Some(p50),
+            (true, Some(plain)) => {
+                report = report
+                    .figure("p50_extra_vs_plain_ms", p50 - plain)
+                    .figure("p50_vs_plain_ratio", p50 / plain);
+            }
+            _ => {}
+        }
+        reports.push(report);
     }
     Ok(reports)
 }
 
-async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report, BenchError> {
+/// The benchmark server with plain (`sslmode=disable`) or TLS
+/// (`sslmode=require`) connections; `None` for TLS when the server has
+/// `ssl = off`.
+async fn tls_target(ctx: &Ctx, tls: bool) -> Result<Option<crate::db::DbTarget>, BenchError> {
+    use crate::db::SslMode;
+    if !tls {
+        return Ok(Some(ctx.target.with_ssl_mode(SslMode::Disable)));
+    }
+    let pool = ctx.target.connect(1).await?;
+    let ssl: String = sqlx::query_scalar("SHOW ssl").fetch_one(&pool).await?;
+    pool.close().await;
+    Ok((ssl == "on").then(|| ctx.target.with_ssl_mode(SslMode::Require)))
+}
+
+fn tls_skipped(name: &str) -> Report {
+    Report::new(
+        name,
+        json!({"tls": true, "skipped": "the server has ssl = off"}),
+    )
+}
+
+async fn wake_scenario(
+    ctx: &Ctx,
+    db: &ScratchDb,
+    listen: bool,
+    tls: bool,
+) -> Result<Report, BenchError> {
     let collectors = 8;
     let samples = if listen {
         ctx.size(1_000, 50)
@@ -187,7 +230,7 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
     let max = latencies.iter().copied().fold(0.0, f64::max);
     Ok(Report::new(
         "wake",
-        json!({"collectors": collectors, "samples": samples, "listen": listen,
+        json!({"collectors": collectors, "samples": samples, "listen": listen, "tls": tls,
                "poll_interval_ms": poll.as_millis() as u64}),
     )
     .figure("p50_ms", percentile(&mut latencies, 50.0))
@@ -196,22 +239,41 @@ async fn wake_scenario(ctx: &Ctx, db: &ScratchDb, listen: bool) -> Result<Report
 }
 
 /// `claim`: claim → start → finalize_success throughput with 1, 4 and 16
-/// workers, default trigger configuration.
+/// workers, default trigger configuration, over plain connections and over
+/// TLS (`sslmode=require`; throughput compared with plain).
 pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let jobs = ctx.size(20_000, 300) as i64;
     let mut reports = Vec::new();
-    for workers in [1usize, 4, 16] {
-        reports.push(
-            ScratchDb::with(&ctx.target, workers as u32 + 2, async |db| {
-                claim_scenario(db, workers, jobs).await
+    for tls in [false, true] {
+        let Some(target) = tls_target(ctx, tls).await? else {
+            reports.push(tls_skipped("claim"));
+            continue;
+        };
+        for workers in [1usize, 4, 16] {
+            let mut report = ScratchDb::with(&target, workers as u32 + 2, async |db| {
+                claim_scenario(db, workers, jobs, tls).await
             })
-            .await?,
-        );
+            .await?;
+            let plain = reports.iter().find(|r: &&Report| {
+                r.params["workers"] == json!(workers) && r.params["tls"] == json!(false)
+            });
+            if let (true, Some(plain)) = (tls, plain) {
+                let base = plain.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+                let now = report.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+                report = report.figure("jobs_per_s_vs_plain_ratio", now / base);
+            }
+            reports.push(report);
+        }
     }
     Ok(reports)
 }
 
-async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Report, BenchError> {
+async fn claim_scenario(
+    db: &ScratchDb,
+    workers: usize,
+    jobs: i64,
+    tls: bool,
+) -> Result<Report, BenchError> {
     seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
     sqlx::query("VACUUM ANALYZE collection_jobs")
         .execute(&db.pool)
@@ -250,12 +312,13 @@ async fn claim_scenario(db: &ScratchDb, workers: usize, jobs: i64) -> Result<Rep
     let events: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
         .fetch_one(&db.pool)
         .await?;
-    Ok(
-        Report::new("claim", json!({"workers": workers, "jobs": jobs}))
-            .figure("jobs_per_s", total as f64 / secs)
-            .figure("commits_per_s", 3.0 * total as f64 / secs)
-            .figure("events_per_s", events as f64 / secs),
+    Ok(Report::new(
+        "claim",
+        json!({"workers": workers, "jobs": jobs, "tls": tls}),
     )
+    .figure("jobs_per_s", total as f64 / secs)
+    .figure("commits_per_s", 3.0 * total as f64 / secs)
+    .figure("events_per_s", events as f64 / secs))
 }
 
 /// `claim-depth`: single-claim latency with 1k, 10k and 100k pending jobs.

@@ -319,17 +319,48 @@ fn explain_migrate(error: MigrateError, addr: &str, opts: &PgConnectOptions) -> 
     match error {
         MigrateError::VersionMismatch(version) => DbError::MigrationModified { version },
         MigrateError::VersionMissing(version) => DbError::MigrationUnknown { version },
+        // Our migrations' own refusals carry a hint saying what to do.
+        MigrateError::ExecuteMigration(e, version) if hint(&e).is_some() => {
+            DbError::MigrationFailed {
+                version,
+                reason: format!(
+                    "{} ({})",
+                    database_message(&e),
+                    hint(&e).unwrap_or_default()
+                ),
+            }
+        }
         MigrateError::ExecuteMigration(e, version) => match explain(e, addr, opts) {
             DbError::Other(e) => DbError::MigrationFailed {
                 version,
-                reason: match &e {
-                    sqlx::Error::Database(db) => db.message().to_owned(),
-                    other => other.to_string(),
-                },
+                reason: database_message(&e),
             },
             friendly => friendly,
         },
         MigrateError::Execute(e) => explain(e, addr, opts),
         other => DbError::Other(sqlx::Error::Migrate(Box::new(other))),
     }
+}
+
+/// The HINT of a PostgreSQL error, if it has one.
+fn hint(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .and_then(|pg| pg.hint())
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn database_message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => other.to_string(),
+    }
+}
+
+/// A duration as whole milliseconds for SQL (`$n * interval '1 millisecond'`).
+pub fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

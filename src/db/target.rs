@@ -190,6 +190,15 @@ impl DbTarget {
         }
     }
 
+    /// The same database with another `sslmode` (benchmarks compare
+    /// plain and TLS connections); root and client certificates are kept.
+    pub fn with_ssl_mode(&self, mode: SslMode) -> DbTarget {
+        DbTarget {
+            options: self.options.clone().ssl_mode(mode.pg()),
+            display: format!("{} (sslmode={})", self.display, mode.as_str()),
+        }
+    }
+
     /// host:port (or socket) for messages.
     pub fn addr(&self) -> String {
         super::addr_of(&self.options)

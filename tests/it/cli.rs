@@ -165,22 +165,12 @@ async fn database_without_permission(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     // A login role that owns nothing: PostgreSQL 15 gives PUBLIC no CREATE on
     // schema public, so migrating must fail with a permission error.
-    let role = format!("bf4ps_it_noperm_{}", std::process::id());
-    let create = format!(
-        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{role}') THEN \
-         CREATE ROLE {role} LOGIN PASSWORD 'noperm'; END IF; END$$"
-    );
-    sqlx::raw_sql(sqlx::AssertSqlSafe(create))
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    let role = crate::support::LoginRole::create("noperm", &[]).await;
     sqlx::raw_sql("REVOKE CREATE ON SCHEMA public FROM PUBLIC")
         .execute(&db.pool)
         .await
         .unwrap();
-    let (scheme, rest) = db.url.split_once("://").unwrap();
-    let host = rest.split_once('@').map(|(_, h)| h).unwrap_or(rest);
-    let url = format!("{scheme}://{role}:noperm@{host}");
+    let url = role.url(&db);
     let out = run_bin(&["migrate"], Some(&url));
     assert_one_line_error(&out, "permission denied");
 }

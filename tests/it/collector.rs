@@ -14,7 +14,7 @@ use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
 use bf4ps_ops::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
 use bf4ps_ops::monitor::Monitor;
-use bf4ps_ops::queue::CollectorId;
+use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::registry::Registration;
 use bf4ps_ops::upstream::Upstream;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
-use bf4ps_ops::queue::{self, ClaimedJob, Collected, CollectorId, Lease, Policy};
+use bf4ps_ops::queue::{self, ClaimedJob, Collected, Lease, Policy};
+use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::registry::{self, Registration};
 use sqlx::PgPool;
 

@@ -22,6 +22,7 @@ mod registry;
 mod request;
 mod retention;
 mod schema;
+mod security;
 mod serve;
 mod status;
 mod upstream;

@@ -67,7 +67,7 @@ async fn names_are_unique_until_the_holder_is_gone(_: PgPoolOptions, opts: PgCon
     assert!(retired);
     // A cleanly stopped (drained, idle) holder is replaced at once, also
     // under a name given with surrounding spaces (stored trimmed).
-    registry::mark_drained(p, second.uuid).await.unwrap();
+    registry::mark_drained(p, &second).await.unwrap();
     let third = registry::register(p, &reg(" alpha "), lost_after)
         .await
         .unwrap();
@@ -87,7 +87,7 @@ async fn names_are_unique_until_the_holder_is_gone(_: PgPoolOptions, opts: PgCon
         .unwrap_err();
     assert_eq!(err.to_string(), "collector name must not be blank");
     assert_eq!(
-        registry::heartbeat(p, first.uuid).await.unwrap(),
+        registry::heartbeat(p, &first).await.unwrap(),
         HeartbeatReply::Retired
     );
 }
@@ -103,7 +103,7 @@ async fn heartbeat_transitions_are_written_once(_: PgPoolOptions, opts: PgConnec
         .unwrap();
     // Routine heartbeats: no events.
     for _ in 0..5 {
-        let reply = registry::heartbeat(p, c.uuid).await.unwrap();
+        let reply = registry::heartbeat(p, &c).await.unwrap();
         assert_eq!(
             reply,
             HeartbeatReply::Alive {
@@ -155,8 +155,8 @@ async fn heartbeat_transitions_are_written_once(_: PgPoolOptions, opts: PgConnec
 
         // The next heartbeats: exactly one heartbeat_restored with the boundary.
         let replies = [
-            registry::heartbeat(p, c.uuid).await.unwrap(),
-            registry::heartbeat(p, c.uuid).await.unwrap(),
+            registry::heartbeat(p, &c).await.unwrap(),
+            registry::heartbeat(p, &c).await.unwrap(),
         ];
         assert_eq!(
             replies[0],
@@ -210,7 +210,7 @@ async fn controls_and_listing(_: PgPoolOptions, opts: PgConnectOptions) {
         c.uuid
     );
     assert_eq!(
-        registry::heartbeat(p, c.uuid).await.unwrap(),
+        registry::heartbeat(p, &c).await.unwrap(),
         HeartbeatReply::Alive {
             claimable: false,
             restored: false

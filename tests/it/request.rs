@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use bf4ps_ops::request::{RefreshState, publish_settings, request_refresh};
+use bf4ps_ops::request::{Published, RefreshState, publish_settings, request_refresh};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -575,9 +575,16 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
         ]
     );
     // serve publishes a slower egress rate: 0.5 req/s per key, 4 req/s.
-    publish_settings(&db.pool, Duration::from_secs(900), 0.5)
-        .await
-        .unwrap();
+    publish_settings(
+        &db.pool,
+        &Published {
+            eta_window: Duration::from_secs(900),
+            egress_rate: 0.5,
+            max_pending_interactive: 1000,
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(etas(&db.pool, 4).await[0], (13, Some(4.0)));
     // A caller's argument overrides the published setting; a short window
     // forgets the outcomes (default 2 s per job).

@@ -236,3 +236,143 @@ pub async fn idle_in_transaction(
         .unwrap();
     (conn, pid)
 }
+
+/// A LOGIN role made for one test: named `bf4ps_it_<tag>_<pid>_<n>` (roles
+/// are cluster-wide), with a random password, a member of `groups` only.
+/// Grant privileges to the groups, never to this role: a privilege in a
+/// test database would keep the role from being dropped.
+/// Dropped — its sessions ended first — when the guard is dropped, also
+/// when the test fails (unwinding runs `Drop`). Roles left by a killed run
+/// are dropped by the next run ([`LoginRole::create`] sweeps roles whose
+/// process is gone).
+pub struct LoginRole {
+    /// The role's name.
+    pub name: String,
+    password: String,
+}
+
+impl LoginRole {
+    /// Creates the role on the server of the master URL.
+    pub async fn create(tag: &str, groups: &[&str]) -> LoginRole {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let pid = std::process::id();
+        let name = format!("bf4ps_it_{tag}_{pid}_{}", N.fetch_add(1, Ordering::Relaxed));
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let pool = master_pool().await;
+        sweep_stale_roles(&pool).await;
+        let mut sql = format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'");
+        if !groups.is_empty() {
+            sql.push_str(&format!(" IN ROLE {}", groups.join(", ")));
+        }
+        exec(&pool, sql).await.expect("create the test login role");
+        pool.close().await;
+        LoginRole { name, password }
+    }
+
+    /// `db`'s URL with this role (and its password) as the user.
+    pub fn url(&self, db: &TestDb) -> String {
+        let (scheme, rest) = db.url.split_once("://").expect("URL has a scheme");
+        let host = rest.split_once('@').map_or(rest, |(_, h)| h);
+        format!("{scheme}://{}:{}@{host}", self.name, self.password)
+    }
+
+    /// A small pool connected to `db` as this role.
+    pub async fn pool(&self, db: &TestDb) -> PgPool {
+        PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&self.url(db))
+            .await
+            .expect("connect as the test role")
+    }
+}
+
+impl Drop for LoginRole {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Drop runs inside the test's runtime: use a thread with its own.
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&master_url())
+                    .await
+                    .ok()?;
+                drop_role(&pool, &name).await.ok()
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Some(()))) {
+            eprintln!("warning: could not drop test role {}", self.name);
+        }
+    }
+}
+
+async fn master_pool() -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&master_url())
+        .await
+        .expect("connect to the master database")
+}
+
+/// Ends the role's sessions, waits for them to be gone (a session's
+/// temporary objects depend on its role until it exits), then drops it.
+async fn drop_role(pool: &PgPool, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1")
+        .bind(name)
+        .execute(pool)
+        .await?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let sessions: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE usename = $1")
+                .bind(name)
+                .fetch_one(pool)
+                .await?;
+        let dropped = if sessions == 0 {
+            // Databases it still owns (a failed test) go back to us first.
+            exec(
+                pool,
+                format!(
+                    "DO $$BEGIN IF EXISTS (SELECT FROM pg_roles WHERE rolname = '{name}') THEN \
+                     REASSIGN OWNED BY {name} TO CURRENT_USER; END IF; END$$; \
+                     DROP ROLE IF EXISTS {name}"
+                ),
+            )
+            .await
+        } else {
+            Err(sqlx::Error::PoolTimedOut)
+        };
+        match dropped {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() > deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Drops `bf4ps_it_*_<pid>_<n>` roles whose test process no longer runs.
+async fn sweep_stale_roles(pool: &PgPool) {
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT rolname FROM pg_roles WHERE rolname LIKE 'bf4ps\\_it\\_%'")
+            .fetch_all(pool)
+            .await
+            .unwrap_or_default();
+    for name in names {
+        // bf4ps_it_<tag>_<pid>_<n>, or the older bf4ps_it_<tag>_<pid>.
+        let mut parts = name.rsplit('_');
+        let (last, before) = (parts.next(), parts.next());
+        let pid = before
+            .and_then(|p| p.parse::<u32>().ok())
+            .or_else(|| last.and_then(|p| p.parse::<u32>().ok()));
+        let alive = pid.is_some_and(|p| std::path::Path::new(&format!("/proc/{p}")).exists());
+        if pid.is_some() && !alive {
+            let _ = drop_role(pool, &name).await;
+        }
+    }
+}

@@ -1,0 +1,803 @@
+//! Least privilege, SECURITY DEFINER safety, the bounded entry point and TLS
+//! (migration 0006, src/db): each role does its whole job end to end and is
+//! refused everything else; a caller's temporary tables cannot run code as
+//! a function's owner; admissions stop at the cap under concurrency; every
+//! connection of a collector and of `serve` is encrypted when asked to be.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use bf4ps_ops::db::DbTarget;
+use bf4ps_ops::domain::Lane;
+use bf4ps_ops::fake_battlelog::{FakeBattlelog, FakeSettings};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Executor, PgPool};
+
+use crate::support::{ChildGuard, LoginRole, TestDb, bin, eventually, exec, run_bin};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Debian's snakeoil certificate (CN and SAN `localhost`), which the local
+/// PostgreSQL serves.
+const SNAKEOIL: &str = "/etc/ssl/certs/ssl-cert-snakeoil.pem";
+
+/// The SQLSTATE of `result`'s database error.
+fn sqlstate<T: std::fmt::Debug>(result: Result<T, sqlx::Error>) -> String {
+    match result {
+        Err(sqlx::Error::Database(e)) => e.code().map(|c| c.into_owned()).unwrap_or_default(),
+        other => panic!("expected a database error, got {other:?}"),
+    }
+}
+
+/// Runs `sql` as a simple query on `pool` and returns its SQLSTATE (it must fail).
+async fn refused(pool: &PgPool, sql: &str) -> String {
+    sqlstate(pool.execute(sqlx::AssertSqlSafe(sql.to_owned())).await)
+}
+
+async fn assert_refused(pool: &PgPool, sql: &str) {
+    assert_eq!(refused(pool, sql).await, "42501", "{sql} must be refused");
+}
+
+fn collector_cmd(url: &str, fake_url: &str, name: &str) -> std::process::Command {
+    let mut cmd = bin();
+    cmd.args(["collector", "--name", name, "--lane", "interactive"])
+        .args(["--egress-key", name, "--upstream-url", fake_url])
+        .env("DATABASE_URL", url)
+        .env("BF4PS_LOG", "warn")
+        .env("BF4PS_POLL_INTERVAL", "200ms")
+        .env("BF4PS_HEARTBEAT_INTERVAL", "200ms")
+        .env("BF4PS_HEARTBEAT_LOST_AFTER", "2s")
+        .env("BF4PS_EGRESS_RATE", "1000")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test]
+async fn a_collector_login_role_finishes_jobs_and_is_refused_the_rest(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let role = LoginRole::create("collector", &["bf4ps_collector"]).await;
+    let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
+    let jobs = crate::fixtures::jobs(p, 12, Lane::Interactive).await;
+    // Another collector, registered by the owner, whose flags must stay put.
+    let other = crate::fixtures::collector(p, "other", Lane::Background).await;
+
+    let mut child = ChildGuard(
+        collector_cmd(&role.url(&db), &fake.url(), "least-priv")
+            .spawn()
+            .unwrap(),
+    );
+    eventually(WAIT, "every job finished by the collector role", || async {
+        let left = count(p, "SELECT count(*) FROM collection_jobs").await;
+        (left == 0).then_some(())
+    })
+    .await;
+    let succeeded = count(
+        p,
+        "SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'",
+    )
+    .await;
+    assert_eq!(succeeded, jobs.len() as i64);
+    // Its heartbeats went through the secret-checked function.
+    let healthy: bool = sqlx::query_scalar(
+        "SELECT heartbeat_state = 'healthy' FROM collectors WHERE collector_name = 'least-priv'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(healthy);
+
+    let as_collector = role.pool(&db).await;
+    for sql in [
+        "DELETE FROM collection_events",
+        "UPDATE collection_events SET error_message = 'x'",
+        "TRUNCATE collection_events",
+        "CREATE TABLE intruder (x int)",
+        "ALTER TABLE collection_jobs ADD COLUMN intruder int",
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+             SELECT soldier_id, 'detailed', 'interactive', 'interactive', 'x' FROM soldiers LIMIT 1",
+        "UPDATE collectors SET enabled = false",
+        "UPDATE collectors SET drained = true",
+        "UPDATE collectors SET retired_at = now()",
+        "UPDATE collectors SET last_heartbeat_at = now()",
+        "SELECT * FROM collector_secrets",
+        "DELETE FROM soldiers",
+        "UPDATE projector_checkpoint SET event_id = 0",
+        "DELETE FROM event_rollup_hourly",
+        "UPDATE scheduling_settings SET max_pending_interactive = 1000000",
+        "SELECT * FROM bf4ps_request_refresh('pc', 1)",
+    ] {
+        assert_refused(&as_collector, sql).await;
+    }
+    // Another incarnation's heartbeat or clean-stop mark needs its secret.
+    for sql in [
+        format!(
+            "SELECT bf4ps_collector_stopped('{}', gen_random_uuid())",
+            other.uuid
+        ),
+        format!(
+            "SELECT * FROM bf4ps_collector_heartbeat('{}', gen_random_uuid())",
+            other.uuid
+        ),
+    ] {
+        assert_refused(&as_collector, &sql).await;
+    }
+    let (enabled, drained): (bool, bool) =
+        sqlx::query_as("SELECT enabled, drained FROM collectors WHERE collector_uuid = $1")
+            .bind(other.uuid)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(enabled && !drained, "the other collector's flags changed");
+    as_collector.close().await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::task::spawn_blocking(move || child.0.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "collector exit {status}");
+    // The clean stop was recorded through bf4ps_collector_stopped.
+    let drained: bool =
+        sqlx::query_scalar("SELECT drained FROM collectors WHERE collector_name = 'least-priv'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(drained);
+}
+
+#[sqlx::test]
+async fn the_website_role_may_only_request_refreshes(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let role = LoginRole::create("website", &["bf4ps_website"]).await;
+    let web = role.pool(&db).await;
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT resource, state FROM bf4ps_request_refresh('pc', 4242)")
+            .fetch_all(&web)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|(_, state)| state == "created"), "{rows:?}");
+    for sql in [
+        "SELECT * FROM soldiers",
+        "SELECT * FROM collection_jobs",
+        "SELECT * FROM collection_events",
+        "SELECT * FROM scheduling_settings",
+        "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1)",
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+             VALUES (1, 'detailed', 'interactive', 'interactive', 'x')",
+        "UPDATE scheduling_settings SET max_pending_interactive = 1000000",
+        "SELECT * FROM bf4ps_collector_register('x', 'h', 'background', 'e', 'v', '1 minute')",
+    ] {
+        assert_refused(&web, sql).await;
+    }
+    web.close().await;
+}
+
+#[sqlx::test]
+async fn the_reader_role_runs_status_and_writes_nothing(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    crate::fixtures::jobs(&db.pool, 3, Lane::Background).await;
+    crate::fixtures::collector(&db.pool, "c1", Lane::Background).await;
+    let role = LoginRole::create("reader", &["bf4ps_reader"]).await;
+    let url = role.url(&db);
+    let out = run_bin(&["status", "--json"], Some(&url));
+    assert!(
+        out.status.success(),
+        "status as reader: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(status.is_object(), "{status}");
+    let out = run_bin(&["collectors", "list", "--json"], Some(&url));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"c1\""));
+
+    let reader = role.pool(&db).await;
+    assert_eq!(
+        count(&reader, "SELECT count(*) FROM collection_jobs").await,
+        3
+    );
+    for sql in [
+        "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1)",
+        "UPDATE collectors SET drained = true",
+        "DELETE FROM collection_jobs",
+        "DELETE FROM collection_events",
+        "SELECT * FROM collector_secrets",
+        "SELECT * FROM bf4ps_request_refresh('pc', 1)",
+        "CREATE TABLE intruder (x int)",
+    ] {
+        assert_refused(&reader, sql).await;
+    }
+    reader.close().await;
+}
+
+/// What a role may do to each table of the schema, as `table:privileges`.
+async fn table_privileges(pool: &PgPool, role: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname || ':' || concat_ws(',',
+                    CASE WHEN has_table_privilege($1, c.oid, 'SELECT') THEN 'SELECT' END,
+                    CASE WHEN has_table_privilege($1, c.oid, 'INSERT') THEN 'INSERT' END,
+                    CASE WHEN has_any_column_privilege($1, c.oid, 'UPDATE') THEN 'UPDATE' END,
+                    CASE WHEN has_table_privilege($1, c.oid, 'DELETE') THEN 'DELETE' END,
+                    CASE WHEN has_table_privilege($1, c.oid, 'TRUNCATE') THEN 'TRUNCATE' END)
+         FROM pg_class c
+         WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
+         ORDER BY c.relname",
+    )
+    .bind(role)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// A new table or a widened grant must be a deliberate change to this list.
+#[sqlx::test]
+async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT relname::text FROM pg_class WHERE relnamespace = current_schema()::regnamespace
+           AND relkind IN ('r', 'p') ORDER BY relname",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    let with = |granted: &[(&str, &str)]| -> Vec<String> {
+        tables
+            .iter()
+            .map(|t| {
+                let privs = granted
+                    .iter()
+                    .find(|(name, _)| name == t)
+                    .map_or("", |(_, p)| p);
+                format!("{t}:{privs}")
+            })
+            .collect()
+    };
+    assert_eq!(
+        table_privileges(p, "bf4ps_collector").await,
+        with(&[
+            ("_sqlx_migrations", "SELECT"),
+            ("collection_events", "INSERT"),
+            ("collection_jobs", "SELECT,UPDATE,DELETE"),
+            ("collection_state", "SELECT,INSERT,UPDATE"),
+            ("collectors", "SELECT,UPDATE"),
+            ("egress_gates", "SELECT,INSERT,UPDATE"),
+            ("soldier_detailed_history", "SELECT,INSERT"),
+            ("soldier_resource_current", "SELECT,INSERT,UPDATE"),
+            ("soldiers", "SELECT"),
+        ])
+    );
+    let columns: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name || '.' || column_name FROM information_schema.column_privileges
+         WHERE grantee = 'bf4ps_collector' AND privilege_type = 'UPDATE'
+           AND table_name = 'collectors' ORDER BY 1",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        columns,
+        ["collectors.current_job_id", "collectors.updated_at"],
+        "the collector role may not update control flags"
+    );
+    assert!(
+        table_privileges(p, "bf4ps_website")
+            .await
+            .iter()
+            .all(|t| t.ends_with(':')),
+        "the website role reads or writes no table"
+    );
+    let reader: Vec<String> = tables
+        .iter()
+        .map(|t| {
+            let privs = if t == "collector_secrets" {
+                ""
+            } else {
+                "SELECT"
+            };
+            format!("{t}:{privs}")
+        })
+        .collect();
+    assert_eq!(table_privileges(p, "bf4ps_reader").await, reader);
+    // Functions: who may execute what.
+    let executable: Vec<(String, String)> = sqlx::query_as(
+        "SELECT r.rolname::text, p.proname::text
+         FROM pg_proc p CROSS JOIN pg_roles r
+         WHERE p.pronamespace = current_schema()::regnamespace
+           AND r.rolname IN ('bf4ps_collector', 'bf4ps_website', 'bf4ps_reader')
+           AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
+           AND p.proname IN ('bf4ps_request_refresh', 'bf4ps_collector_register',
+                             'bf4ps_collector_heartbeat', 'bf4ps_collector_stopped',
+                             'bf4ps_collector_check_secret')
+         ORDER BY 1, 2",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    let expected: Vec<(String, String)> = [
+        ("bf4ps_collector", "bf4ps_collector_heartbeat"),
+        ("bf4ps_collector", "bf4ps_collector_register"),
+        ("bf4ps_collector", "bf4ps_collector_stopped"),
+        ("bf4ps_website", "bf4ps_request_refresh"),
+    ]
+    .iter()
+    .map(|(r, f)| (r.to_string(), f.to_string()))
+    .collect();
+    assert_eq!(executable, expected);
+}
+
+#[sqlx::test]
+async fn every_security_definer_function_pins_search_path_with_pg_temp_last(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let rows: Vec<(String, Option<String>, bool)> = sqlx::query_as(
+        "SELECT p.proname::text,
+                (SELECT c FROM unnest(p.proconfig) AS c WHERE c LIKE 'search_path=%'),
+                r.rolcanlogin
+         FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
+         WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace
+         ORDER BY 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let names: Vec<&str> = rows.iter().map(|(n, _, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "bf4ps_collector_check_secret",
+            "bf4ps_collector_heartbeat",
+            "bf4ps_collector_register",
+            "bf4ps_collector_stopped",
+            "bf4ps_request_refresh",
+        ]
+    );
+    for (name, search_path, owner_can_login) in rows {
+        let search_path = search_path.unwrap_or_else(|| panic!("{name} has no search_path"));
+        let last = search_path.rsplit([',', '=']).next().unwrap().trim();
+        assert_eq!(last, "pg_temp", "{name}: {search_path}");
+        assert!(
+            search_path.starts_with("search_path=pg_catalog"),
+            "{name}: {search_path}"
+        );
+        assert!(!owner_can_login, "{name} is owned by a LOGIN role");
+    }
+}
+
+/// The attack: temporary tables named like ours, with a trigger that records
+/// who runs it. Against a SECURITY DEFINER function whose search_path lets
+/// pg_temp come first it runs as the function's owner (the control below);
+/// against bf4ps_request_refresh it never runs at all.
+#[sqlx::test]
+async fn temporary_tables_cannot_hijack_the_entry_point(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let role = LoginRole::create("attacker", &["bf4ps_website"]).await;
+    // The control: a function as 0004 wrote it (search_path FROM CURRENT,
+    // unqualified names), owned by the test's superuser.
+    exec(
+        &db.pool,
+        "CREATE FUNCTION vulnerable_probe() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+         SET search_path FROM CURRENT AS $$
+         BEGIN INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 777); END $$;
+         GRANT EXECUTE ON FUNCTION vulnerable_probe() TO bf4ps_website",
+    )
+    .await
+    .unwrap();
+    let mut conn = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&role.url(&db))
+        .await
+        .unwrap()
+        .acquire()
+        .await
+        .unwrap()
+        .detach();
+    exec(
+        &mut conn,
+        "CREATE TEMP TABLE evidence (who text);
+         GRANT ALL ON evidence TO PUBLIC;
+         CREATE FUNCTION pg_temp.record_who() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO pg_temp.evidence VALUES (current_user); RETURN NEW; END $$;
+         CREATE TEMP TABLE soldiers (soldier_id bigint GENERATED BY DEFAULT AS IDENTITY,
+                                     platform text, persona_id bigint, display_name text);
+         CREATE TEMP TABLE collection_jobs (LIKE soldiers);
+         CREATE TEMP TABLE collection_state (LIKE soldiers);
+         CREATE TEMP TABLE collection_events (LIKE soldiers);
+         GRANT ALL ON soldiers, collection_jobs, collection_state, collection_events TO PUBLIC;
+         CREATE TRIGGER t BEFORE INSERT ON soldiers FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();
+         CREATE TRIGGER t BEFORE INSERT ON collection_state FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();",
+    )
+    .await
+    .unwrap();
+
+    sqlx::query("SELECT vulnerable_probe()")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let who: Vec<String> = sqlx::query_scalar("SELECT who FROM pg_temp.evidence")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let owner: String = sqlx::query_scalar("SELECT current_user::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        who,
+        [owner],
+        "control: the shadowing attack runs code as the owner of an unpinned function"
+    );
+    sqlx::query("DELETE FROM pg_temp.evidence")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+
+    let rows: Vec<(String,)> =
+        sqlx::query_as("SELECT state FROM bf4ps_request_refresh('pc', 4243)")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 4);
+    let who: Vec<String> = sqlx::query_scalar("SELECT who FROM pg_temp.evidence")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(who.is_empty(), "attacker code ran as {who:?}");
+    let real: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM public.soldiers WHERE persona_id = 4243")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(real, 1, "the function wrote to the real tables");
+    drop(conn);
+}
+
+#[sqlx::test]
+async fn admissions_stop_at_the_cap_under_concurrent_callers(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    const CAP: i64 = 8;
+    const CALLERS: i64 = 20;
+    exec(
+        p,
+        format!("UPDATE scheduling_settings SET max_pending_interactive = {CAP}"),
+    )
+    .await
+    .unwrap();
+    // Every caller adds one job for its own new soldier, in a transaction
+    // that stays open a little after the call, so admissions overlap.
+    let callers = db.target.connect(CALLERS as u32).await.unwrap();
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(CALLERS as usize));
+    let mut tasks = tokio::task::JoinSet::new();
+    for persona in 1..=CALLERS {
+        let (pool, start) = (callers.clone(), start.clone());
+        tasks.spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            start.wait().await;
+            let called =
+                sqlx::query("SELECT * FROM bf4ps_request_refresh('pc', $1, ARRAY['detailed'])")
+                    .bind(persona)
+                    .execute(&mut *tx)
+                    .await;
+            match called {
+                Ok(_) => {
+                    sqlx::query("SELECT pg_sleep(0.02)")
+                        .execute(&mut *tx)
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                    Ok(())
+                }
+                Err(e) => Err(sqlstate::<()>(Err(e))),
+            }
+        });
+    }
+    let mut admitted = 0;
+    let mut refused = 0;
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            Ok(()) => admitted += 1,
+            Err(code) => {
+                assert_eq!(code, "53400");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((admitted, refused), (CAP, CALLERS - CAP));
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM collection_jobs WHERE lane = 'interactive'"
+        )
+        .await,
+        CAP
+    );
+    // A refused call wrote nothing, not even its soldier or an event.
+    assert_eq!(count(p, "SELECT count(*) FROM soldiers").await, CAP);
+    assert_eq!(
+        count(p, "SELECT count(*) FROM collection_events").await,
+        CAP
+    );
+    // At the cap, a call that adds nothing is still answered.
+    let persona: i64 = sqlx::query_scalar("SELECT min(persona_id) FROM soldiers")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM bf4ps_request_refresh('pc', $1, ARRAY['detailed'])")
+            .bind(persona)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(state, "pending");
+    // The CLI says so in one line.
+    let out = run_bin(
+        &["request", "--platform", "pc", "--persona-id", "999"],
+        Some(&db.url),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("too many pending interactive refreshes"),
+        "{err}"
+    );
+}
+
+/// `url` with `host` for 127.0.0.1 and `query` appended.
+fn tls_url(db: &TestDb, host: &str, query: &str) -> String {
+    let url = db.url.replace("127.0.0.1", host);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}{query}")
+}
+
+async fn ssl_of_own_session(target: &DbTarget) -> (bool, String) {
+    let pool = target.connect(1).await.unwrap();
+    let row: (bool, String) = sqlx::query_as(
+        "SELECT ssl, coalesce(version, '') FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    row
+}
+
+#[sqlx::test]
+async fn tls_modes_behave_as_libpq(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let full = tls_url(
+        &db,
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"),
+    );
+    let (ssl, version) = ssl_of_own_session(&DbTarget::parse(Some(&full)).unwrap()).await;
+    assert!(ssl, "verify-full to localhost is encrypted");
+    assert!(version.starts_with("TLS"), "{version}");
+
+    let require = tls_url(&db, "127.0.0.1", "sslmode=require");
+    assert!(
+        ssl_of_own_session(&DbTarget::parse(Some(&require)).unwrap())
+            .await
+            .0
+    );
+    // The control: without TLS the same check sees a plain session.
+    let plain = tls_url(&db, "127.0.0.1", "sslmode=disable");
+    assert!(
+        !ssl_of_own_session(&DbTarget::parse(Some(&plain)).unwrap())
+            .await
+            .0
+    );
+
+    // verify-full to an address the certificate does not name: one line.
+    let wrong_name = tls_url(
+        &db,
+        "127.0.0.1",
+        &format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"),
+    );
+    let out = run_bin(&["status"], Some(&wrong_name));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("over TLS") && err.contains("not valid for the host name \"127.0.0.1\""),
+        "{err}"
+    );
+    // verify-ca checks the chain only: the same address works.
+    let ca = tls_url(
+        &db,
+        "127.0.0.1",
+        &format!("sslmode=verify-ca&sslrootcert={SNAKEOIL}"),
+    );
+    assert!(
+        ssl_of_own_session(&DbTarget::parse(Some(&ca)).unwrap())
+            .await
+            .0
+    );
+    // A root file that is not there: one line naming it.
+    let url = tls_url(
+        &db,
+        "localhost",
+        "sslmode=verify-full&sslrootcert=/nonexistent/root.crt",
+    );
+    let out = run_bin(&["status"], Some(&url));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("/nonexistent/root.crt does not exist"),
+        "{err}"
+    );
+}
+
+#[sqlx::test]
+async fn every_connection_of_serve_and_a_collector_is_encrypted(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let url = tls_url(
+        &db,
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={SNAKEOIL}"),
+    );
+    let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
+    let mut serve = bin();
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("DATABASE_URL", &url)
+        .env("BF4PS_LOG", "warn")
+        .env("BF4PS_POLL_INTERVAL", "200ms")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let _serve = ChildGuard(serve.spawn().unwrap());
+    let _collector = ChildGuard(collector_cmd(&url, &fake.url(), "tls-1").spawn().unwrap());
+    crate::fixtures::jobs(p, 3, Lane::Interactive).await;
+    // Wait until serve leads projection (pool, listener and lock connection
+    // up), the collector listens, and the jobs are done.
+    let sessions = eventually(WAIT, "serve and collector sessions", || async {
+        let done = count(p, "SELECT count(*) FROM collection_jobs").await == 0;
+        let rows: Vec<(String, bool)> = sqlx::query_as(
+            "SELECT a.application_name::text, s.ssl
+             FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+             WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+               AND a.application_name LIKE 'bf4ps-ops%'",
+        )
+        .fetch_all(p)
+        .await
+        .unwrap();
+        let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+        let listeners = names.iter().filter(|n| **n == "bf4ps-ops listener").count();
+        (done && listeners >= 2 && names.contains(&"bf4ps-ops projector")).then_some(rows)
+    })
+    .await;
+    let plain: Vec<&String> = sessions
+        .iter()
+        .filter(|(_, ssl)| !ssl)
+        .map(|(n, _)| n)
+        .collect();
+    assert!(plain.is_empty(), "unencrypted sessions: {plain:?}");
+    assert!(sessions.len() >= 4, "{sessions:?}");
+}
+
+#[test]
+fn secrets_never_reach_an_error() {
+    for url in [
+        "postgres://bob:s3cret-pw@127.0.0.1:1/db",
+        "postgres://bob@127.0.0.1:1/db?password=s3cret-pw",
+        "postgres://bob:s3cret/pw@127.0.0.1:1/db",
+        "postgres://bob:s3cret-pw@127.0.0.1:1/db?sslmode=bogus",
+        "postgres://bob:s3cret-pw@127.0.0.1:1/db?unknown=1",
+    ] {
+        let out = run_bin(&["status"], Some(url));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{url}");
+        assert_eq!(err.lines().count(), 1, "{url}: {err}");
+        assert!(!err.contains("s3cret"), "{url} leaked: {err}");
+    }
+}
+
+#[test]
+fn the_password_file_is_read_and_checked() {
+    let dir = std::env::temp_dir().join(format!("bf4ps-it-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty");
+    std::fs::write(&empty, "\n").unwrap();
+    let run = |file: &std::path::Path, url: &str| {
+        let out = crate::support::bin()
+            .args(["status"])
+            .env("DATABASE_URL", url)
+            .env("BF4PS_DATABASE_PASSWORD_FILE", file)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&dir.join("missing"), "postgres://u@127.0.0.1:1/db");
+    assert!(
+        err.contains("cannot use the password file") && err.contains("missing"),
+        "{err}"
+    );
+    let err = run(&empty, "postgres://u@127.0.0.1:1/db");
+    assert!(err.contains("empty"), "{err}");
+    let file = dir.join("pw");
+    std::fs::write(&file, "from-file-secret\n").unwrap();
+    let err = run(&file, "postgres://u:in-url@127.0.0.1:1/db");
+    assert!(err.contains("password file"), "{err}");
+    assert!(
+        !err.contains("in-url") && !err.contains("from-file-secret"),
+        "{err}"
+    );
+    // With the file alone, the connection is attempted (and fails on the port).
+    let err = run(&file, "postgres://u@127.0.0.1:1/db");
+    assert!(err.contains("cannot reach PostgreSQL"), "{err}");
+    assert!(!err.contains("from-file-secret"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `migrate` as a database owner without superuser: it needs membership of
+/// bf4ps_definer (or CREATEROLE to grant it to itself); without, one line
+/// says what to do, and nothing of 0006 is applied.
+#[sqlx::test(migrations = false)]
+async fn migrate_as_a_plain_database_owner(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let owner = LoginRole::create("owner", &[]).await;
+    let dbname = db.target.options.get_database().unwrap().to_owned();
+    exec(
+        &db.pool,
+        format!("ALTER DATABASE \"{dbname}\" OWNER TO {}", owner.name),
+    )
+    .await
+    .unwrap();
+    let url = owner.url(&db);
+    let out = run_bin(&["migrate"], Some(&url));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("migration 6 failed") && err.contains("bf4ps_definer"),
+        "{err}"
+    );
+    let applied: i64 =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(applied, 5, "0006 failed as a whole");
+    // What deploy/sql/roles.sql does for it, once per cluster.
+    exec(&db.pool, format!("GRANT bf4ps_definer TO {}", owner.name))
+        .await
+        .unwrap();
+    let out = run_bin(&["migrate"], Some(&url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Give everything back so the role can be dropped.
+    exec(
+        &db.pool,
+        format!(
+            "REASSIGN OWNED BY {0} TO CURRENT_USER; REVOKE bf4ps_definer FROM {0}",
+            owner.name
+        ),
+    )
+    .await
+    .unwrap();
+}
