@@ -1,6 +1,6 @@
 //! `bf4ps-ops demo`: the whole system in one process, for a newcomer's first
 //! minute. Without `DATABASE_URL` it starts a private PostgreSQL
-//! ([`crate::pgcluster`]); then it migrates, imports a demo population,
+//! ([`crate::dev::pgcluster`]); then it migrates, imports a demo population,
 //! starts a fake Battlelog with a few percent of every failure class, a real
 //! `serve` (projector, monitor, feeder, retention, `/metrics`) and six real
 //! collectors (two interactive, four background), asks for an interactive
@@ -30,12 +30,12 @@ use tokio_util::sync::CancellationToken;
 use crate::collector::{Collector, CollectorMetrics, Stats};
 use crate::config::{Tuning, parse_duration};
 use crate::db::{self, DbTarget};
+use crate::dev::pgcluster::{PgClusterArgs, PrivateCluster};
 use crate::domain::{Lane, Platform};
 use crate::fake_battlelog::{FakeBattlelog, FakeSettings};
 use crate::import::{self, ImportOptions, SoldierRow};
 use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::parse_exposition;
-use crate::pgcluster::{PgClusterArgs, PrivateCluster};
 use crate::projector::Projector;
 use crate::registry::Registration;
 use crate::serve::{Serve, ServeSettings};
@@ -159,7 +159,12 @@ pub async fn run(
         Some(url) => DbTarget::parse(Some(url))?,
         None => {
             args.pg.validate()?;
-            let c = PrivateCluster::start(args.pg.options())
+            let options = args
+                .pg
+                .options()
+                .context("choosing the private PostgreSQL's directory")?;
+            eprintln!("private PostgreSQL in {}", options.root.display());
+            let c = PrivateCluster::start(options)
                 .await
                 .context("starting the private PostgreSQL")?;
             let target = DbTarget::parse(Some(c.url()))?;

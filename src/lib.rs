@@ -10,6 +10,7 @@ pub mod collector;
 pub mod config;
 pub mod db;
 pub mod demo;
+pub mod dev;
 pub mod domain;
 pub mod egress;
 pub mod fake_battlelog;
@@ -21,7 +22,7 @@ pub mod locks;
 pub mod metrics;
 pub mod monitor;
 pub mod output;
-pub mod pgcluster;
+
 pub mod projector;
 pub mod queue;
 pub mod registry;

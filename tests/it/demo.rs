@@ -9,22 +9,12 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::support::{TestDb, bin};
 
-fn run_demo(
-    args: &[&str],
-    database_url: Option<&str>,
-    pg_root: Option<&PathBuf>,
-) -> (Output, Value) {
+fn run_demo(args: &[&str], database_url: &str) -> (Output, Value) {
     let mut cmd = bin();
     cmd.arg("demo")
         .args(args)
         .args(["--json", "--listen", "127.0.0.1:0"])
-        .env_remove("DATABASE_URL");
-    if let Some(url) = database_url {
-        cmd.env("DATABASE_URL", url);
-    }
-    if let Some(root) = pg_root {
-        cmd.arg("--pg-root").arg(root);
-    }
+        .env("DATABASE_URL", database_url);
     let out = cmd.output().expect("run demo");
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -49,8 +39,7 @@ async fn demo_runs_both_lanes_and_projects_exactly(_: PgPoolOptions, opts: PgCon
             "--request-every",
             "1s",
         ],
-        Some(&db.url),
-        None,
+        &db.url,
     );
     assert!(
         out.status.success(),
@@ -84,19 +73,51 @@ async fn demo_runs_both_lanes_and_projects_exactly(_: PgPoolOptions, opts: PgCon
     assert_eq!(collectors, 0, "every demo collector drained on exit");
 }
 
+/// The README's first command as a newcomer runs it: from a checkout inside
+/// a directory only its owner may enter (root's home is mode 0700), with no
+/// `--pg-root`. As root the server runs as `postgres`, so the default cluster
+/// goes to /var/tmp, keyed by the checkout; it is reused by the next run.
 #[test]
-fn demo_on_a_private_cluster_starts_stops_and_reuses_it() {
-    let root =
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("demo-pg-{}", std::process::id()));
+fn demo_on_a_private_cluster_from_a_private_home_starts_stops_and_reuses_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = std::env::temp_dir().join(format!("bf4ps-it-home-{}", std::process::id()));
+    let checkout = home.join("checkout");
+    std::fs::create_dir_all(&checkout).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let root = if nix::unistd::geteuid().is_root() {
+        let key = bf4ps_ops::dev::pgcluster::keyed_name(0, &checkout.canonicalize().unwrap());
+        PathBuf::from(bf4ps_ops::dev::pgcluster::SHARED_BASE).join(key)
+    } else {
+        checkout.join(".bf4ps")
+    };
     let _ = std::fs::remove_dir_all(&root);
-    let (out, first) = run_demo(&["--duration", "3s", "--soldiers", "90"], None, Some(&root));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let run = || {
+        let out = bin()
+            .current_dir(&checkout)
+            .args(["demo", "--duration", "3s", "--soldiers", "90"])
+            .args(["--json", "--listen", "127.0.0.1:0"])
+            .env_remove("DATABASE_URL")
+            .env_remove("BF4PS_PG_ROOT")
+            .output()
+            .expect("run demo");
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "demo printed no JSON summary ({e}); status {:?}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (out, summary)
+    };
+    let (out, first) = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert_eq!(first["private_cluster"], true);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("initializing a PostgreSQL"));
+    assert!(
+        stderr.contains(&format!("private PostgreSQL in {}", root.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("initializing a PostgreSQL"));
     assert!(root.join("pgdata").join("PG_VERSION").is_file());
     // Stopped on exit: no server process remains.
     assert!(
@@ -105,19 +126,16 @@ fn demo_on_a_private_cluster_starts_stops_and_reuses_it() {
     );
 
     // A second run reuses the data directory: the first run's events are still there.
-    let (out, second) = run_demo(&["--duration", "3s", "--soldiers", "90"], None, Some(&root));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (out, second) = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
     assert_eq!(second["private_cluster"], true);
     assert_eq!(second["soldiers"], 90, "the population was not duplicated");
     assert!(!root.join("pgdata").join("postmaster.pid").exists());
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("initializing a PostgreSQL"),
         "the second run initialized a new cluster:\n{stderr}"
     );
     let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(&home);
 }

@@ -1,11 +1,11 @@
 //! The private PostgreSQL cluster of `demo`: real servers from the installed
-//! binaries, each test in a fresh root under `target/tmp`.
+//! binaries, each test in a fresh root under the system's temporary directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bf4ps_ops::db::{self, DbTarget};
-use bf4ps_ops::pgcluster::{ClusterError, ClusterOptions, PrivateCluster};
+use bf4ps_ops::dev::pgcluster::{ClusterError, ClusterOptions, PrivateCluster};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -16,13 +16,16 @@ use crate::support::eventually;
 /// Names the root for [`crashed_run_child`], which runs in a child process.
 const CRASH_ROOT_ENV: &str = "BF4PS_TEST_PGCLUSTER_CRASH_ROOT";
 
-/// A fresh root under target/tmp. On drop (also when a test fails) any server
+/// A fresh root under the temporary directory. On drop (also when a test fails) any server
 /// still running in it is stopped immediately and the directory is removed.
 struct TempRoot(PathBuf);
 
 impl TempRoot {
     fn new(name: &str) -> TempRoot {
-        TempRoot(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        // Under the system's temporary directory, not target/: as root the
+        // server's OS user must be able to enter it, and a checkout may live
+        // in a home directory it cannot enter.
+        TempRoot(std::env::temp_dir().join(format!(
             "pgc-{name}-{}-{}",
             std::process::id(),
             fastrand::u32(..)
