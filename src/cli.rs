@@ -37,6 +37,17 @@ pub struct Cli {
     )]
     pub log: String,
 
+    /// Log line format: `text` (coloured only on a terminal, never with NO_COLOR) or
+    /// `json` (one object per line, span fields such as collector, lane and job as keys).
+    #[arg(
+        long,
+        env = "BF4PS_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: crate::telemetry::LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -136,7 +136,7 @@ impl Collector {
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
         let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
-        info!(collector.name = %id.name, collector.uuid = %id.uuid, lane = %id.lane,
+        info!(collector = %id.name, collector_uuid = %id.uuid, lane = %id.lane,
               egress = %id.egress_key, "collector registered");
         Ok(Collector {
             policy: Policy::from(&tuning),
@@ -171,7 +171,7 @@ impl Collector {
         drain: CancellationToken,
         abort: CancellationToken,
     ) -> Result<(), CollectorError> {
-        let span = info_span!("collector", collector.name = %self.id.name, lane = %self.id.lane);
+        let span = info_span!("collector", collector = %self.id.name, lane = %self.id.lane);
         async move {
             let stop_heartbeat = CancellationToken::new();
             let heartbeat = tokio::spawn(heartbeat_loop(
@@ -308,7 +308,7 @@ impl Collector {
         mut conn: PoolConnection<Postgres>,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
-        let span = info_span!("job", job.id = job.job_id, resource = %job.resource,
+        let span = info_span!("job", job = job.job_id, resource = %job.resource,
                               attempt = job.attempt_count);
         let lease = job.lease();
         let outcome = async {
@@ -345,8 +345,8 @@ impl Collector {
                         message: failure.message,
                         duration: failure.duration,
                     };
-                    info!(error_class = %attempt.class, http_status = ?attempt.http_status,
-                          message = %attempt.message, "attempt failed");
+                    info!(error_class = %attempt.class, http_status = attempt.http_status,
+                          reason = %attempt.message, "attempt failed");
                     Finish::Failure(attempt)
                 }
             };

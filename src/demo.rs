@@ -114,7 +114,7 @@ pub struct PerLane {
 }
 
 /// What a demo run did (printed at the end; `--json` for scripts and tests).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Summary {
     /// The database (password redacted).
     pub database: String,
@@ -278,18 +278,17 @@ async fn run_on(
         json: args.json,
         tty: out_is_tty,
         metrics_url: metrics_url.clone(),
+        drawn: Default::default(),
     };
     live.line(&format!(
-        "bf4ps-ops demo: {} soldiers, {} interactive + {} background collectors, fake Battlelog at {}; \
-         metrics at {metrics_url}; {}",
-        soldiers,
-        INTERACTIVE_COLLECTORS,
-        BACKGROUND_COLLECTORS,
-        fake.url(),
+        "bf4ps-ops demo: {soldiers} soldiers, {INTERACTIVE_COLLECTORS} interactive + \
+         {BACKGROUND_COLLECTORS} background collectors; {}\nfake Battlelog at {}\n\
+         metrics at {metrics_url}",
         match args.duration {
             Some(d) => format!("stopping after {}", crate::config::fmt_duration(d)),
             None => "Ctrl-C to stop".to_owned(),
-        }
+        },
+        fake.url(),
     ));
     let deadline = args.duration.map(|d| tokio::time::Instant::now() + d);
     let mut request_tick = tokio::time::interval(args.request_every);
@@ -501,13 +500,19 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
         .iter()
         .filter_map(|r| r.eta_seconds)
         .fold(None, |m: Option<f64>, e| Some(m.map_or(e, |m| m.max(e))));
-    let states: Vec<String> = rows
-        .iter()
-        .map(|r| format!("{}:{}", r.resource, r.state))
-        .collect();
+    // "created 3, running 1": how many resources each state has.
+    let mut states: Vec<(String, usize)> = Vec::new();
+    for r in &rows {
+        let state = r.state.to_string();
+        match states.iter_mut().find(|(s, _)| *s == state) {
+            Some((_, n)) => *n += 1,
+            None => states.push((state, 1)),
+        }
+    }
+    let states: Vec<String> = states.iter().map(|(s, n)| format!("{s} {n}")).collect();
     Ok(format!(
         "{platform}/{persona} → {} (ETA {})",
-        states.join(" "),
+        states.join(", "),
         crate::request::fmt_eta(eta)
     ))
 }
@@ -529,19 +534,44 @@ fn last_wake_to_claim_ms(running: &[RunningCollector]) -> Option<f64> {
         .map(|us| us as f64 / 1000.0)
 }
 
-/// The live screen: redrawn in place on a terminal, one line per tick otherwise.
+/// Width every line of the live screen fits in.
+const SCREEN_COLUMNS: usize = 100;
+
+/// The live screen: a few short lines redrawn in place on a terminal; one
+/// plain line per tick otherwise (logs, pipes). No line is wider than
+/// [`SCREEN_COLUMNS`].
 struct Live {
     json: bool,
     tty: bool,
     metrics_url: String,
+    /// Lines drawn by the last redraw (moved over and cleared by the next).
+    drawn: std::sync::atomic::AtomicUsize,
+}
+
+/// `text` cut to [`SCREEN_COLUMNS`] characters (an ellipsis marks the cut).
+fn fit(text: &str) -> String {
+    if text.chars().count() <= SCREEN_COLUMNS {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(SCREEN_COLUMNS - 1).collect();
+    cut.push('…');
+    cut
 }
 
 impl Live {
-    fn line(&self, text: &str) {
+    fn write(&self, text: &str) {
         if self.json {
-            eprintln!("{text}");
+            eprint!("{text}");
         } else {
-            crate::outln!("{text}");
+            crate::out!("{text}");
+        }
+    }
+
+    /// A plain line (start and stop messages), never redrawn over.
+    fn line(&self, text: &str) {
+        self.drawn.store(0, Ordering::Relaxed);
+        for part in text.lines() {
+            self.write(&format!("{}\n", fit(part)));
         }
     }
 
@@ -553,68 +583,180 @@ impl Live {
         last_request: &str,
         wake_ms: Option<f64>,
     ) {
+        let frame = self.frame(elapsed, status, events_per_s, last_request, wake_ms);
+        self.write(&frame);
+    }
+
+    /// The text of one tick: a redraw over the previous one on a terminal,
+    /// one plain line otherwise.
+    fn frame(
+        &self,
+        elapsed: Duration,
+        status: Option<crate::status::Status>,
+        events_per_s: f64,
+        last_request: &str,
+        wake_ms: Option<f64>,
+    ) -> String {
         let wake = wake_ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms"));
         let head = format!(
-            "demo {:>4}s  events/s {events_per_s:>7.1}  last interactive wake→claim {wake}  metrics {}",
+            "demo {:>4}s · {events_per_s:>6.1} events/s · interactive wake→claim {wake}",
             elapsed.as_secs(),
-            self.metrics_url
         );
-        if !self.tty {
-            let queue = status.as_ref().map_or(String::new(), |s| {
+        let queue = status.as_ref().map(|s| {
+            let q = |l: &crate::status::LaneQueue| {
                 format!(
-                    "  pending int/bg {}/{}",
+                    "{} pending, {} running",
+                    l.pending.total(),
+                    l.claimed.total() + l.running.total()
+                )
+            };
+            format!(
+                "queue: interactive {} · background {}",
+                q(&s.queue.interactive),
+                q(&s.queue.background)
+            )
+        });
+        let request = format!("last request: {last_request}");
+        if !self.tty {
+            let pending = status.as_ref().map_or(String::new(), |s| {
+                format!(
+                    " · pending {}/{}",
                     s.queue.interactive.pending.total(),
                     s.queue.background.pending.total()
                 )
             });
-            self.line(&format!("{head}{queue}  last request {last_request}"));
-            return;
+            let line = format!(
+                "demo {:>4}s · {events_per_s:>6.1} events/s · wake→claim {wake}{pending} · {last_request}",
+                elapsed.as_secs(),
+            );
+            return format!("{}\n", fit(&line));
         }
-        let mut text = String::from("\x1b[2J\x1b[H");
-        text.push_str(&head);
-        text.push('\n');
-        text.push_str(&format!("last interactive request: {last_request}\n\n"));
-        if let Some(s) = status {
-            text.push_str(&s.render());
+        let lines: Vec<String> = [Some(head), queue, Some(request)]
+            .into_iter()
+            .flatten()
+            .chain([format!("metrics {} · Ctrl-C to stop", self.metrics_url)])
+            .map(|l| fit(&l))
+            .collect();
+        // Back over the previous drawing, clear to the end, draw again.
+        let mut text = String::new();
+        let previous = self.drawn.swap(lines.len(), Ordering::Relaxed);
+        if previous > 0 {
+            text.push_str(&format!("\x1b[{previous}F\x1b[J"));
         }
-        text.push_str("\nCtrl-C to stop\n");
-        if self.json {
-            eprint!("{text}");
-        } else {
-            crate::out!("{text}");
+        for l in &lines {
+            text.push_str(l);
+            text.push('\n');
         }
+        text
     }
 }
 
 impl Summary {
-    /// Human-readable summary.
+    /// Human-readable summary: a few lines, each within [`SCREEN_COLUMNS`].
     pub fn render(&self) -> String {
-        format!(
-            "demo ran {:.0}s on {}{}: {} interactive and {} background jobs succeeded, {} failed \
-             attempts, {} lease(s) lost; {} interactive request(s), {} claimed right after a \
-             notification (last wake→claim {}); {} events written, {} projected{}\n",
-            self.duration_s,
-            self.database,
-            if self.private_cluster {
-                " (private cluster)"
-            } else {
-                ""
-            },
-            self.succeeded.interactive,
-            self.succeeded.background,
-            self.failed,
-            self.lease_lost,
-            self.interactive_requests,
-            self.interactive_claims_after_notify,
-            self.last_wake_to_claim_ms
-                .map_or("-".to_owned(), |ms| format!("{ms:.1} ms")),
-            self.events_written,
-            self.events_projected,
-            if self.projector_matches {
-                " (exact)"
-            } else {
-                " (MISMATCH)"
-            },
-        )
+        let lines = [
+            format!(
+                "demo ran {:.0}s on {}{}",
+                self.duration_s,
+                self.database,
+                if self.private_cluster {
+                    " (private cluster)"
+                } else {
+                    ""
+                },
+            ),
+            format!(
+                "jobs: {} interactive and {} background succeeded, {} failed attempts, {} lease(s) lost",
+                self.succeeded.interactive, self.succeeded.background, self.failed, self.lease_lost,
+            ),
+            format!(
+                "interactive: {} request(s), {} claims right after a notification (last wake→claim {})",
+                self.interactive_requests,
+                self.interactive_claims_after_notify,
+                self.last_wake_to_claim_ms
+                    .map_or("-".to_owned(), |ms| format!("{ms:.1} ms")),
+            ),
+            format!(
+                "events: {} written, {} projected{}",
+                self.events_written,
+                self.events_projected,
+                if self.projector_matches {
+                    " (exact)"
+                } else {
+                    " (MISMATCH)"
+                },
+            ),
+        ];
+        lines.iter().map(|l| fit(l) + "\n").collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn live(tty: bool) -> Live {
+        Live {
+            json: false,
+            tty,
+            metrics_url: "http://127.0.0.1:9640/metrics".into(),
+            drawn: Default::default(),
+        }
+    }
+
+    const LONG_REQUEST: &str =
+        "xboxone/1234567890 → created 2, promoted 1, running 1 (ETA 2h 10m) and a very long tail";
+
+    #[test]
+    fn every_line_fits_a_100_column_terminal() {
+        for tty in [false, true] {
+            let l = live(tty);
+            for _ in 0..2 {
+                let frame = l.frame(
+                    Duration::from_secs(86_399),
+                    None,
+                    123_456.7,
+                    LONG_REQUEST,
+                    Some(1234.5),
+                );
+                for line in frame.split('\n') {
+                    let visible = line.rsplit('\x1b').next().unwrap_or(line);
+                    assert!(visible.chars().count() <= SCREEN_COLUMNS, "{line:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_terminal_is_redrawn_in_place_and_a_pipe_gets_plain_lines() {
+        let tty = live(true);
+        let first = tty.frame(Duration::ZERO, None, 0.0, "none yet", None);
+        assert!(!first.contains('\x1b'), "{first:?}");
+        let drawn = first.lines().count();
+        assert!((2..=4).contains(&drawn), "{first:?}");
+        let second = tty.frame(Duration::from_secs(2), None, 1.0, "none yet", None);
+        assert!(
+            second.starts_with(&format!("\x1b[{drawn}F\x1b[J")),
+            "{second:?}"
+        );
+        let pipe = live(false).frame(Duration::ZERO, None, 0.0, "none yet", None);
+        assert_eq!(pipe.lines().count(), 1);
+        assert!(!pipe.contains('\x1b'));
+    }
+
+    #[test]
+    fn the_summary_is_short_lines() {
+        let summary = Summary {
+            duration_s: 30.0,
+            database: "postgres://postgres@127.0.0.1:54330/bf4ps".into(),
+            private_cluster: true,
+            ..Summary::default()
+        };
+        let text = summary.render();
+        assert!(text.lines().count() >= 3);
+        assert!(
+            text.lines().all(|l| l.chars().count() <= SCREEN_COLUMNS),
+            "{text}"
+        );
     }
 }

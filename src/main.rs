@@ -17,7 +17,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    bf4ps_ops::telemetry::init(cli.log_filter());
+    bf4ps_ops::telemetry::init(cli.log_filter(), cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -73,7 +73,7 @@ impl Monitor {
             recovered += batch.len();
             for job in &batch {
                 info!(
-                    job.id = job.job_id,
+                    job = job.job_id,
                     attempts = job.attempt_count,
                     "expired lease recovered"
                 );

@@ -1052,3 +1052,88 @@ async fn collector_process_exports_its_metrics(_: PgPoolOptions, opts: PgConnect
     .unwrap();
     assert!(wait_exit(&mut child).await.success());
 }
+
+/// Stops a collector process with SIGTERM (drain) and returns its stderr.
+async fn drain_and_read_stderr(mut child: ChildGuard) -> String {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = wait_exit(&mut child).await;
+    assert!(status.success(), "collector exit {status}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    err
+}
+
+/// Logs fit where operators send them: no colour escapes off a terminal,
+/// and `--log-format json` lines carry the span fields as keys.
+#[sqlx::test]
+async fn logs_are_plain_off_a_terminal_and_json_lines_carry_span_fields(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    for (format, persona) in [("text", 41), ("json", 42)] {
+        let s = soldier(p, persona).await;
+        fake.script(Platform::Pc, persona, None, vec![Scripted::Status(503)]);
+        let j = job(
+            p,
+            s,
+            Resource::Detailed,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            0,
+        )
+        .await;
+        let name = format!("logs-{format}");
+        let mut cmd = bin();
+        cmd.args(["collector", "--name", &name, "--lane", "background"])
+            .args(["--egress-key", "e", "--upstream-url", &fake.url()])
+            .env("DATABASE_URL", &db.url)
+            .env("BF4PS_LOG", "info")
+            .env("BF4PS_LOG_FORMAT", format)
+            .env_remove("NO_COLOR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in fast_env() {
+            cmd.env(k, v);
+        }
+        let child = ChildGuard(cmd.spawn().unwrap());
+        wait_event(p, "failed", j, 1).await;
+        let stderr = drain_and_read_stderr(child).await;
+        assert!(
+            !stderr.contains('\x1b'),
+            "colour escapes in {format} logs:\n{stderr}"
+        );
+        let failed = stderr
+            .lines()
+            .find(|l| l.contains("attempt failed"))
+            .unwrap_or_else(|| panic!("no 'attempt failed' line:\n{stderr}"));
+        if format == "text" {
+            assert!(failed.contains(&format!("collector={name}")), "{failed}");
+            continue;
+        }
+        for line in stderr.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+            assert!(
+                v["timestamp"].is_string() && v["level"].is_string(),
+                "{line}"
+            );
+        }
+        let v: serde_json::Value = serde_json::from_str(failed).unwrap();
+        assert_eq!(v["message"], "attempt failed", "{failed}");
+        assert_eq!(v["level"], "INFO");
+        assert_eq!(v["collector"], name.as_str(), "{failed}");
+        assert_eq!(v["lane"], "background", "{failed}");
+        assert_eq!(v["job"], j, "{failed}");
+        assert_eq!(v["resource"], "detailed", "{failed}");
+        assert_eq!(v["error_class"], "server", "{failed}");
+        assert_eq!(v["http_status"], 503, "{failed}");
+    }
+}

@@ -225,7 +225,8 @@ fn help_defaults(help: &str, into: &mut BTreeMap<String, String>) {
             continue;
         };
         let default = &rest[j + "[default: ".len()..];
-        let Some(end) = default.rfind(']') else {
+        // Up to the first `]`: `[possible values: …]` may follow.
+        let Some(end) = default.find(']') else {
             continue;
         };
         into.insert(var, default[..end].to_owned());
