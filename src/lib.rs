@@ -15,6 +15,7 @@ pub mod domain;
 pub mod egress;
 pub mod fake_battlelog;
 pub mod feeder;
+pub mod freshness;
 pub mod gauges;
 pub mod import;
 pub mod listener;

@@ -30,6 +30,10 @@ pub const FEEDER: i64 = 0x6266_3470_7366_6564;
 /// transaction lock taken inside SQL `bf4ps_request_refresh`, migration 0006).
 pub const INTERACTIVE_ADMISSION: i64 = 0x6266_3470_7361_646d;
 
+/// One freshness compaction ("bf4psfrs"; transaction lock taken inside SQL
+/// `bf4ps_freshness_compact`, migration 0008).
+pub const FRESHNESS: i64 = 0x6266_3470_7366_7273;
+
 /// Every key with its name, for messages about holders.
 pub const ALL: &[(i64, &str)] = &[
     (MIGRATE, "migrate"),
@@ -37,6 +41,7 @@ pub const ALL: &[(i64, &str)] = &[
     (RETENTION, "retention"),
     (FEEDER, "feeder"),
     (INTERACTIVE_ADMISSION, "interactive admission"),
+    (FRESHNESS, "freshness compaction"),
 ];
 
 /// The name of lock `key` ("advisory lock" for a foreign key).
@@ -144,5 +149,21 @@ mod tests {
         assert_eq!(&PROJECTOR.to_be_bytes()[5..], b"prj");
         assert_eq!(name(RETENTION), "retention");
         assert_eq!(name(42), "advisory lock");
+    }
+
+    #[test]
+    fn keys_taken_in_sql_match() {
+        for (file, key) in [
+            (
+                include_str!("../migrations/0006_least_privilege.sql"),
+                INTERACTIVE_ADMISSION,
+            ),
+            (
+                include_str!("../migrations/0008_freshness_rollup.sql"),
+                FRESHNESS,
+            ),
+        ] {
+            assert!(file.contains(&key.to_string()), "{key:#x} ({})", name(key));
+        }
     }
 }

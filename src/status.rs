@@ -25,7 +25,7 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
-use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER, freshness_bounds};
+use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
 use crate::projector::{self, ProjectorError};
 use crate::retention::{self, RetentionError};
 
@@ -104,7 +104,8 @@ pub struct PerResource<T> {
 }
 
 impl<T> PerResource<T> {
-    fn get_mut(&mut self, r: Resource) -> &mut T {
+    /// The value of `r`.
+    pub fn get_mut(&mut self, r: Resource) -> &mut T {
         match r {
             Resource::Detailed => &mut self.detailed,
             Resource::Profile => &mut self.profile,
@@ -321,7 +322,7 @@ pub async fn gather(pool: &PgPool, at: Option<DateTime<Utc>>) -> Result<Status, 
         .await?;
     let collectors = collectors(&mut tx, at).await?;
     let queue = queue(&mut tx, at).await?;
-    let freshness = freshness(&mut tx, at).await?;
+    let freshness = crate::freshness::read(&mut tx, at).await?;
     let projector = projector_status(&mut tx, at).await?;
     let retention = retention_status(&mut tx, at).await?;
     tx.commit().await?;
@@ -387,36 +388,6 @@ async fn queue(
         q.get_mut(lane).oldest_pending_age_s = age;
     }
     Ok(q)
-}
-
-async fn freshness(
-    conn: &mut PgConnection,
-    at: DateTime<Utc>,
-) -> Result<PerResource<ResourceFreshness>, sqlx::Error> {
-    // width_bucket: 0 below the first bound … n at or above the last; NULL
-    // (never succeeded) stays NULL.
-    let rows: Vec<(Resource, Option<i32>, i64, Option<f64>)> = sqlx::query_as(
-        "SELECT resource, \
-                width_bucket(extract(epoch FROM ($1 - last_success_at))::float8, $2::float8[]), \
-                count(*), \
-                extract(epoch FROM ($1 - min(last_success_at)))::float8 \
-         FROM collection_state GROUP BY 1, 2",
-    )
-    .bind(at)
-    .bind(freshness_bounds())
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut f = PerResource::<ResourceFreshness>::default();
-    let never = FRESHNESS_BANDS.len();
-    for (resource, band, n, oldest) in rows {
-        let r = f.get_mut(resource);
-        let i = band.map_or(never, |b| (b.max(0) as usize).min(never - 1));
-        r.pairs.0[i].1 += n.max(0) as u64;
-        if let Some(age) = oldest {
-            r.oldest_success_age_s = Some(r.oldest_success_age_s.map_or(age, |a| a.max(age)));
-        }
-    }
-    Ok(f)
 }
 
 /// Seconds from `t` to `at`.
@@ -647,6 +618,7 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::catalog::freshness_bounds;
 
     #[test]
     fn bands_match_the_catalog() {

@@ -11,6 +11,7 @@ mod collector;
 mod demo;
 mod docs;
 mod feeder;
+mod freshness;
 mod import;
 mod listener;
 mod observability;

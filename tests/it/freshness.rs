@@ -1,0 +1,233 @@
+//! Freshness rollups (migration 0008): after every kind of write the rollup
+//! read by `status` and the gauges equals a full scan of `collection_state`
+//! bucketed the same way, compacted or not; and the migration fills the
+//! rollup of a database populated by the previous release.
+
+use std::time::Duration;
+
+use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
+use bf4ps_ops::freshness;
+use bf4ps_ops::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
+use bf4ps_ops::queue::{self, AttemptFailure, Policy};
+use bf4ps_ops::status::{PerResource, ResourceFreshness};
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::fixtures::{claim_and_start, collector, job, soldier, succeed};
+use crate::support::{TestDb, exec};
+
+/// The same figures from a full scan of collection_state.
+async fn scanned(pool: &PgPool, at: DateTime<Utc>) -> PerResource<ResourceFreshness> {
+    let rows: Vec<(Resource, Option<i32>, i64)> = sqlx::query_as(
+        "SELECT resource,
+                CASE WHEN last_success_at IS NULL THEN NULL
+                     ELSE width_bucket(extract(epoch FROM ($1 - bf4ps_freshness_slot(last_success_at)))::float8,
+                                       $2::float8[]) END,
+                count(*)
+         FROM collection_state GROUP BY 1, 2",
+    )
+    .bind(at)
+    .bind(freshness_bounds())
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let mut f = PerResource::<ResourceFreshness>::default();
+    let never = FRESHNESS_BANDS.len();
+    for (resource, band, n) in rows {
+        let i = band.map_or(never, |b| (b.max(0) as usize).min(never - 1));
+        f.get_mut(resource).pairs.0[i].1 += n as u64;
+    }
+    let oldest: Vec<(Resource, Option<f64>)> = sqlx::query_as(
+        "SELECT resource, extract(epoch FROM ($1 - min(last_success_at)))::float8
+         FROM collection_state GROUP BY 1",
+    )
+    .bind(at)
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    for (resource, age) in oldest {
+        f.get_mut(resource).oldest_success_age_s = age;
+    }
+    f
+}
+
+async fn rolled_up(pool: &PgPool, at: DateTime<Utc>) -> PerResource<ResourceFreshness> {
+    let mut conn = pool.acquire().await.unwrap();
+    freshness::read(&mut conn, at).await.unwrap()
+}
+
+/// The rollup equals the scan now, and again after a compaction.
+async fn assert_exact(pool: &PgPool, when: &str) {
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let scan = scanned(pool, at).await;
+    assert_eq!(rolled_up(pool, at).await, scan, "{when}: before compaction");
+    assert!(freshness::compact(pool).await.unwrap().is_some());
+    let deltas: i64 = sqlx::query_scalar("SELECT count(*) FROM freshness_deltas")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(deltas, 0, "{when}: compaction folds every delta");
+    assert_eq!(rolled_up(pool, at).await, scan, "{when}: after compaction");
+}
+
+fn total(f: &PerResource<ResourceFreshness>) -> u64 {
+    [&f.detailed, &f.profile, &f.weapons, &f.vehicles]
+        .iter()
+        .map(|r| r.pairs.0.iter().map(|(_, n)| n).sum::<u64>())
+        .sum()
+}
+
+#[sqlx::test]
+async fn the_rollup_equals_a_full_scan_after_every_kind_of_write(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    assert_exact(p, "empty").await;
+
+    // Imports: soldiers and their four pairs, in batches.
+    let csv: String = (1..=300)
+        .map(|i| format!("pc,{},s{i}\n", 10_000 + i))
+        .collect();
+    let parsed = bf4ps_ops::import::parse(csv.as_bytes(), false).unwrap();
+    bf4ps_ops::import::load(
+        p,
+        std::sync::Arc::new(parsed.rows),
+        bf4ps_ops::import::ImportOptions {
+            skip_invalid: false,
+            progress: false,
+            batch_rows: 64,
+            workers: 2,
+        },
+    )
+    .await
+    .unwrap();
+    assert_exact(p, "import").await;
+    assert_eq!(total(&rolled_up(p, Utc::now()).await), 1200);
+
+    // Pairs that succeeded at every age, including past 8 days (day slots).
+    exec(
+        p,
+        "UPDATE collection_state SET last_success_at = now() - (soldier_id % 97) * interval '3 hours 7 minutes'
+         WHERE soldier_id % 3 = 0",
+    )
+    .await
+    .unwrap();
+    assert_exact(p, "aged successes").await;
+
+    // Successes and failures through the queue, an unavailable verdict.
+    let policy = Policy::default();
+    let me = collector(p, "fresh", Lane::Background).await;
+    for persona in 1..=6 {
+        let s = soldier(p, persona).await;
+        job(
+            p,
+            s,
+            Resource::Weapons,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            0,
+        )
+        .await;
+        let claimed = claim_and_start(p, &me).await;
+        match persona % 3 {
+            0 => {
+                succeed(p, &claimed.lease(), 10).await;
+            }
+            class => {
+                let failure = AttemptFailure {
+                    class: if class == 1 {
+                        ErrorClass::Server
+                    } else {
+                        ErrorClass::Unavailable
+                    },
+                    http_status: Some(if class == 1 { 503 } else { 404 }),
+                    message: "test".into(),
+                    duration: Duration::from_millis(5),
+                };
+                queue::finalize_failure(p, &claimed.lease(), &failure, &policy)
+                    .await
+                    .unwrap()
+                    .committed()
+                    .unwrap();
+            }
+        }
+    }
+    assert_exact(p, "queue outcomes").await;
+
+    // Interactive requests create soldiers and pairs through the definer.
+    sqlx::query("SELECT * FROM bf4ps_request_refresh('ps4', 5151)")
+        .fetch_all(p)
+        .await
+        .unwrap();
+    assert_exact(p, "request").await;
+
+    // Deleting soldiers cascades to their pairs.
+    exec(p, "DELETE FROM soldiers WHERE soldier_id % 10 = 0")
+        .await
+        .unwrap();
+    assert_exact(p, "deletes").await;
+
+    // Retention and a projector rebuild never touch freshness.
+    let before = rolled_up(p, Utc::now()).await;
+    bf4ps_ops::retention::run_once(
+        p,
+        &bf4ps_ops::retention::RetentionSettings {
+            retention: Duration::from_secs(3600),
+            batch: 100,
+            dry_run: false,
+            now: Some(Utc::now() + chrono::Duration::days(1)),
+        },
+        None,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    bf4ps_ops::projector::rebuild(p, &db.target, 100, Duration::from_secs(5), |_| {})
+        .await
+        .unwrap();
+    assert_exact(p, "retention and rebuild").await;
+    assert_eq!(
+        total(&rolled_up(p, Utc::now()).await),
+        total(&before),
+        "retention or rebuild changed the pair count"
+    );
+
+    // TRUNCATE bypasses row triggers; its own trigger empties the rollup.
+    exec(p, "TRUNCATE collection_state").await.unwrap();
+    assert_exact(p, "truncate").await;
+}
+
+/// A database populated by the previous release (migrations up to 0007)
+/// gets an exact rollup from migration 0008.
+#[sqlx::test(migrations = false)]
+async fn the_upgrade_fills_the_rollup_of_a_populated_database(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    bf4ps_ops::db::MIGRATOR.run_to(7, p).await.unwrap();
+    exec(
+        p,
+        "INSERT INTO soldiers (platform, persona_id)
+         SELECT 'pc', g FROM generate_series(1, 2000) g;
+         INSERT INTO collection_state (soldier_id, resource, last_success_at)
+         SELECT s.soldier_id, r,
+                CASE WHEN s.soldier_id % 5 = 0 THEN NULL
+                     ELSE now() - (s.soldier_id * 37 % 20000) * interval '1 minute' END
+         FROM soldiers s CROSS JOIN unnest(ARRAY['detailed', 'profile', 'weapons', 'vehicles']) r",
+    )
+    .await
+    .unwrap();
+    let report = bf4ps_ops::db::migrate(p).await.unwrap();
+    assert!(report.applied.contains(&8), "{report:?}");
+    assert_exact(p, "upgrade").await;
+    assert_eq!(total(&rolled_up(p, Utc::now()).await), 8000);
+}
