@@ -630,6 +630,13 @@ fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
         ("BF4PS_AGING_WEIGHT", t.aging_weight.to_string()),
         ("BF4PS_ETA_WINDOW", d(t.eta_window)),
         ("BF4PS_EGRESS_RATE", t.egress_rate.to_string()),
+        (
+            "BF4PS_GLOBAL_HOURLY_BUDGET",
+            t.global_hourly_budget.to_string(),
+        ),
+        ("BF4PS_GLOBAL_BUDGET_WINDOW", d(t.global_budget_window)),
+        ("BF4PS_THROTTLE_PAUSE", d(t.throttle_pause)),
+        ("BF4PS_THROTTLE_PAUSE_MAX", d(t.throttle_pause_max)),
         ("BF4PS_RETENTION", d(t.retention)),
         ("BF4PS_RETENTION_BATCH", t.retention_batch.to_string()),
         ("BF4PS_RETENTION_INTERVAL", d(t.retention_interval)),
