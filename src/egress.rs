@@ -13,10 +13,10 @@
 //!
 //! Invariants:
 //! - per key, grants are at least `1/rate` apart; fleet-wide, background
-//!   grants are at least `window/budget × (1 + BUDGET_MARGIN)` apart, so no
-//!   rolling window holds more than `budget` of them, and requests that
-//!   reach Battlelog up to `BUDGET_MARGIN × window` later than their grant
-//!   (36 s at 1h) still fit in it;
+//!   grants are at least [`budget_spacing`] apart, so no rolling window
+//!   holds more than `budget` of them, and requests that reach Battlelog
+//!   up to `BUDGET_SLACK + BUDGET_MARGIN × window` later than their grant
+//!   (1 s + 36 s at 1h) still fit in it, counted at Battlelog;
 //! - nothing is booked ahead: a paused key, or a key with many collectors,
 //!   never holds the budget (and so the other keys) back;
 //! - a pause is seen by every pass that starts after it committed: at most
@@ -33,10 +33,15 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Tuning;
 use crate::domain::Lane;
 
-/// Extra spacing of the global budget's slots (1%): requests reach
-/// Battlelog some milliseconds after their grant, and that jitter must not
-/// push a rolling window, counted at Battlelog, over the budget.
+/// Extra spacing of the global budget's slots, as a share of the window
+/// (1%): requests reach Battlelog some time after their grant (the claim,
+/// the start, the connection), and the spread of that delay must not push a
+/// rolling window, counted at Battlelog, over the budget.
 pub const BUDGET_MARGIN: f64 = 0.01;
+
+/// Spread of that delay the budget absorbs however short its window (a
+/// budget of N slots is stretched by this much in all).
+pub const BUDGET_SLACK: Duration = Duration::from_secs(1);
 
 /// Longest sleep between two passes while waiting (a pause may be lifted,
 /// or shortened, by an operator meanwhile).
@@ -88,11 +93,11 @@ impl Limits {
     }
 }
 
-/// The spacing of the budget's slots: `window / budget`, plus the margin.
+/// The spacing of the budget's slots: `(window × (1 + BUDGET_MARGIN) +
+/// BUDGET_SLACK) / budget`. `budget + 1` grants then span more than
+/// `window + BUDGET_SLACK + BUDGET_MARGIN × window`.
 pub fn budget_spacing(window: Duration, budget: u32) -> Duration {
-    window
-        .div_f64(f64::from(budget.max(1)))
-        .mul_f64(1.0 + BUDGET_MARGIN)
+    (window.mul_f64(1.0 + BUDGET_MARGIN) + BUDGET_SLACK).div_f64(f64::from(budget.max(1)))
 }
 
 /// A granted pass.

@@ -123,6 +123,7 @@ async fn scenario(
     .await?;
     let tuning = Tuning {
         egress_rate: 1_000_000.0,
+        global_hourly_budget: 0,
         ..Tuning::default()
     };
     let upstream = Arc::new(Upstream::new(&UpstreamArgs::with_url(url)).map_err(other)?);

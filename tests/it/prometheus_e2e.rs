@@ -61,8 +61,10 @@ const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_FEEDER_LOW_WATERMARK", "20"),
     ("BF4PS_RETRY_BASE_DELAY", "200ms"),
     ("BF4PS_RETRY_MAX_DELAY", "1s"),
-    // Per egress key; each collector has its own key, so ~10 jobs/s in all.
+    // Per egress key; each collector has its own key, so ~10 jobs/s in all
+    // (the fake is not Battlelog: no fleet-wide budget).
     ("BF4PS_EGRESS_RATE", "5"),
+    ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ("BF4PS_RETENTION_INTERVAL", "1s"),
 ];
 /// Soldiers seeded (4 pairs each): more than the run can collect, so work
