@@ -84,6 +84,20 @@ enum Zero {
 /// Every other panel target must show a finite non-zero value.
 const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
     (
+        "queue.json",
+        "Throttled attempts per egress key",
+        "A",
+        Zero::Allowed,
+        "the fake never throttles in this run",
+    ),
+    (
+        "queue.json",
+        "Egress pause left",
+        "A",
+        Zero::Allowed,
+        "no egress key is paused in this run",
+    ),
+    (
         "fleet.json",
         "Collectors judged lost",
         "A",
