@@ -12,6 +12,10 @@
 //! - on drain (first SIGTERM/SIGINT, or `collectors drain`), the current job
 //!   is finished and nothing more is claimed; on abort (second signal) the
 //!   attempt is dropped and its lease left to expire and be recovered;
+//! - every request passes the egress gate first (per-key rate, the key's
+//!   throttle pause, and for the background lane the fleet budget); a
+//!   throttled answer pauses the key (in the failure's transaction) and a
+//!   later success resets the throttle streak when the gate reported one;
 //! - database errors never kill the loop: they are logged and retried with
 //!   backoff.
 

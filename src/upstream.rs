@@ -9,6 +9,9 @@
 //! - A fetch ends in exactly one of [`Fetched`] (normalized data) or
 //!   [`FetchFailure`] (a class). A 2xx body that does not parse, or lacks a
 //!   required field, is a `parse` failure, never an empty or zero result.
+//! - Redirects are never followed (every request Battlelog sees passed the
+//!   egress gate): a 3xx is an `http` failure. Classes of statuses are in
+//!   [`classify_status`]; of 2xx bodies in [`battlelog`].
 //! - Failure messages are our own words plus status/reason, at most
 //!   [`MAX_MESSAGE_CHARS`] characters, and never contain any part of a
 //!   response body (not even Battlelog's envelope `message`).
