@@ -282,6 +282,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench { name, json, quick } => {
             let ctx = crate::bench::Ctx {
                 target: cli.db.target()?,
+                database_url: cli.db.database_url.clone(),
                 quick,
             };
             crate::bench::run(&ctx, &name, json).await?;
