@@ -81,13 +81,14 @@ impl Limits {
     /// The limits of a collector of `lane` with `tuning` (validated).
     pub fn new(tuning: &Tuning, lane: Lane) -> Result<Limits, EgressError> {
         let rate = tuning.egress_rate;
-        if !rate.is_finite() || rate <= 0.0 {
-            return Err(EgressError::BadRate(rate));
-        }
+        let spacing = Duration::try_from_secs_f64(1.0 / rate)
+            .ok()
+            .filter(|_| rate.is_finite() && rate > 0.0)
+            .ok_or(EgressError::BadRate(rate))?;
         let budget_spacing = (lane == Lane::Background && tuning.global_hourly_budget > 0)
             .then(|| budget_spacing(tuning.global_budget_window, tuning.global_hourly_budget));
         Ok(Limits {
-            spacing: Duration::from_secs_f64(1.0 / rate),
+            spacing,
             budget_spacing,
         })
     }
@@ -215,10 +216,12 @@ mod tests {
             Limits::new(&off, Lane::Background).unwrap().budget_spacing,
             None
         );
-        let bad = Tuning {
-            egress_rate: 0.0,
-            ..Tuning::default()
-        };
-        assert!(Limits::new(&bad, Lane::Background).is_err());
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300] {
+            let bad = Tuning {
+                egress_rate: rate,
+                ..Tuning::default()
+            };
+            assert!(Limits::new(&bad, Lane::Background).is_err(), "{rate}");
+        }
     }
 }
