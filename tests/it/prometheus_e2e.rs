@@ -781,8 +781,14 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
     .expect("seed soldiers and state");
 
     // Battlelog answers 503 to one request in ten: failures, retries, errors.
+    // Each answer takes 150-250 ms, about the 200 ms between two requests of
+    // a collector (BF4PS_EGRESS_RATE 5): collectors are busy most of the
+    // time, so the busy and in-flight gauges, sampled every 500 ms, show it
+    // (with short jobs on a fixed 200 ms grid the samples can keep landing
+    // between jobs).
     let fake = FakeBattlelog::start(FakeSettings {
-        latency: Duration::from_millis(40),
+        latency: Duration::from_millis(150),
+        latency_jitter: Duration::from_millis(100),
         rate_5xx: 0.1,
         ..FakeSettings::default()
     })
