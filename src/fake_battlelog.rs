@@ -621,9 +621,14 @@ impl Inner {
     /// request is throttled (period, runtime window or rate).
     fn throttled(&mut self, at: Instant, client: IpAddr) -> bool {
         let s = &self.settings;
-        let period_start = self.started + s.throttle_after;
-        let in_period =
-            !s.throttle_for.is_zero() && at >= period_start && at < period_start + s.throttle_for;
+        // Checked: a period beyond what Instant can hold never starts (or ends).
+        let in_period = !s.throttle_for.is_zero()
+            && self
+                .started
+                .checked_add(s.throttle_after)
+                .is_some_and(|start| {
+                    at >= start && start.checked_add(s.throttle_for).is_none_or(|end| at < end)
+                });
         let in_window = self.throttled_until.is_some_and(|until| at < until);
         let mut over_rate = false;
         if s.throttle_rate > 0.0 {
@@ -1214,7 +1219,12 @@ impl FakeServer {
     /// Throttles every request (with `throttle_status`) from now for `d`
     /// (an edge block or a throttle storm); zero ends it.
     pub fn throttle_for(&self, d: Duration) {
-        self.shared.lock().throttled_until = Some(Instant::now() + d);
+        let now = Instant::now();
+        // Beyond what Instant can hold: until changed again.
+        let until = now
+            .checked_add(d)
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+        self.shared.lock().throttled_until = Some(until);
     }
 
     /// The current knobs.
