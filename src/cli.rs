@@ -320,6 +320,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench { name, json, quick } => {
             let ctx = crate::bench::Ctx {
                 target: cli.db.target()?,
+                database_url: cli.db.database_url.clone(),
                 quick,
             };
             crate::bench::run(&ctx, &name, json).await?;
@@ -672,6 +673,13 @@ fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
             t.max_pending_interactive.to_string(),
         ),
         ("BF4PS_EGRESS_RATE", t.egress_rate.to_string()),
+        (
+            "BF4PS_GLOBAL_HOURLY_BUDGET",
+            t.global_hourly_budget.to_string(),
+        ),
+        ("BF4PS_GLOBAL_BUDGET_WINDOW", d(t.global_budget_window)),
+        ("BF4PS_THROTTLE_PAUSE", d(t.throttle_pause)),
+        ("BF4PS_THROTTLE_PAUSE_MAX", d(t.throttle_pause_max)),
         ("BF4PS_RETENTION", d(t.retention)),
         ("BF4PS_RETENTION_BATCH", t.retention_batch.to_string()),
         ("BF4PS_RETENTION_INTERVAL", d(t.retention_interval)),

@@ -12,6 +12,10 @@
 //! - on drain (first SIGTERM/SIGINT, or `collectors drain`), the current job
 //!   is finished and nothing more is claimed; on abort (second signal) the
 //!   attempt is dropped and its lease left to expire and be recovered;
+//! - every request passes the egress gate first (per-key rate, the key's
+//!   throttle pause, and for the background lane the fleet budget); a
+//!   throttled answer pauses the key (in the failure's transaction) and a
+//!   later success resets the throttle streak when the gate reported one;
 //! - database errors never kill the loop: they are logged and retried with
 //!   backoff.
 
@@ -26,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::config::Tuning;
-use crate::egress::{self, EgressError};
+use crate::egress::{self, EgressError, Limits};
 use crate::listener::{Channel, Listener, Wake};
 use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
@@ -38,6 +42,9 @@ pub enum CollectorError {
     /// Registration failed (name in use, blank field, database).
     #[error(transparent)]
     Register(#[from] RegistryError),
+    /// The egress settings are unusable.
+    #[error(transparent)]
+    Egress(#[from] EgressError),
     /// Aborted by a second signal while a job was in flight.
     #[error("aborted with job {job_id} in flight; its lease will expire and be recovered")]
     Aborted {
@@ -120,6 +127,7 @@ pub struct Collector {
     upstream: Arc<Upstream>,
     tuning: Tuning,
     policy: Policy,
+    limits: Limits,
     metrics: CollectorMetrics,
     stats: Arc<Stats>,
     claimable: Arc<AtomicBool>,
@@ -135,11 +143,13 @@ impl Collector {
         tuning: Tuning,
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
+        let limits = Limits::new(&tuning, registration.lane)?;
         let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
         info!(collector = %id.name, collector_uuid = %id.uuid, lane = %id.lane,
               egress = %id.egress_key, "collector registered");
         Ok(Collector {
             policy: Policy::from(&tuning),
+            limits,
             pool,
             id,
             upstream,
@@ -219,7 +229,7 @@ impl Collector {
             let mut sleep = self.tuning.poll_interval;
             if self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
-                    Ok(Some((job, conn))) => {
+                    Ok(Some((job, conn, throttle_streak))) => {
                         errors = 0;
                         waiter.pass_on();
                         if notified {
@@ -233,7 +243,7 @@ impl Collector {
                                 .last_wake_to_claim_us
                                 .store(waited.as_micros() as u64, Ordering::Relaxed);
                         }
-                        self.process(job, conn, abort).await?;
+                        self.process(job, conn, throttle_streak, abort).await?;
                         // More may be waiting: rescan at once.
                         notified = false;
                         continue;
@@ -277,28 +287,24 @@ impl Collector {
 
     /// Passes the egress gate, then claims one job (`None`: nothing to do).
     /// The claim's connection is returned with the job: the start and the
-    /// finalization run on it too (one pool checkout per job).
+    /// finalization run on it too (one pool checkout per job). Also returns
+    /// the key's throttle streak seen by the gate.
     async fn claim_one(
         &self,
         drain: &CancellationToken,
-    ) -> Result<Option<(ClaimedJob, PoolConnection<Postgres>)>, String> {
-        match egress::pass(
-            &self.pool,
-            &self.id.egress_key,
-            self.tuning.egress_rate,
-            drain,
-        )
-        .await
+    ) -> Result<Option<(ClaimedJob, PoolConnection<Postgres>, i32)>, String> {
+        let passed = match egress::pass(&self.pool, &self.id.egress_key, &self.limits, drain).await
         {
-            Ok(waited) => self.metrics.egress_wait.record(waited.as_secs_f64()),
+            Ok(passed) => passed,
             Err(EgressError::Cancelled) => return Ok(None),
             Err(e) => return Err(e.to_string()),
-        }
+        };
+        self.metrics.egress_wait.record(passed.waited.as_secs_f64());
         let mut conn = self.pool.acquire().await.map_err(|e| e.to_string())?;
         let job = queue::claim(&mut *conn, &self.id, self.policy.lease)
             .await
             .map_err(|e| e.to_string())?;
-        Ok(job.map(|job| (job, conn)))
+        Ok(job.map(|job| (job, conn, passed.throttle_streak)))
     }
 
     /// start → fetch (renewing) → finalize, for one claimed job.
@@ -306,6 +312,7 @@ impl Collector {
         &self,
         job: ClaimedJob,
         mut conn: PoolConnection<Postgres>,
+        throttle_streak: i32,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
         let span = info_span!("job", job = job.job_id, resource = %job.resource,
@@ -360,6 +367,15 @@ impl Collector {
             Outcome::Succeeded => {
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
                 self.metrics.succeeded.increment(1);
+                // Battlelog answered again: end the key's throttle streak
+                // (only written when the gate reported one).
+                if throttle_streak > 0 {
+                    match egress::reset_throttle_streak(&self.pool, &self.id.egress_key).await {
+                        Ok(true) => info!("egress key no longer throttled (streak reset)"),
+                        Ok(false) => {}
+                        Err(e) => warn!(error = %e, "could not reset the throttle streak"),
+                    }
+                }
             }
             Outcome::Failed => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);

@@ -39,7 +39,11 @@ pub mod defaults {
     pub const AGING_WEIGHT: &str = "1";
     pub const ETA_WINDOW: &str = "15m";
     pub const MAX_PENDING_INTERACTIVE: &str = "1000";
-    pub const EGRESS_RATE: &str = "5";
+    pub const EGRESS_RATE: &str = "0.2";
+    pub const GLOBAL_HOURLY_BUDGET: &str = "1296";
+    pub const GLOBAL_BUDGET_WINDOW: &str = "1h";
+    pub const THROTTLE_PAUSE: &str = "1m";
+    pub const THROTTLE_PAUSE_MAX: &str = "30m";
     pub const RETENTION: &str = "180d";
     pub const RETENTION_BATCH: &str = "5000";
     pub const RETENTION_INTERVAL: &str = "10m";
@@ -270,10 +274,32 @@ pub struct Tuning {
     pub max_pending_interactive: u32,
 
     /// Battlelog requests per second allowed per egress key, shared by every
-    /// collector on that key.
+    /// collector on that key (fractions allowed: 0.2 = one every 5 s).
     #[arg(long, env = "BF4PS_EGRESS_RATE", default_value = defaults::EGRESS_RATE,
           help_heading = "Egress")]
     pub egress_rate: f64,
+
+    /// Background requests allowed fleet-wide (all egress keys together) per
+    /// budget window; 0 turns the budget off. The interactive lane is exempt.
+    #[arg(long, env = "BF4PS_GLOBAL_HOURLY_BUDGET", default_value = defaults::GLOBAL_HOURLY_BUDGET,
+          help_heading = "Egress")]
+    pub global_hourly_budget: u32,
+
+    /// The rolling window of the global budget (1h; shorter only for tests).
+    #[arg(long, env = "BF4PS_GLOBAL_BUDGET_WINDOW", default_value = defaults::GLOBAL_BUDGET_WINDOW,
+          value_parser = parse_duration, help_heading = "Egress")]
+    pub global_budget_window: Duration,
+
+    /// First pause of an egress key after Battlelog throttled it (401/403/429);
+    /// doubles while throttling continues.
+    #[arg(long, env = "BF4PS_THROTTLE_PAUSE", default_value = defaults::THROTTLE_PAUSE,
+          value_parser = parse_duration, help_heading = "Egress")]
+    pub throttle_pause: Duration,
+
+    /// Longest pause of a throttled egress key.
+    #[arg(long, env = "BF4PS_THROTTLE_PAUSE_MAX", default_value = defaults::THROTTLE_PAUSE_MAX,
+          value_parser = parse_duration, help_heading = "Egress")]
+    pub throttle_pause_max: Duration,
 
     /// Age after which collection_events are deleted (only once projected).
     #[arg(long, env = "BF4PS_RETENTION", default_value = defaults::RETENTION,
@@ -338,6 +364,10 @@ impl Default for Tuning {
             eta_window: d(defaults::ETA_WINDOW),
             max_pending_interactive: n(defaults::MAX_PENDING_INTERACTIVE),
             egress_rate: f(defaults::EGRESS_RATE),
+            global_hourly_budget: n(defaults::GLOBAL_HOURLY_BUDGET),
+            global_budget_window: d(defaults::GLOBAL_BUDGET_WINDOW),
+            throttle_pause: d(defaults::THROTTLE_PAUSE),
+            throttle_pause_max: d(defaults::THROTTLE_PAUSE_MAX),
             retention: d(defaults::RETENTION),
             retention_batch: n(defaults::RETENTION_BATCH),
             retention_interval: d(defaults::RETENTION_INTERVAL),
@@ -391,6 +421,9 @@ impl Tuning {
         const ETA: &str = "--eta-window (BF4PS_ETA_WINDOW)";
         const MAXINT: &str = "--max-pending-interactive (BF4PS_MAX_PENDING_INTERACTIVE)";
         const EGRESS: &str = "--egress-rate (BF4PS_EGRESS_RATE)";
+        const BWIN: &str = "--global-budget-window (BF4PS_GLOBAL_BUDGET_WINDOW)";
+        const TPAUSE: &str = "--throttle-pause (BF4PS_THROTTLE_PAUSE)";
+        const TMAX: &str = "--throttle-pause-max (BF4PS_THROTTLE_PAUSE_MAX)";
         const RET: &str = "--retention (BF4PS_RETENTION)";
         const RETB: &str = "--retention-batch (BF4PS_RETENTION_BATCH)";
         const RETI: &str = "--retention-interval (BF4PS_RETENTION_INTERVAL)";
@@ -415,6 +448,9 @@ impl Tuning {
             (RREF, self.recent_refresh),
             (DREF, self.dormant_refresh),
             (ETA, self.eta_window),
+            (BWIN, self.global_budget_window),
+            (TPAUSE, self.throttle_pause),
+            (TMAX, self.throttle_pause_max),
             (RET, self.retention),
             (RETI, self.retention_interval),
             (MON, self.monitor_interval),
@@ -500,6 +536,16 @@ impl Tuning {
             return Err(err(
                 EGRESS,
                 format!("{} is not a request rate > 0", self.egress_rate),
+            ));
+        }
+        if self.throttle_pause > self.throttle_pause_max {
+            return Err(err(
+                TMAX,
+                format!(
+                    "{} is shorter than the first pause ({})",
+                    show(self.throttle_pause_max),
+                    show(self.throttle_pause)
+                ),
             ));
         }
         if self.retention < Duration::from_secs(3600) {
@@ -654,6 +700,27 @@ mod tests {
                     ..base.clone()
                 },
                 "BF4PS_RETENTION",
+            ),
+            (
+                Tuning {
+                    throttle_pause: Duration::from_secs(3600),
+                    ..base.clone()
+                },
+                "BF4PS_THROTTLE_PAUSE_MAX",
+            ),
+            (
+                Tuning {
+                    throttle_pause: Duration::ZERO,
+                    ..base.clone()
+                },
+                "BF4PS_THROTTLE_PAUSE",
+            ),
+            (
+                Tuning {
+                    global_budget_window: Duration::ZERO,
+                    ..base.clone()
+                },
+                "BF4PS_GLOBAL_BUDGET_WINDOW",
             ),
             (
                 Tuning {

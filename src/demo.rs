@@ -68,7 +68,10 @@ pub struct DemoArgs {
 const INTERACTIVE_COLLECTORS: usize = 2;
 const BACKGROUND_COLLECTORS: usize = 4;
 
-/// The demo's own tuning: short intervals so things visibly move.
+/// The demo's own tuning: short intervals so things visibly move. The fake
+/// is not Battlelog: the egress rate and the fleet budget are far above the
+/// safe Battlelog defaults (still enforced, so the gate is at work), and a
+/// throttled key pauses for seconds, not minutes.
 fn demo_tuning() -> Tuning {
     Tuning {
         heartbeat_interval: Duration::from_secs(2),
@@ -81,22 +84,28 @@ fn demo_tuning() -> Tuning {
         feeder_low_watermark: 150,
         feeder_interval: Duration::from_secs(2),
         gauge_interval: Duration::from_secs(2),
-        egress_rate: 40.0,
+        egress_rate: 5.0,
+        global_hourly_budget: 4 * 3600,
+        throttle_pause: Duration::from_secs(2),
+        throttle_pause_max: Duration::from_secs(10),
         ..Tuning::default()
     }
 }
 
-/// Faults of every class, a few percent each, and stats that change.
+/// The live shapes, faults of every class (a few percent each, 200 without
+/// stats the most common as on Battlelog) and stats that change.
 fn demo_fake() -> FakeSettings {
     FakeSettings {
         latency: Duration::from_millis(15),
         latency_jitter: Duration::from_millis(40),
         rate_5xx: 0.02,
-        rate_429: 0.01,
-        rate_malformed: 0.01,
+        rate_429: 0.005,
+        rate_malformed: 0.005,
         rate_missing_fields: 0.005,
         rate_hang: 0.002,
         rate_reset: 0.005,
+        rate_no_stats: 0.04,
+        rate_3xx: 0.002,
         unavailable_share: 0.01,
         change_rate: 0.2,
         seed: 42,

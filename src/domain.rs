@@ -211,21 +211,32 @@ text_enum! {
 
 text_enum! {
     /// Why an attempt failed. Retryable classes go back to the queue with
-    /// backoff; `unavailable` is terminal (the persona/resource is gone or
-    /// private) and `parse` is never recorded as an empty result.
-    ErrorClass, "error class", "transport, timeout, rate_limited, server, parse, unavailable" {
+    /// backoff; `unavailable` is terminal (evidence that the persona or
+    /// resource does not exist) and `parse` is never recorded as an empty
+    /// result. `throttled` also pauses the whole egress key (see
+    /// `crate::egress`) and never counts towards the attempt limit.
+    ErrorClass, "error class",
+    "transport, timeout, rate_limited, server, parse, unavailable, throttled, http" {
         /// Connection refused/reset, DNS, TLS: the request never completed.
         Transport => "transport",
-        /// The request did not complete within its timeout.
+        /// The request did not complete within its timeout (or HTTP 408).
         Timeout => "timeout",
-        /// HTTP 429.
+        /// Legacy: HTTP 429 before `throttled` existed. Never produced any
+        /// more; kept so that events and rollups written by older versions
+        /// still parse.
         RateLimited => "rate_limited",
-        /// HTTP 5xx.
+        /// HTTP 5xx, or a Battlelog error envelope that does not say the
+        /// persona is gone.
         Server => "server",
-        /// A 2xx body that does not parse or lacks required fields.
+        /// A 2xx body that does not parse, lacks its stats object, or
+        /// contradicts the request.
         Parse => "parse",
-        /// HTTP 404/other 4xx, or Battlelog says the persona is unavailable.
+        /// HTTP 404/410, or the one explicit not-found envelope.
         Unavailable => "unavailable",
+        /// HTTP 401, 403 or 429: Battlelog (or its edge) is slowing us down.
+        Throttled => "throttled",
+        /// Any 3xx (redirects are never followed) and any other 4xx.
+        Http => "http",
     }
 }
 

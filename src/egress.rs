@@ -1,16 +1,51 @@
 //! The egress gate: a request rate per `egress_key`, shared by every
-//! collector (on any host) that uses the key, coordinated through PostgreSQL.
+//! collector (on any host) that uses the key, a fleet-wide budget of
+//! background requests across all keys, and the pause of a key that
+//! Battlelog throttled — all coordinated through PostgreSQL.
 //!
-//! Each pass atomically reserves the key's next free slot in `egress_gates`
-//! (one row-locked upsert) and moves it `1/rate` seconds on; the caller then
-//! sleeps until its slot. Slots are computed from the database clock, so
-//! hosts with skewed clocks still share one schedule. Invariant: over any
-//! window of `t` seconds at most `1 + t·rate` passes are granted per key.
+//! A pass is one statement (`bf4ps_egress_pass`, migration 0007): it grants
+//! a request *now* when the key's next slot, the key's pause and (for the
+//! background lane) the budget's next slot have all passed, moving the key's
+//! slot `1/rate` on and the budget's `window/budget × (1 + margin)` on;
+//! otherwise it reserves nothing and the caller sleeps until it may try
+//! again. Slots come from the database clock, so hosts with skewed clocks
+//! share one schedule.
+//!
+//! Invariants:
+//! - per key, grants are at least `1/rate` apart; fleet-wide, background
+//!   grants are at least [`budget_spacing`] apart, so no rolling window
+//!   holds more than `budget` of them, and requests that reach Battlelog
+//!   up to `BUDGET_SLACK + BUDGET_MARGIN × window` later than their grant
+//!   (1 s + 36 s at 1h) still fit in it, counted at Battlelog;
+//! - nothing is booked ahead: a paused key, or a key with many collectors,
+//!   never holds the budget (and so the other keys) back;
+//! - a pause is seen by every pass that starts after it committed: at most
+//!   the requests already granted (in flight) reach Battlelog during it;
+//! - a throttled finalization (`queue::finalize_failure`) pauses the key in
+//!   its own transaction; a success on the key resets the pause streak
+//!   ([`reset_throttle_streak`], only when the pass reported a streak).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::Tuning;
+use crate::domain::Lane;
+
+/// Extra spacing of the global budget's slots, as a share of the window
+/// (1%): requests reach Battlelog some time after their grant (the claim,
+/// the start, the connection), and the spread of that delay must not push a
+/// rolling window, counted at Battlelog, over the budget.
+pub const BUDGET_MARGIN: f64 = 0.01;
+
+/// Spread of that delay the budget absorbs however short its window (a
+/// budget of N slots is stretched by this much in all).
+pub const BUDGET_SLACK: Duration = Duration::from_secs(1);
+
+/// Longest sleep between two passes while waiting (a pause may be lifted,
+/// or shortened, by an operator meanwhile).
+pub const MAX_WAIT_STEP: Duration = Duration::from_secs(10);
 
 /// The gate could not be passed.
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +53,7 @@ pub enum EgressError {
     /// The rate is not a positive finite number.
     #[error("egress rate {0} is not a positive number of requests per second")]
     BadRate(f64),
-    /// Shutdown was requested while waiting; the slot is forfeited.
+    /// Shutdown was requested while waiting; nothing was granted.
     #[error("cancelled while waiting for the egress gate")]
     Cancelled,
     /// Database failure.
@@ -32,44 +67,161 @@ pub enum EgressError {
     },
 }
 
-/// Reserves the next slot of `key` at `rate` requests/s and waits for it.
-/// Returns how long it waited.
+/// What a collector's passes are subject to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Spacing of requests on one key (1 / rate).
+    pub spacing: Duration,
+    /// Spacing of the fleet-wide budget's slots (with the margin); `None`:
+    /// not subject to the budget (interactive lane, or budget off).
+    pub budget_spacing: Option<Duration>,
+}
+
+impl Limits {
+    /// The limits of a collector of `lane` with `tuning` (validated).
+    pub fn new(tuning: &Tuning, lane: Lane) -> Result<Limits, EgressError> {
+        let rate = tuning.egress_rate;
+        let spacing = Duration::try_from_secs_f64(1.0 / rate)
+            .ok()
+            .filter(|_| rate.is_finite() && rate > 0.0)
+            .ok_or(EgressError::BadRate(rate))?;
+        let budget_spacing = (lane == Lane::Background && tuning.global_hourly_budget > 0)
+            .then(|| budget_spacing(tuning.global_budget_window, tuning.global_hourly_budget));
+        Ok(Limits {
+            spacing,
+            budget_spacing,
+        })
+    }
+}
+
+/// The spacing of the budget's slots: `(window × (1 + BUDGET_MARGIN) +
+/// BUDGET_SLACK) / budget`. `budget + 1` grants then span more than
+/// `window + BUDGET_SLACK + BUDGET_MARGIN × window`.
+pub fn budget_spacing(window: Duration, budget: u32) -> Duration {
+    (window.mul_f64(1.0 + BUDGET_MARGIN) + BUDGET_SLACK).div_f64(f64::from(budget.max(1)))
+}
+
+/// A granted pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Passed {
+    /// How long the pass waited (0: granted at once).
+    pub waited: Duration,
+    /// The key's throttle streak when granted (> 0: Battlelog throttled it
+    /// and no success has been seen since; a success should reset it).
+    pub throttle_streak: i32,
+}
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX).max(1)
+}
+
+/// Waits until a request on `key` may go now, and takes the grant.
 pub async fn pass(
     pool: &PgPool,
     key: &str,
-    rate: f64,
+    limits: &Limits,
     cancel: &CancellationToken,
-) -> Result<Duration, EgressError> {
-    if !rate.is_finite() || rate <= 0.0 {
-        return Err(EgressError::BadRate(rate));
+) -> Result<Passed, EgressError> {
+    let started = Instant::now();
+    let mut logged_pause = false;
+    loop {
+        let (granted, wait_us, throttle_streak, paused): (bool, i64, i32, bool) = sqlx::query_as(
+            "SELECT granted, wait_us, throttle_streak, paused \
+                 FROM bf4ps_egress_pass($1, $2, $3)",
+        )
+        .bind(key)
+        .bind(micros(limits.spacing))
+        .bind(limits.budget_spacing.map_or(0, micros))
+        .fetch_one(pool)
+        .await
+        .map_err(|source| EgressError::Database {
+            key: key.to_owned(),
+            source,
+        })?;
+        if granted {
+            return Ok(Passed {
+                waited: started.elapsed(),
+                throttle_streak,
+            });
+        }
+        let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));
+        if paused && !logged_pause {
+            logged_pause = true;
+            tracing::info!(
+                egress = key,
+                wait_s = wait.as_secs_f64(),
+                "egress key paused: Battlelog throttled it"
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait.clamp(Duration::from_millis(1), MAX_WAIT_STEP)) => {}
+            _ = cancel.cancelled() => return Err(EgressError::Cancelled),
+        }
     }
-    let spacing_us = (1_000_000.0 / rate).round().max(1.0) as i64;
-    let wait_us: i64 = sqlx::query_scalar(
-        "INSERT INTO egress_gates AS g (egress_key, next_slot_at, passes)
-         VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond', 1)
-         ON CONFLICT (egress_key) DO UPDATE
-         SET next_slot_at = greatest(g.next_slot_at, clock_timestamp())
-                            + $2 * interval '1 microsecond',
-             passes = g.passes + 1,
-             updated_at = now()
-         RETURNING greatest(0, floor(extract(epoch FROM
-                   (next_slot_at - $2 * interval '1 microsecond') - clock_timestamp())
-                   * 1000000))::bigint",
+}
+
+/// After a success on `key`: ends its throttle streak, unless a pause is
+/// still running (that success was in flight before it). Writes nothing
+/// when there is no streak. Returns whether it reset one.
+pub async fn reset_throttle_streak(pool: &PgPool, key: &str) -> Result<bool, EgressError> {
+    let done = sqlx::query(
+        "UPDATE egress_gates SET throttle_streak = 0, updated_at = now()
+         WHERE egress_key = $1 AND throttle_streak > 0
+           AND (paused_until IS NULL OR paused_until <= now())",
     )
     .bind(key)
-    .bind(spacing_us)
-    .fetch_one(pool)
+    .execute(pool)
     .await
     .map_err(|source| EgressError::Database {
         key: key.to_owned(),
         source,
     })?;
-    let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));
-    if !wait.is_zero() {
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            _ = cancel.cancelled() => return Err(EgressError::Cancelled),
+    Ok(done.rows_affected() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_spacing_keeps_every_window_within_the_budget() {
+        // Slots spaced s apart: a closed window of length w holds at most
+        // floor(w / s) + 1 of them.
+        for budget in [1_u32, 2, 3, 7, 10, 99, 100, 101, 1296, 5000, 100_000] {
+            for window_s in [1_u64, 10, 60, 3600] {
+                let window = Duration::from_secs(window_s);
+                let s = budget_spacing(window, budget);
+                let most = (window.as_secs_f64() / s.as_secs_f64()).floor() as u64 + 1;
+                assert!(most <= u64::from(budget), "{budget}/{window_s}s: {most}");
+            }
+        }
+        // The real budget: 1296 per hour is one slot every ~2.81 s.
+        let s = budget_spacing(Duration::from_secs(3600), 1296);
+        assert!((2.80..2.82).contains(&s.as_secs_f64()), "{s:?}");
+    }
+
+    #[test]
+    fn limits_follow_the_lane_and_the_budget() {
+        let t = Tuning::default();
+        let bg = Limits::new(&t, Lane::Background).unwrap();
+        assert_eq!(bg.spacing, Duration::from_secs(5));
+        assert!(bg.budget_spacing.is_some());
+        let int = Limits::new(&t, Lane::Interactive).unwrap();
+        assert_eq!(int.budget_spacing, None, "the interactive lane is exempt");
+        let off = Tuning {
+            global_hourly_budget: 0,
+            ..Tuning::default()
+        };
+        assert_eq!(
+            Limits::new(&off, Lane::Background).unwrap().budget_spacing,
+            None
+        );
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300] {
+            let bad = Tuning {
+                egress_rate: rate,
+                ..Tuning::default()
+            };
+            assert!(Limits::new(&bad, Lane::Background).is_err(), "{rate}");
         }
     }
-    Ok(wait)
 }

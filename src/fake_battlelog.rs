@@ -1,7 +1,9 @@
 //! A local fake Battlelog for tests, the demo and load runs: serves the four
-//! BF4 resources at the real paths, in the real envelope, with
-//! deterministic synthetic stats per (platform, persona), plus knobs for
-//! latency and every failure class the collector must survive.
+//! BF4 resources at the real paths, in the live shapes (see `shapes`:
+//! envelope, mixed number types, null melee counters, realistic body sizes),
+//! with deterministic synthetic stats per (platform, persona), plus knobs for
+//! latency and every failure the collector must survive — including
+//! throttling (401/403/429), transient "200 without stats" and redirects.
 //!
 //! Invariants:
 //! - Stats are a pure function of (seed, platform, persona, generation);
@@ -10,19 +12,28 @@
 //!   probability `change_rate`.
 //! - Every random decision (fault, change, latency) is a pure function of
 //!   (seed, platform, persona, resource, n), where n counts earlier requests
-//!   for that triple, so a run replays identically however requests interleave.
-//! - Precedence: a scripted response, then the persona's `unavailable`
-//!   share (always 404), then the random faults, then a normal answer.
+//!   for that triple, so a run replays identically however requests
+//!   interleave. Throttling is the exception: it depends on time (a period)
+//!   and on each client address's recent request rate.
+//! - Precedence: a scripted response, then throttling, then the persona's
+//!   `unavailable` share (always 404), then the random faults, then a
+//!   normal answer.
 //! - Every request for a resource is logged at arrival (bounded by
-//!   `max_logged_requests`, oldest dropped).
+//!   `max_logged_requests`, oldest dropped); requests for the redirect
+//!   target ([`REDIRECT_PREFIX`]) are counted apart.
 //! - Every error body contains [`BODY_MARKER`], so tests can prove that no
 //!   client message echoes a body.
+//! - The one not-found answer is the envelope `{"type": "error", "message":
+//!   "Persona not found"}` that the client pins
+//!   ([`crate::upstream::battlelog::is_not_found`]).
 //! - Shutdown ends hanging and delayed requests; [`FakeServer::shutdown`]
 //!   returns once the server task has ended.
 
+mod shapes;
+
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -44,9 +55,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ConfigError, err, parse_duration};
 use crate::domain::{Platform, Resource};
 use crate::upstream::{UpstreamArgs, battlelog_platform_id, platform_from_battlelog_id};
+use shapes::Soldier;
 
 /// Present in every error body the fake sends (HTML pages, error
-/// envelopes, malformed and incomplete JSON).
+/// envelopes, malformed and incomplete JSON, bodies without stats).
 pub const BODY_MARKER: &str = "FAKE-BATTLELOG-BODY-MARKER";
 
 /// A hanging request is answered (503) after this long at the latest.
@@ -55,8 +67,13 @@ pub const HANG_LIMIT: Duration = Duration::from_secs(600);
 /// Default listen address of `bf4ps-ops fake-battlelog`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
 
+/// Redirects point below this path: the original path appended to it. The
+/// fake answers it, and counts every request for it
+/// ([`FakeServer::redirect_target_requests`]).
+pub const REDIRECT_PREFIX: &str = "/fake-battlelog/redirected";
+
 /// Knobs of the fake; the same struct for the CLI and in-process use.
-/// All rates are fractions in [0, 1]; the six fault rates together at most 1.
+/// All rates are fractions in [0, 1]; the eight fault rates together at most 1.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct FakeSettings {
     /// Base latency added to every answer.
@@ -96,7 +113,8 @@ pub struct FakeSettings {
     )]
     pub rate_malformed: f64,
 
-    /// Share of requests answered 200 with a required field missing.
+    /// Share of requests answered 200 with a counter Battlelog never sends
+    /// that way (a fractional `kills`): a parse failure.
     #[arg(
         long,
         env = "BF4PS_FAKE_RATE_MISSING_FIELDS",
@@ -122,6 +140,58 @@ pub struct FakeSettings {
         help_heading = "Fake Battlelog"
     )]
     pub rate_reset: f64,
+
+    /// Share of requests answered 200 whose data lacks the stats object.
+    #[arg(
+        long,
+        env = "BF4PS_FAKE_RATE_NO_STATS",
+        default_value = "0",
+        help_heading = "Fake Battlelog"
+    )]
+    pub rate_no_stats: f64,
+
+    /// Share of requests answered with a redirect (301 or 302) below /fake-battlelog/redirected.
+    #[arg(
+        long = "rate-3xx",
+        env = "BF4PS_FAKE_RATE_3XX",
+        default_value = "0",
+        help_heading = "Fake Battlelog"
+    )]
+    pub rate_3xx: f64,
+
+    /// HTTP status of throttled requests: 401, 403 or 429 (429 with Retry-After: 1).
+    #[arg(
+        long,
+        env = "BF4PS_FAKE_THROTTLE_STATUS",
+        default_value = "403",
+        help_heading = "Fake Battlelog"
+    )]
+    pub throttle_status: u16,
+
+    /// Throttle requests from a client address above this many per second
+    /// over --throttle-window (0: never).
+    #[arg(
+        long,
+        env = "BF4PS_FAKE_THROTTLE_RATE",
+        default_value = "0",
+        help_heading = "Fake Battlelog"
+    )]
+    pub throttle_rate: f64,
+
+    /// Window over which --throttle-rate is counted (every request counts, throttled or not).
+    #[arg(long, env = "BF4PS_FAKE_THROTTLE_WINDOW", default_value = "10s",
+          value_parser = parse_duration, help_heading = "Fake Battlelog")]
+    pub throttle_window: Duration,
+
+    /// Throttle every request from this long after start, for --throttle-for.
+    #[arg(long, env = "BF4PS_FAKE_THROTTLE_AFTER", default_value = "0ms",
+          value_parser = parse_duration, help_heading = "Fake Battlelog")]
+    pub throttle_after: Duration,
+
+    /// How long the throttle period of --throttle-after lasts (0: no period).
+    #[arg(long, env = "BF4PS_FAKE_THROTTLE_FOR", default_value = "0ms",
+          value_parser = parse_duration, help_heading = "Fake Battlelog")]
+    pub throttle_for: Duration,
 
     /// Share of personas that do not exist (always 404), chosen per persona.
     #[arg(
@@ -171,6 +241,13 @@ impl Default for FakeSettings {
             rate_missing_fields: 0.0,
             rate_hang: 0.0,
             rate_reset: 0.0,
+            rate_no_stats: 0.0,
+            rate_3xx: 0.0,
+            throttle_status: 403,
+            throttle_rate: 0.0,
+            throttle_window: Duration::from_secs(10),
+            throttle_after: Duration::ZERO,
+            throttle_for: Duration::ZERO,
             unavailable_share: 0.0,
             change_rate: 0.0,
             seed: 1,
@@ -180,7 +257,7 @@ impl Default for FakeSettings {
 }
 
 impl FakeSettings {
-    fn fault_rates(&self) -> [(&'static str, f64); 6] {
+    fn fault_rates(&self) -> [(&'static str, f64); 8] {
         [
             ("--rate-5xx (BF4PS_FAKE_RATE_5XX)", self.rate_5xx),
             ("--rate-429 (BF4PS_FAKE_RATE_429)", self.rate_429),
@@ -194,6 +271,11 @@ impl FakeSettings {
             ),
             ("--rate-hang (BF4PS_FAKE_RATE_HANG)", self.rate_hang),
             ("--rate-reset (BF4PS_FAKE_RATE_RESET)", self.rate_reset),
+            (
+                "--rate-no-stats (BF4PS_FAKE_RATE_NO_STATS)",
+                self.rate_no_stats,
+            ),
+            ("--rate-3xx (BF4PS_FAKE_RATE_3XX)", self.rate_3xx),
         ]
     }
 
@@ -221,6 +303,24 @@ impl FakeSettings {
                 format!("the fault rates add up to {total}, more than 1"),
             ));
         }
+        if ![401, 403, 429].contains(&self.throttle_status) {
+            return Err(err(
+                "--throttle-status (BF4PS_FAKE_THROTTLE_STATUS)",
+                format!("{} is not one of 401, 403, 429", self.throttle_status),
+            ));
+        }
+        if !self.throttle_rate.is_finite() || self.throttle_rate < 0.0 {
+            return Err(err(
+                "--throttle-rate (BF4PS_FAKE_THROTTLE_RATE)",
+                format!("{} is not a request rate >= 0", self.throttle_rate),
+            ));
+        }
+        if self.throttle_rate > 0.0 && self.throttle_window.is_zero() {
+            return Err(err(
+                "--throttle-window (BF4PS_FAKE_THROTTLE_WINDOW)",
+                "must be greater than zero",
+            ));
+        }
         Ok(())
     }
 }
@@ -234,9 +334,14 @@ pub enum Scripted {
     Status(u16),
     /// 200 with a body that is not JSON.
     Malformed,
-    /// 200 with a valid envelope lacking a required field.
+    /// 200 with a counter Battlelog never sends that way (fractional
+    /// `kills`): a parse failure.
     MissingFields,
-    /// 200 with an error envelope saying the persona was not found.
+    /// 200 whose data lacks the stats object.
+    NoStats,
+    /// This redirect status (3xx), to a path below [`REDIRECT_PREFIX`].
+    Redirect(u16),
+    /// 200 with the pinned not-found envelope.
     Unavailable,
     /// No answer until the client gives up (503 on shutdown or after
     /// [`HANG_LIMIT`]).
@@ -254,11 +359,17 @@ pub enum Outcome {
     Ok,
     /// An HTTP error status (503 and 429 from the random faults).
     Status(u16),
+    /// Throttled: this status (the throttle period or rate).
+    Throttled(u16),
     /// 200 with a body that is not JSON.
     Malformed,
-    /// 200 with a required field missing.
+    /// 200 with a fractional counter.
     MissingFields,
-    /// 200 with a not-found error envelope.
+    /// 200 without the stats object.
+    NoStats,
+    /// A redirect with this status.
+    Redirect(u16),
+    /// 200 with the not-found envelope.
     Unavailable,
     /// 404 because the persona is in the unavailable share.
     NotFound,
@@ -272,10 +383,14 @@ impl Outcome {
     /// The HTTP status sent, `None` when no response was sent.
     pub fn status(self) -> Option<u16> {
         match self {
-            Outcome::Ok | Outcome::Malformed | Outcome::MissingFields | Outcome::Unavailable => {
-                Some(200)
+            Outcome::Ok
+            | Outcome::Malformed
+            | Outcome::MissingFields
+            | Outcome::NoStats
+            | Outcome::Unavailable => Some(200),
+            Outcome::Status(code) | Outcome::Throttled(code) | Outcome::Redirect(code) => {
+                Some(code)
             }
-            Outcome::Status(code) => Some(code),
             Outcome::NotFound => Some(404),
             Outcome::Hang | Outcome::Reset => None,
         }
@@ -287,6 +402,8 @@ impl Outcome {
 pub struct RequestRecord {
     /// When it arrived.
     pub at: Instant,
+    /// The client's address.
+    pub client: IpAddr,
     /// Platform from the path.
     pub platform: Platform,
     /// Persona from the path.
@@ -326,16 +443,12 @@ pub enum FakeError {
 // ---------------------------------------------------------------------------
 // Deterministic randomness.
 
+// Tags 5..=13 are the synthetic stats' (`shapes`).
 const TAG_FAULT: u64 = 1;
 const TAG_CHANGE: u64 = 2;
 const TAG_LATENCY: u64 = 3;
 const TAG_UNAVAILABLE: u64 = 4;
-const TAG_STATS: u64 = 5;
-const TAG_ROUND: u64 = 6;
-const TAG_WEAPON: u64 = 7;
-const TAG_VEHICLE: u64 = 8;
-const TAG_NAME: u64 = 9;
-const TAG_ORDER: u64 = 10;
+const TAG_REDIRECT: u64 = 14;
 
 /// splitmix64's finalizer.
 fn mix(mut z: u64) -> u64 {
@@ -353,10 +466,6 @@ fn hash(parts: &[u64]) -> u64 {
 /// Uniform in [0, 1).
 fn unit(x: u64) -> f64 {
     (x >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn between(x: u64, lo: f64, hi: f64) -> f64 {
-    lo + (hi - lo) * unit(x)
 }
 
 fn resource_code(r: Resource) -> u64 {
@@ -380,377 +489,28 @@ pub fn is_unavailable(settings: &FakeSettings, platform: Platform, persona_id: i
 }
 
 // ---------------------------------------------------------------------------
-// Synthetic stats.
+// Synthetic stats (the live shapes): see `shapes`.
 
-/// Weapons the fake reports: (name, slug, category).
-const WEAPONS: &[(&str, &str, &str)] = &[
-    ("AK-12", "ak-12", "Assault rifles"),
-    ("M416", "m416", "Assault rifles"),
-    ("SCAR-H", "scar-h", "Assault rifles"),
-    ("ACE 23", "ace-23", "Carbines"),
-    ("AK 5C", "ak-5c", "Carbines"),
-    ("MTAR-21", "mtar-21", "Carbines"),
-    ("P90", "p90", "PDWs"),
-    ("CBJ-MS", "cbj-ms", "PDWs"),
-    ("M249", "m249", "LMGs"),
-    ("LSAT", "lsat", "LMGs"),
-    ("CS-LR4", "cs-lr4", "Sniper rifles"),
-    ("M40A5", "m40a5", "Sniper rifles"),
-    ("870 MCS", "870-mcs", "Shotguns"),
-    ("M9", "m9", "Handguns"),
-    ("SMAW", "smaw", "Launchers"),
-    ("Knife", "knife", "Melee"),
-];
-
-/// Vehicles the fake reports: (name, slug, category).
-const VEHICLES: &[(&str, &str, &str)] = &[
-    ("M1 Abrams", "m1-abrams", "Main battle tanks"),
-    ("T-90A", "t-90a", "Main battle tanks"),
-    ("LAV-25", "lav-25", "Infantry fighting vehicles"),
-    ("AH-1Z Viper", "ah-1z-viper", "Attack helicopters"),
-    ("Z-11W", "z-11w", "Scout helicopters"),
-    ("F-35", "f-35", "Stealth jets"),
-    ("SU-25TM Frogfoot", "su-25tm", "Attack jets"),
-    ("RHIB Boat", "rhib", "Boats"),
-    ("Quad Bike", "quad-bike", "Transport"),
-    ("Pantsir-S1", "pantsir-s1", "Anti air"),
-];
-
-/// A GUID-shaped catalog id derived from the slug (FNV-1a), stable across
-/// seeds and personas like Battlelog's.
-fn guid(slug: &str) -> String {
-    let mut a: u64 = 0xCBF2_9CE4_8422_2325;
-    for b in slug.bytes() {
-        a = (a ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3);
-    }
-    let b = mix(a ^ 0x5851_F42D_4C95_7F2D);
-    format!(
-        "{:08X}-{:04X}-{:04X}-{:04X}-{:012X}",
-        a >> 32,
-        (a >> 16) & 0xFFFF,
-        a & 0xFFFF,
-        b >> 48,
-        b & 0xFFFF_FFFF_FFFF
-    )
-}
-
-/// One persona at one generation.
-#[derive(Debug, Clone, Copy)]
-struct Soldier {
+/// The whole response body the fake serves for a persona at a generation
+/// (the envelope with the synthetic data).
+pub fn synthetic_body(
     seed: u64,
     platform: Platform,
     persona_id: i64,
     generation: u64,
+    resource: Resource,
+) -> Vec<u8> {
+    Soldier {
+        seed,
+        platform,
+        persona_id,
+        generation,
+    }
+    .body(resource)
 }
 
-/// The counters everything else is derived from; each is a non-decreasing
-/// function of `time_played`, which grows with the generation.
-#[derive(Debug, Clone, Copy)]
-struct Counters {
-    time_played: i64,
-    kills: i64,
-    deaths: i64,
-    score: i64,
-    rounds: i64,
-    wins: i64,
-    shots_fired: i64,
-    shots_hit: i64,
-    headshots: i64,
-    rank: i64,
-    skill: f64,
-}
-
-impl Soldier {
-    fn r(&self, tag: u64, i: u64) -> u64 {
-        hash(&[
-            self.seed,
-            tag,
-            u64::from(battlelog_platform_id(self.platform)),
-            self.persona_id as u64,
-            i,
-        ])
-    }
-
-    fn counters(&self) -> Counters {
-        let base = between(self.r(TAG_STATS, 0), 10.0 * 3600.0, 2500.0 * 3600.0) as i64;
-        // One round of about 15 minutes per generation.
-        let g = self.generation as i64;
-        let round_extra = if g > 0 {
-            (self.r(TAG_ROUND, self.generation) % 900) as i64
-        } else {
-            0
-        };
-        let time_played = base + g * 900 + round_extra;
-        let minutes = time_played as f64 / 60.0;
-        let kills = (minutes * between(self.r(TAG_STATS, 1), 0.2, 1.6)) as i64;
-        let deaths = (kills as f64 / between(self.r(TAG_STATS, 2), 0.4, 3.5)) as i64;
-        let score = (minutes * between(self.r(TAG_STATS, 3), 150.0, 900.0)) as i64;
-        let rounds = time_played / 900;
-        let wins = (rounds as f64 * between(self.r(TAG_STATS, 4), 0.35, 0.65)) as i64;
-        let shots_fired = (kills as f64 * between(self.r(TAG_STATS, 5), 30.0, 90.0)) as i64;
-        let shots_hit = (shots_fired as f64 * between(self.r(TAG_STATS, 6), 0.08, 0.3)) as i64;
-        let headshots = (kills as f64 * between(self.r(TAG_STATS, 7), 0.08, 0.35)) as i64;
-        let rank = (1 + ((score as f64 / 2000.0).sqrt() as i64)).min(140);
-        let skill = (between(self.r(TAG_STATS, 8), 50.0, 450.0) * 100.0).round() / 100.0;
-        Counters {
-            time_played,
-            kills,
-            deaths,
-            score,
-            rounds,
-            wins,
-            shots_fired,
-            shots_hit,
-            headshots,
-            rank,
-            skill,
-        }
-    }
-
-    fn name(&self) -> String {
-        const SYLLABLES: &[&str] = &[
-            "Ka", "Ro", "Mi", "Vex", "Tor", "Lin", "Zed", "Shi", "Ba", "Nu", "Dra", "Kor",
-        ];
-        let pick = |i| SYLLABLES[(self.r(TAG_NAME, i) % SYLLABLES.len() as u64) as usize];
-        format!(
-            "{}{}{}{}",
-            pick(0),
-            pick(1).to_lowercase(),
-            pick(2).to_lowercase(),
-            self.persona_id.rem_euclid(1000)
-        )
-    }
-
-    fn clan_tag(&self) -> String {
-        let x = self.r(TAG_NAME, 10);
-        if x.is_multiple_of(2) {
-            return String::new();
-        }
-        let len = 2 + (x >> 8) % 3;
-        (0..len)
-            .map(|i| char::from(b'A' + ((x >> (16 + 5 * i)) % 26) as u8))
-            .collect()
-    }
-
-    /// `n` shares summing to 1 (some zero: unused items), keyed by `tag`.
-    fn shares(&self, tag: u64, n: usize) -> Vec<f64> {
-        let mut w: Vec<f64> = (0..n as u64)
-            .map(|i| {
-                if unit(self.r(tag, 1000 + i)) < 0.3 {
-                    0.0
-                } else {
-                    unit(self.r(tag, i)).powi(3) + 0.001
-                }
-            })
-            .collect();
-        let total: f64 = w.iter().sum();
-        if total == 0.0 {
-            w[0] = 1.0;
-            return w;
-        }
-        w.iter_mut().for_each(|v| *v /= total);
-        w
-    }
-
-    /// Indices 0..n in a per-persona order (Battlelog's order is not ours).
-    fn order(&self, n: usize) -> Vec<usize> {
-        let mut idx: Vec<usize> = (0..n).collect();
-        idx.sort_by_key(|i| self.r(TAG_ORDER, *i as u64));
-        idx
-    }
-
-    fn detailed(&self) -> Value {
-        let c = self.counters();
-        let part = |f: f64| (c.score as f64 * f) as i64;
-        let general: serde_json::Map<String, Value> = [
-            ("rank", json!(c.rank)),
-            ("score", json!(c.score)),
-            ("combatScore", json!(part(0.8))),
-            ("skill", json!(c.skill)),
-            ("timePlayed", json!(c.time_played)),
-            ("kills", json!(c.kills)),
-            ("deaths", json!(c.deaths)),
-            ("killAssists", json!(c.kills / 4)),
-            ("headshots", json!(c.headshots)),
-            ("numWins", json!(c.wins)),
-            ("numLosses", json!(c.rounds - c.wins)),
-            ("numRounds", json!(c.rounds)),
-            ("shotsFired", json!(c.shots_fired)),
-            ("shotsHit", json!(c.shots_hit)),
-            (
-                "accuracy",
-                json!(if c.shots_fired > 0 {
-                    100.0 * c.shots_hit as f64 / c.shots_fired as f64
-                } else {
-                    0.0
-                }),
-            ),
-            ("revives", json!(c.kills / 10)),
-            ("repairs", json!(c.kills / 12)),
-            ("heals", json!(c.kills / 6)),
-            ("resupplies", json!(c.kills / 7)),
-            ("avengerKills", json!(c.kills / 30)),
-            ("saviorKills", json!(c.kills / 40)),
-            ("suppressionAssists", json!(c.kills / 9)),
-            ("flagCaptures", json!(c.rounds / 2)),
-            ("flagDefend", json!(c.rounds / 3)),
-            ("dogtagsTaken", json!(c.kills / 200)),
-            ("vehiclesDestroyed", json!(c.kills / 25)),
-            // Battlelog mixes number types; the client must cope.
-            ("vehicleDamage", json!((c.kills * 37) as f64)),
-            ("killStreakBonus", json!(5 + c.kills / 5000)),
-            ("nemesisKills", json!(c.kills / 100)),
-            ("nemesisStreak", json!(3 + c.kills / 20000)),
-            (
-                "longestHeadshot",
-                json!(100.0 + (c.headshots % 900) as f64 + 0.5),
-            ),
-            ("quitPercentage", json!(3.25)),
-            ("assault", json!(part(0.25))),
-            ("engineer", json!(part(0.2))),
-            ("support", json!(part(0.2))),
-            ("recon", json!(part(0.15))),
-            ("commander", json!(part(0.01))),
-            ("sc_squad", json!(part(0.05))),
-            ("sc_vehicle", json!(part(0.1))),
-            ("sc_award", json!(part(0.03))),
-            ("sc_unlock", json!(part(0.01))),
-            ("conquest", json!(part(0.6))),
-            ("rush", json!(part(0.1))),
-            ("teamdeathmatch", json!(part(0.1))),
-            ("domination", json!(part(0.05))),
-            ("obliteration", json!(part(0.05))),
-            ("elimination", json!(0)),
-            ("capturetheflag", json!(0)),
-            ("airsuperiority", json!(0)),
-            ("carrierassault", json!(part(0.05))),
-            ("chainlink", json!(0)),
-            ("gunmaster", json!(0)),
-            ("sc_heist", json!(0)),
-            ("sc_hostage", json!(0)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        json!({
-            "personaId": self.persona_id,
-            "platformInt": battlelog_platform_id(self.platform),
-            "statsTemplate": "profile.warsawdetailedstatspopulate",
-            "generalStats": general,
-        })
-    }
-
-    fn profile(&self) -> Value {
-        let c = self.counters();
-        json!({
-            "viewedPersonaInfo": {
-                // Battlelog sends the id as a string here.
-                "personaId": self.persona_id.to_string(),
-                "personaName": self.name(),
-                "tag": self.clan_tag(),
-                "platform": battlelog_platform_id(self.platform),
-            },
-            "overviewStats": {
-                "rank": c.rank,
-                "skill": c.skill,
-                "kills": c.kills,
-                "deaths": c.deaths,
-                "timePlayed": c.time_played,
-                "totalScore": c.score,
-                "numWins": c.wins,
-                "numLosses": c.rounds - c.wins,
-                "numRounds": c.rounds,
-                "kdRatio": if c.deaths > 0 { c.kills as f64 / c.deaths as f64 } else { 0.0 },
-                "scorePerMinute": if c.time_played > 0 { c.score as f64 * 60.0 / c.time_played as f64 } else { 0.0 },
-            },
-            "currentRankNeeded": { "level": c.rank },
-        })
-    }
-
-    fn weapons(&self) -> Value {
-        let c = self.counters();
-        let shares = self.shares(TAG_WEAPON, WEAPONS.len());
-        let list: Vec<Value> = self
-            .order(WEAPONS.len())
-            .into_iter()
-            .map(|i| {
-                let (name, slug, category) = WEAPONS[i];
-                let s = shares[i];
-                let of = |v: i64| (v as f64 * s) as i64;
-                json!({
-                    "guid": guid(slug),
-                    "name": name,
-                    "slug": slug,
-                    "category": category,
-                    "kills": of(c.kills),
-                    "headshots": of(c.headshots),
-                    "shotsFired": of(c.shots_fired),
-                    "shotsHit": of(c.shots_hit),
-                    "timeEquipped": (c.time_played as f64 * 0.7 * s) as i64,
-                    "serviceStars": of(c.kills) / 100,
-                    "unlocks": [],
-                })
-            })
-            .collect();
-        json!({ "mainWeaponStats": list, "statsTemplate": "profile.warsawWeaponsPopulateStats" })
-    }
-
-    fn vehicles(&self) -> Value {
-        let c = self.counters();
-        let shares = self.shares(TAG_VEHICLE, VEHICLES.len());
-        let vehicle_kills = (c.kills as f64 * between(self.r(TAG_VEHICLE, 99), 0.05, 0.3)) as i64;
-        let list: Vec<Value> = self
-            .order(VEHICLES.len())
-            .into_iter()
-            .map(|i| {
-                let (name, slug, category) = VEHICLES[i];
-                let s = shares[i];
-                let kills = (vehicle_kills as f64 * s) as i64;
-                json!({
-                    "guid": guid(slug),
-                    "name": name,
-                    "slug": slug,
-                    "category": category,
-                    "kills": kills,
-                    "timeIn": (c.time_played as f64 * 0.2 * s) as i64,
-                    "destroyXinY": (kills / 10) as f64,
-                    "serviceStars": kills / 100,
-                    "killsDelta": null,
-                    "timeInDelta": null,
-                })
-            })
-            .collect();
-        json!({ "mainVehicleStats": list })
-    }
-
-    fn data(&self, resource: Resource) -> Value {
-        match resource {
-            Resource::Detailed => self.detailed(),
-            Resource::Profile => self.profile(),
-            Resource::Weapons => self.weapons(),
-            Resource::Vehicles => self.vehicles(),
-        }
-    }
-
-    /// The data with one required field removed.
-    fn data_missing_fields(&self, resource: Resource) -> Value {
-        let mut data = self.data(resource);
-        let (container, field) = match resource {
-            Resource::Detailed => ("/generalStats", "kills"),
-            Resource::Profile => ("/overviewStats", "rank"),
-            Resource::Weapons => ("/mainWeaponStats/0", "kills"),
-            Resource::Vehicles => ("/mainVehicleStats/0", "timeIn"),
-        };
-        if let Some(Value::Object(m)) = data.pointer_mut(container) {
-            m.remove(field);
-            m.insert("note".into(), Value::String(BODY_MARKER.into()));
-        }
-        data
-    }
-}
-
-/// The synthetic `data` object the fake serves for a persona at a
-/// generation (tests compare it with what the client normalized).
+/// The envelope's `data` of [`synthetic_body`], parsed (tests compare it
+/// with what the client normalized).
 pub fn synthetic_data(
     seed: u64,
     platform: Platform,
@@ -758,17 +518,10 @@ pub fn synthetic_data(
     generation: u64,
     resource: Resource,
 ) -> Value {
-    Soldier {
-        seed,
-        platform,
-        persona_id,
-        generation,
-    }
-    .data(resource)
-}
-
-fn envelope(data: Value) -> Value {
-    json!({ "type": "success", "message": "OK", "data": data })
+    let body = synthetic_body(seed, platform, persona_id, generation, resource);
+    serde_json::from_slice::<Value>(&body)
+        .map(|mut v| v["data"].take())
+        .unwrap_or(Value::Null)
 }
 
 // ---------------------------------------------------------------------------
@@ -779,8 +532,11 @@ enum Action {
     Ok,
     Delay(Duration),
     Status(u16),
+    Throttled(u16),
     Malformed,
     MissingFields,
+    NoStats,
+    Redirect(u16),
     Unavailable,
     NotFound,
     Hang,
@@ -792,8 +548,11 @@ impl Action {
         match self {
             Action::Ok | Action::Delay(_) => Outcome::Ok,
             Action::Status(code) => Outcome::Status(code),
+            Action::Throttled(code) => Outcome::Throttled(code),
             Action::Malformed => Outcome::Malformed,
             Action::MissingFields => Outcome::MissingFields,
+            Action::NoStats => Outcome::NoStats,
+            Action::Redirect(code) => Outcome::Redirect(code),
             Action::Unavailable => Outcome::Unavailable,
             Action::NotFound => Outcome::NotFound,
             Action::Hang => Outcome::Hang,
@@ -809,6 +568,8 @@ impl From<Scripted> for Action {
             Scripted::Status(code) => Action::Status(code),
             Scripted::Malformed => Action::Malformed,
             Scripted::MissingFields => Action::MissingFields,
+            Scripted::NoStats => Action::NoStats,
+            Scripted::Redirect(code) => Action::Redirect(code),
             Scripted::Unavailable => Action::Unavailable,
             Scripted::Hang => Action::Hang,
             Scripted::Delay(d) => Action::Delay(d),
@@ -825,14 +586,66 @@ struct Plan {
 
 type ScriptKey = (Platform, i64, Option<Resource>);
 
-#[derive(Default)]
 struct Inner {
     settings: FakeSettings,
+    started: Instant,
+    /// Every request is throttled until then ([`FakeServer::throttle_for`]).
+    throttled_until: Option<Instant>,
+    /// Arrival times per client address within the throttle window.
+    recent: HashMap<IpAddr, VecDeque<Instant>>,
     scripts: HashMap<ScriptKey, VecDeque<Scripted>>,
     generations: HashMap<(Platform, i64), u64>,
     counters: HashMap<(Platform, i64, Resource), u64>,
     log: VecDeque<RequestRecord>,
     total_requests: u64,
+    redirect_target_requests: u64,
+}
+
+impl Inner {
+    fn new(settings: FakeSettings) -> Inner {
+        Inner {
+            settings,
+            started: Instant::now(),
+            throttled_until: None,
+            recent: HashMap::new(),
+            scripts: HashMap::new(),
+            generations: HashMap::new(),
+            counters: HashMap::new(),
+            log: VecDeque::new(),
+            total_requests: 0,
+            redirect_target_requests: 0,
+        }
+    }
+
+    /// Records the arrival for the rate throttle and says whether this
+    /// request is throttled (period, runtime window or rate).
+    fn throttled(&mut self, at: Instant, client: IpAddr) -> bool {
+        let s = &self.settings;
+        // Checked: a period beyond what Instant can hold never starts (or ends).
+        let in_period = !s.throttle_for.is_zero()
+            && self
+                .started
+                .checked_add(s.throttle_after)
+                .is_some_and(|start| {
+                    at >= start && start.checked_add(s.throttle_for).is_none_or(|end| at < end)
+                });
+        let in_window = self.throttled_until.is_some_and(|until| at < until);
+        let mut over_rate = false;
+        if s.throttle_rate > 0.0 {
+            let window = s.throttle_window;
+            let allowed = s.throttle_rate * window.as_secs_f64();
+            let seen = self.recent.entry(client).or_default();
+            while seen
+                .front()
+                .is_some_and(|t| at.saturating_duration_since(*t) >= window)
+            {
+                seen.pop_front();
+            }
+            over_rate = (seen.len() + 1) as f64 > allowed;
+            seen.push_back(at);
+        }
+        in_period || in_window || over_rate
+    }
 }
 
 struct Shared {
@@ -846,9 +659,17 @@ impl Shared {
     }
 
     /// Decides what to do with a request and logs it.
-    fn plan(&self, at: Instant, platform: Platform, persona_id: i64, resource: Resource) -> Plan {
+    fn plan(
+        &self,
+        at: Instant,
+        client: IpAddr,
+        platform: Platform,
+        persona_id: i64,
+        resource: Resource,
+    ) -> Plan {
         let mut inner = self.lock();
         let inner = &mut *inner;
+        let throttled = inner.throttled(at, client);
         let s = &inner.settings;
         let n = {
             let c = inner
@@ -878,10 +699,17 @@ impl Shared {
         });
         let action = if let Some(sc) = scripted {
             Action::from(sc)
+        } else if throttled {
+            Action::Throttled(s.throttle_status)
         } else if is_unavailable(s, platform, persona_id) {
             Action::NotFound
         } else {
             let u = unit(key(TAG_FAULT));
+            let redirect = if key(TAG_REDIRECT).is_multiple_of(2) {
+                301
+            } else {
+                302
+            };
             let faults = [
                 (s.rate_5xx, Action::Status(503)),
                 (s.rate_429, Action::Status(429)),
@@ -889,6 +717,8 @@ impl Shared {
                 (s.rate_missing_fields, Action::MissingFields),
                 (s.rate_hang, Action::Hang),
                 (s.rate_reset, Action::Reset),
+                (s.rate_no_stats, Action::NoStats),
+                (s.rate_3xx, Action::Redirect(redirect)),
             ];
             let mut edge = 0.0;
             let mut chosen = Action::Ok;
@@ -926,6 +756,7 @@ impl Shared {
             }
             inner.log.push_back(RequestRecord {
                 at,
+                client,
                 platform,
                 persona_id,
                 resource,
@@ -949,6 +780,7 @@ impl Shared {
 #[derive(Debug, Clone)]
 struct Peer {
     kill: Arc<AtomicBool>,
+    addr: SocketAddr,
 }
 
 /// A TCP stream that fails every read and write once its [`Peer`] is
@@ -1041,10 +873,13 @@ impl Listener for FakeListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             match self.inner.accept().await {
-                Ok((stream, _)) => {
+                Ok((stream, addr)) => {
                     let _ = stream.set_nodelay(true);
                     let kill = Arc::new(AtomicBool::new(false));
-                    let peer = Peer { kill: kill.clone() };
+                    let peer = Peer {
+                        kill: kill.clone(),
+                        addr,
+                    };
                     return (
                         KillableStream {
                             inner: stream,
@@ -1069,8 +904,9 @@ impl Listener for FakeListener {
     }
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.inner.local_addr().map(|_| Peer {
+        self.inner.local_addr().map(|addr| Peer {
             kill: Arc::new(AtomicBool::new(false)),
+            addr,
         })
     }
 }
@@ -1116,6 +952,24 @@ fn not_found() -> Response {
     html(StatusCode::NOT_FOUND, "that page doesn't exist")
 }
 
+/// A redirect to the original path below [`REDIRECT_PREFIX`].
+fn redirect(code: u16, original: &str) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+    let mut response = html(status, "moved");
+    if let Ok(location) = header::HeaderValue::from_str(&format!("{REDIRECT_PREFIX}{original}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    response
+}
+
+/// The path the client requested (for the redirect target).
+fn resource_path(resource: Resource, persona: &str, platform: &str) -> String {
+    UpstreamArgs::default()
+        .path_template(resource)
+        .replace("{persona_id}", persona)
+        .replace("{platform_id}", platform)
+}
+
 async fn serve_resource(
     shared: Arc<Shared>,
     peer: Peer,
@@ -1125,14 +979,14 @@ async fn serve_resource(
 ) -> Response {
     let at = Instant::now();
     let persona_id = persona.parse::<i64>().ok();
-    let platform = platform
+    let platform_id = platform
         .parse::<u32>()
         .ok()
         .and_then(platform_from_battlelog_id);
-    let (Some(persona_id), Some(platform)) = (persona_id, platform) else {
+    let (Some(persona_id), Some(platform_id)) = (persona_id, platform_id) else {
         return not_found();
     };
-    let plan = shared.plan(at, platform, persona_id, resource);
+    let plan = shared.plan(at, peer.addr.ip(), platform_id, persona_id, resource);
     let wait = match plan.action {
         Action::Delay(d) => d,
         _ => plan.latency,
@@ -1145,14 +999,19 @@ async fn serve_resource(
             }
         }
     }
-    let ok = |data: Value| json_response(serde_json::to_vec(&envelope(data)).unwrap_or_default());
     match plan.action {
-        Action::Ok | Action::Delay(_) => ok(plan.soldier.data(resource)),
-        Action::MissingFields => ok(plan.soldier.data_missing_fields(resource)),
+        Action::Ok | Action::Delay(_) => json_response(plan.soldier.body(resource)),
+        Action::MissingFields => json_response(plan.soldier.body_bad_counter(resource)),
+        Action::NoStats => json_response(plan.soldier.body_without_stats(resource)),
         Action::Status(code) => html(
             StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             "scripted error",
         ),
+        Action::Throttled(code) => html(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
+            "request blocked",
+        ),
+        Action::Redirect(code) => redirect(code, &resource_path(resource, &persona, &platform)),
         Action::Malformed => json_response(
             format!(
                 "{{\"type\":\"success\",\"message\":\"OK\",\"data\":{{\"note\":\"{BODY_MARKER}\",\"generalStats\":{{\"kills\":"
@@ -1162,8 +1021,8 @@ async fn serve_resource(
         Action::Unavailable => json_response(
             serde_json::to_vec(&json!({
                 "type": "error",
-                "message": format!("Persona not found ({BODY_MARKER})"),
-                "data": null,
+                "message": "Persona not found",
+                "data": {"note": BODY_MARKER},
             }))
             .unwrap_or_default(),
         ),
@@ -1184,6 +1043,18 @@ async fn serve_resource(
     }
 }
 
+/// A request for the redirect target: counted, answered with an envelope
+/// without stats (a client that followed the redirect fails to parse it).
+async fn serve_redirect_target(shared: Arc<Shared>) -> Response {
+    shared.lock().redirect_target_requests += 1;
+    json_response(
+        serde_json::to_vec(&json!({
+            "type": "success", "message": "OK", "data": {"note": BODY_MARKER},
+        }))
+        .unwrap_or_default(),
+    )
+}
+
 fn router(shared: Arc<Shared>) -> Router {
     let mut router = Router::new();
     for resource in Resource::ALL.iter().copied() {
@@ -1199,7 +1070,14 @@ fn router(shared: Arc<Shared>) -> Router {
             .route(&path, get(handler).post(handler))
             .route(path.trim_end_matches('/'), get(handler).post(handler));
     }
-    router.fallback(|| async { not_found() }).with_state(shared)
+    let target = |State(shared): State<Arc<Shared>>| serve_redirect_target(shared);
+    router
+        .route(
+            &format!("{REDIRECT_PREFIX}/{{*rest}}"),
+            get(target).post(target),
+        )
+        .fallback(|| async { not_found() })
+        .with_state(shared)
 }
 
 // ---------------------------------------------------------------------------
@@ -1228,10 +1106,7 @@ impl FakeBattlelog {
             .local_addr()
             .map_err(|source| FakeError::Bind { addr, source })?;
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner {
-                settings,
-                ..Inner::default()
-            }),
+            inner: Mutex::new(Inner::new(settings)),
             shutdown: CancellationToken::new(),
         });
         let app = router(shared.clone()).into_make_service_with_connect_info::<Peer>();
@@ -1335,6 +1210,23 @@ impl FakeServer {
         self.shared.lock().total_requests
     }
 
+    /// Requests for a redirect target (below [`REDIRECT_PREFIX`]): a client
+    /// that never follows redirects never makes one.
+    pub fn redirect_target_requests(&self) -> u64 {
+        self.shared.lock().redirect_target_requests
+    }
+
+    /// Throttles every request (with `throttle_status`) from now for `d`
+    /// (an edge block or a throttle storm); zero ends it.
+    pub fn throttle_for(&self, d: Duration) {
+        let now = Instant::now();
+        // Beyond what Instant can hold: until changed again.
+        let until = now
+            .checked_add(d)
+            .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400));
+        self.shared.lock().throttled_until = Some(until);
+    }
+
     /// The current knobs.
     pub fn settings(&self) -> FakeSettings {
         self.shared.lock().settings.clone()
@@ -1398,16 +1290,16 @@ pub async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), FakeErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ErrorClass;
     use crate::upstream::battlelog::normalize;
 
     #[test]
-    fn synthetic_stats_parse_with_the_real_client() {
+    fn synthetic_bodies_parse_with_the_real_client() {
         for platform in Platform::ALL.iter().copied() {
             for persona in [1_i64, 303_498_475, 1_006_883_131_478] {
                 for resource in Resource::ALL.iter().copied() {
-                    let data = synthetic_data(7, platform, persona, 0, resource);
-                    let body = serde_json::to_vec(&envelope(data)).unwrap();
-                    let v = normalize(resource, persona, &body)
+                    let body = synthetic_body(7, platform, persona, 0, resource);
+                    let v = normalize(resource, platform, persona, &body)
                         .unwrap_or_else(|e| panic!("{platform} {persona} {resource}: {e:?}"));
                     assert!(v.is_object());
                 }
@@ -1423,7 +1315,7 @@ mod tests {
             persona_id: 42,
             generation: g,
         };
-        assert_eq!(s(5).data(Resource::Weapons), s(5).data(Resource::Weapons));
+        assert_eq!(s(5).body(Resource::Weapons), s(5).body(Resource::Weapons));
         let mut last = s(0).counters();
         for g in 1..200 {
             let c = s(g).counters();
@@ -1433,16 +1325,16 @@ mod tests {
             assert!(c.rank >= last.rank && c.rank <= 140);
             last = c;
         }
-        assert_ne!(s(0).data(Resource::Detailed), s(1).data(Resource::Detailed));
+        assert_ne!(s(0).body(Resource::Detailed), s(1).body(Resource::Detailed));
         let other_seed = Soldier { seed: 4, ..s(0) };
         assert_ne!(
-            s(0).data(Resource::Detailed),
-            other_seed.data(Resource::Detailed)
+            s(0).body(Resource::Detailed),
+            other_seed.body(Resource::Detailed)
         );
     }
 
     #[test]
-    fn missing_fields_variant_fails_to_parse() {
+    fn fault_bodies_fail_to_parse_without_leaking() {
         let soldier = Soldier {
             seed: 1,
             platform: Platform::Ps4,
@@ -1450,11 +1342,14 @@ mod tests {
             generation: 0,
         };
         for resource in Resource::ALL.iter().copied() {
-            let body =
-                serde_json::to_vec(&envelope(soldier.data_missing_fields(resource))).unwrap();
-            let e = normalize(resource, 9, &body).unwrap_err();
-            assert_eq!(e.class, crate::domain::ErrorClass::Parse, "{resource}");
-            assert!(!e.message.contains(BODY_MARKER));
+            for body in [
+                soldier.body_bad_counter(resource),
+                soldier.body_without_stats(resource),
+            ] {
+                let e = normalize(resource, Platform::Ps4, 9, &body).unwrap_err();
+                assert_eq!(e.class, ErrorClass::Parse, "{resource}");
+                assert!(!e.message.contains(BODY_MARKER));
+            }
         }
     }
 
@@ -1464,6 +1359,12 @@ mod tests {
         let bad = FakeSettings {
             rate_5xx: 0.7,
             rate_429: 0.5,
+            ..FakeSettings::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("add up"));
+        let bad = FakeSettings {
+            rate_no_stats: 0.6,
+            rate_3xx: 0.6,
             ..FakeSettings::default()
         };
         assert!(bad.validate().unwrap_err().to_string().contains("add up"));
@@ -1482,20 +1383,59 @@ mod tests {
             ..FakeSettings::default()
         };
         assert!(bad.validate().is_err());
+        let bad = FakeSettings {
+            throttle_status: 500,
+            ..FakeSettings::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("BF4PS_FAKE_THROTTLE_STATUS")
+        );
+        let bad = FakeSettings {
+            throttle_rate: -1.0,
+            ..FakeSettings::default()
+        };
+        assert!(bad.validate().is_err());
     }
 
     #[test]
-    fn guids_look_like_battlelog_guids() {
-        let g = guid("ak-12");
-        assert_eq!(g.len(), 36);
-        assert_eq!(g, guid("ak-12"));
-        assert_ne!(g, guid("m416"));
-        let mut all: Vec<String> = WEAPONS.iter().map(|w| guid(w.1)).collect();
-        all.extend(VEHICLES.iter().map(|v| guid(v.1)));
-        let n = all.len();
-        all.sort();
-        all.dedup();
-        assert_eq!(all.len(), n);
+    fn the_rate_throttle_counts_per_client_address_over_its_window() {
+        let mut inner = Inner::new(FakeSettings {
+            throttle_rate: 0.5,
+            throttle_window: Duration::from_secs(4),
+            ..FakeSettings::default()
+        });
+        let t0 = Instant::now();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Two requests per 4 s window are allowed.
+        assert!(!inner.throttled(at(0), a));
+        assert!(!inner.throttled(at(100), a));
+        assert!(inner.throttled(at(200), a));
+        assert!(!inner.throttled(at(300), b), "another address");
+        // Every request counts, so the 200 ms one keeps the window full.
+        assert!(inner.throttled(at(4_050), a));
+        assert!(!inner.throttled(at(8_300), a));
+    }
+
+    #[test]
+    fn throttle_periods_and_windows() {
+        let mut inner = Inner::new(FakeSettings {
+            throttle_after: Duration::from_secs(1),
+            throttle_for: Duration::from_secs(2),
+            ..FakeSettings::default()
+        });
+        let t0 = inner.started;
+        let ip: IpAddr = [127, 0, 0, 1].into();
+        assert!(!inner.throttled(t0 + Duration::from_millis(500), ip));
+        assert!(inner.throttled(t0 + Duration::from_millis(1_500), ip));
+        assert!(!inner.throttled(t0 + Duration::from_millis(3_100), ip));
+        inner.throttled_until = Some(t0 + Duration::from_secs(5));
+        assert!(inner.throttled(t0 + Duration::from_millis(4_000), ip));
+        assert!(!inner.throttled(t0 + Duration::from_millis(5_000), ip));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Table-backed gauges: collectors, the job working set, freshness of
-//! `collection_state`, projector lag and horizon, retention's oldest event,
-//! build info. Refreshed on `Tuning::gauge_interval`, never per scrape.
+//! Table-backed gauges: collectors, egress pauses, the job working set,
+//! freshness of `collection_state`, projector lag and horizon, retention's
+//! oldest event, build info. Refreshed on `Tuning::gauge_interval`, never
+//! per scrape.
 //!
 //! Invariants:
 //! - every refresh re-sets every live series (the `serve` registry expires
@@ -134,10 +135,12 @@ impl GaugeRefresher {
         }
         self.registry.upkeep();
         let collectors = self.collectors().await;
+        let egress = self.egress().await;
         let jobs = self.jobs().await;
         let freshness = self.freshness().await;
         let projection = self.projection().await;
         collectors?;
+        egress?;
         jobs?;
         freshness?;
         projection?;
@@ -187,6 +190,27 @@ impl GaugeRefresher {
                 "bf4ps_collectors",
                 &[("lane", &lane), ("health", &state)],
                 n as f64,
+            );
+        }
+        Ok(())
+    }
+
+    /// `bf4ps_egress_paused_until_seconds` for every key a non-retired
+    /// collector uses, and any key paused now (0 when not paused).
+    async fn egress(&self) -> Result<(), GaugeError> {
+        let rows: Vec<(String, f64)> = sqlx::query_as(
+            "SELECT k.egress_key, coalesce(extract(epoch FROM g.paused_until)::float8, 0) \
+             FROM (SELECT egress_key FROM collectors WHERE retired_at IS NULL \
+                   UNION SELECT egress_key FROM egress_gates WHERE paused_until > now()) k \
+             LEFT JOIN egress_gates g ON g.egress_key = k.egress_key AND g.paused_until > now()",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for (key, until) in rows {
+            self.set(
+                "bf4ps_egress_paused_until_seconds",
+                &[("egress_key", &key)],
+                until,
             );
         }
         Ok(())

@@ -252,16 +252,19 @@ const READ_BATCH: &str = concat!(
     "ORDER BY collection_events.tx_id, collection_events.event_id LIMIT $3"
 );
 
+/// Columns after (bucket_start, resource, lane): `succeeded`, the failed
+/// columns in [`FAILED_CLASSES`] order plus `failed_other`, then the rest.
 const UPSERT_ROLLUPS: &str = concat!(
     "INSERT INTO event_rollup_hourly AS r (bucket_start, resource, lane, succeeded, ",
     "failed_transport, failed_timeout, failed_rate_limited, failed_server, failed_parse, ",
-    "failed_unavailable, failed_other, gave_up, retry_scheduled, lease_expired, reclaimed, ",
+    "failed_unavailable, failed_throttled, failed_http, failed_other, gave_up, ",
+    "retry_scheduled, lease_expired, reclaimed, ",
     "duration_count, duration_sum_ms, duration_max_ms, refresh_age_count, refresh_age_sum_ms, ",
     "refresh_age_max_ms) ",
     "SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::int8[], $5::int8[], ",
     "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], ",
     "$13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], ",
-    "$20::int8[], $21::int8[]) ",
+    "$20::int8[], $21::int8[], $22::int8[], $23::int8[]) ",
     "ON CONFLICT (bucket_start, resource, lane) DO UPDATE SET ",
     "succeeded = r.succeeded + EXCLUDED.succeeded, ",
     "failed_transport = r.failed_transport + EXCLUDED.failed_transport, ",
@@ -270,6 +273,8 @@ const UPSERT_ROLLUPS: &str = concat!(
     "failed_server = r.failed_server + EXCLUDED.failed_server, ",
     "failed_parse = r.failed_parse + EXCLUDED.failed_parse, ",
     "failed_unavailable = r.failed_unavailable + EXCLUDED.failed_unavailable, ",
+    "failed_throttled = r.failed_throttled + EXCLUDED.failed_throttled, ",
+    "failed_http = r.failed_http + EXCLUDED.failed_http, ",
     "failed_other = r.failed_other + EXCLUDED.failed_other, ",
     "gave_up = r.gave_up + EXCLUDED.gave_up, ",
     "retry_scheduled = r.retry_scheduled + EXCLUDED.retry_scheduled, ",
@@ -595,8 +600,8 @@ type RollupKey = (DateTime<Utc>, String, String);
 pub struct RollupDelta {
     /// succeeded events
     pub succeeded: i64,
-    /// failed events per class: transport, timeout, rate_limited, server, parse, unavailable, other
-    pub failed: [i64; 7],
+    /// failed events per class, in [`FAILED_CLASSES`] order, then other
+    pub failed: [i64; FAILED_CLASSES.len() + 1],
     /// failed events with result gave_up
     pub gave_up: i64,
     /// retry_scheduled events
@@ -617,7 +622,21 @@ enum CounterKey {
     Upstream(String, String),
     Error(String, String),
     Egress(String),
+    Throttled(String),
 }
+
+/// The error classes with a `failed_<class>` rollup column, in the column
+/// order of [`UPSERT_ROLLUPS`]; any other class counts as `failed_other`.
+pub const FAILED_CLASSES: [ErrorClass; 8] = [
+    ErrorClass::Transport,
+    ErrorClass::Timeout,
+    ErrorClass::RateLimited,
+    ErrorClass::Server,
+    ErrorClass::Parse,
+    ErrorClass::Unavailable,
+    ErrorClass::Throttled,
+    ErrorClass::Http,
+];
 
 /// One batch aggregated in memory.
 #[derive(Debug, Default)]
@@ -651,13 +670,16 @@ pub fn event_type_label(text: &str) -> String {
     }
 }
 
+/// The rollup column index ([`FAILED_CLASSES`] order, `other` last) and the
+/// metric label of a failed event's class.
 fn error_class_index(class: Option<&str>) -> (usize, &'static str) {
+    let other = (FAILED_CLASSES.len(), "other");
     match class.and_then(|c| c.parse::<ErrorClass>().ok()) {
-        Some(c) => (
-            ErrorClass::ALL.iter().position(|x| *x == c).unwrap_or(6),
-            c.as_str(),
-        ),
-        None => (6, "other"),
+        Some(c) => FAILED_CLASSES
+            .iter()
+            .position(|x| *x == c)
+            .map_or(other, |i| (i, c.as_str())),
+        None => other,
     }
 }
 
@@ -781,6 +803,14 @@ impl Batch {
         } else {
             let (i, class) = error_class_index(r.error_class.as_deref());
             delta.failed[i] += 1;
+            if class == ErrorClass::Throttled.as_str() {
+                *self
+                    .counters
+                    .entry(CounterKey::Throttled(
+                        r.egress_key_snapshot.clone().unwrap_or_default(),
+                    ))
+                    .or_default() += 1;
+            }
             if r.result.as_deref() == Some("gave_up") {
                 delta.gave_up += 1;
             }
@@ -807,7 +837,14 @@ impl Batch {
                     &[("resource", resource), ("error_class", class)],
                 ),
                 CounterKey::Egress(key) => {
+                    // Every key with requests has a throttled series too
+                    // (0 until it is throttled), so rate() sees its first one.
+                    let _ =
+                        registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)]);
                     registry.counter("bf4ps_egress_requests_total", &[("egress_key", key)])
+                }
+                CounterKey::Throttled(key) => {
+                    registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)])
                 }
             };
             c.increment(*n);
@@ -843,7 +880,7 @@ async fn upsert_rollups(
     let mut buckets = Vec::with_capacity(n);
     let mut resources = Vec::with_capacity(n);
     let mut lanes = Vec::with_capacity(n);
-    let mut cols: Vec<Vec<i64>> = (0..18).map(|_| Vec::with_capacity(n)).collect();
+    let mut cols: Vec<Vec<i64>> = (0..20).map(|_| Vec::with_capacity(n)).collect();
     for ((bucket, resource, lane), d) in rollups {
         buckets.push(*bucket);
         resources.push(resource.clone());
@@ -857,6 +894,8 @@ async fn upsert_rollups(
             d.failed[4],
             d.failed[5],
             d.failed[6],
+            d.failed[7],
+            d.failed[8],
             d.gave_up,
             d.retry_scheduled,
             d.lease_expired,
@@ -946,6 +985,7 @@ pub fn register_series(registry: &Registry, egress_keys: &[String]) {
     }
     for key in egress_keys {
         let _ = registry.counter("bf4ps_egress_requests_total", &[("egress_key", key)]);
+        let _ = registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)]);
     }
     let _ = registry.counter("bf4ps_projector_projected_events_total", &[]);
     registry.upkeep();
@@ -1294,7 +1334,7 @@ mod tests {
         assert_eq!(b.rollups.len(), 1);
         let d = b.rollups.values().next().unwrap();
         assert_eq!(d.succeeded, 1);
-        assert_eq!(d.failed, [0, 1, 0, 0, 0, 0, 1]);
+        assert_eq!(d.failed, [0, 1, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(d.gave_up, 1);
         assert_eq!(d.retry_scheduled, 1);
         assert_eq!(d.duration, (2, 1250, 1000));
@@ -1310,5 +1350,41 @@ mod tests {
             Some(&1)
         );
         assert_eq!(b.counters.get(&CounterKey::Egress("eg".into())), Some(&3));
+        assert_eq!(b.counters.get(&CounterKey::Throttled("eg".into())), None);
+    }
+
+    #[test]
+    fn throttled_and_http_failures_have_their_own_columns_and_counter() {
+        let mut throttled = row(1, "failed");
+        throttled.error_class = Some("throttled".into());
+        throttled.http_status = Some(403);
+        let mut http = row(2, "failed");
+        http.error_class = Some("http".into());
+        http.http_status = Some(301);
+        let mut legacy = row(3, "failed");
+        legacy.error_class = Some("rate_limited".into());
+        let b = Batch::from_rows(&[throttled, http, legacy]).unwrap();
+        let d = b.rollups.values().next().unwrap();
+        assert_eq!(d.failed, [0, 0, 1, 0, 0, 0, 1, 1, 0]);
+        assert_eq!(
+            b.counters.get(&CounterKey::Throttled("eg".into())),
+            Some(&1)
+        );
+        assert_eq!(
+            b.counters
+                .get(&CounterKey::Error("profile".into(), "throttled".into())),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn every_error_class_has_a_rollup_column() {
+        for class in ErrorClass::ALL {
+            assert!(FAILED_CLASSES.contains(class), "{class}");
+            let (i, label) = error_class_index(Some(class.as_str()));
+            assert_eq!(FAILED_CLASSES[i], *class);
+            assert_eq!(label, class.as_str());
+            assert!(UPSERT_ROLLUPS.contains(&format!("failed_{class},")));
+        }
     }
 }

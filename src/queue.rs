@@ -158,6 +158,10 @@ pub struct Policy {
     pub recent_refresh: Duration,
     /// Refresh interval of dormant pairs.
     pub dormant_refresh: Duration,
+    /// First pause of an egress key that Battlelog throttled.
+    pub throttle_pause: Duration,
+    /// Longest pause of a throttled egress key.
+    pub throttle_pause_max: Duration,
 }
 
 impl From<&Tuning> for Policy {
@@ -176,6 +180,8 @@ impl From<&Tuning> for Policy {
             active_refresh: t.active_refresh,
             recent_refresh: t.recent_refresh,
             dormant_refresh: t.dormant_refresh,
+            throttle_pause: t.throttle_pause,
+            throttle_pause_max: t.throttle_pause_max,
         }
     }
 }
@@ -402,6 +408,14 @@ pub enum FailureOutcome {
         /// When the pair is checked again.
         next_attempt_at: DateTime<Utc>,
     },
+    /// Throttled: the egress key is paused and the job is pending again
+    /// from just after the pause; the attempt does not count.
+    Throttled {
+        /// When the job becomes claimable (the pause's end plus jitter).
+        eligible_at: DateTime<Utc>,
+        /// The key's pause (`None`: the collector's key was unknown).
+        paused_until: Option<DateTime<Utc>>,
+    },
 }
 
 /// Context of an owned job, read (and row-locked) at the start of finalize.
@@ -413,6 +427,7 @@ struct Owned {
     resource: Resource,
     lane: Lane,
     attempt_count: i32,
+    throttled_attempts: i32,
     collector_name: Option<String>,
     hostname: Option<String>,
     egress_key: Option<String>,
@@ -425,7 +440,7 @@ async fn lock_owned(
 ) -> Result<Option<Owned>, QueueError> {
     sqlx::query_as::<_, Owned>(
         "SELECT j.soldier_id, s.persona_id, s.platform, j.resource, j.lane, j.attempt_count,
-                c.collector_name, c.hostname, c.egress_key
+                j.throttled_attempts, c.collector_name, c.hostname, c.egress_key
          FROM collection_jobs j
          JOIN soldiers s ON s.soldier_id = j.soldier_id
          LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
@@ -627,10 +642,17 @@ pub async fn finalize_success(
 
 /// Failure finalization in one transaction: verifies the lease, records
 /// `failed` and updates `collection_state` without touching current data.
-/// Retryable with attempts left → back to pending after backoff
-/// (`retry_scheduled`); retryable but out of attempts → removed, pair due
-/// after `give_up_delay`; `unavailable` → removed, pair flagged and rechecked
-/// after `unavailable_recheck`.
+/// - `throttled` → the collector's egress key pauses (same transaction; the
+///   pause doubles while throttling continues, from `throttle_pause` up to
+///   `throttle_pause_max`) and the job is pending again from the pause's end
+///   plus jitter (`retry_scheduled`); never unavailable, never given up, and
+///   the attempt is counted in `throttled_attempts`, which the attempt
+///   limit leaves out;
+/// - other retryable classes with attempts left → back to pending after
+///   backoff (`retry_scheduled`); out of attempts → removed, pair due after
+///   `give_up_delay`;
+/// - `unavailable` → removed, pair flagged and rechecked after
+///   `unavailable_recheck`.
 pub async fn finalize_failure<'c>(
     conn: impl Acquire<'c, Database = Postgres>,
     lease: &Lease,
@@ -643,9 +665,11 @@ pub async fn finalize_failure<'c>(
     let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
         return Ok(Fenced::LeaseLost);
     };
-    let attempts = u32::try_from(o.attempt_count).unwrap_or(0);
+    let throttled = failure.class == ErrorClass::Throttled;
+    // Attempts that count: throttled ones never do (this one included).
+    let attempts = u32::try_from(o.attempt_count - o.throttled_attempts).unwrap_or(0);
     let unavailable = !failure.class.is_retryable();
-    let retry = !unavailable && attempts < policy.max_attempts;
+    let retry = throttled || (!unavailable && attempts < policy.max_attempts);
 
     // Durable state (never the current data).
     let next_in = if unavailable {
@@ -685,20 +709,50 @@ pub async fn finalize_failure<'c>(
     .await
     .map_err(db(OP))?;
 
+    // A throttle pauses the whole egress key (every collector on it).
+    let pause = match (&o.egress_key, throttled) {
+        (Some(key), true) => Some(pause_egress(&mut tx, key, policy, OP).await?),
+        _ => None,
+    };
+
     let outcome = if retry {
-        let delay = retry_delay(
-            attempts,
-            policy.retry_base,
-            policy.retry_max,
-            policy.jitter,
-            fastrand::f64(),
-        );
+        let (delay, metadata) = match pause {
+            Some((paused_until, pause_ms)) => {
+                // After the pause, spread out (the whole key's jobs wait for it).
+                let jitter = pause_ms as f64 * policy.jitter * fastrand::f64();
+                (
+                    Duration::from_millis(pause_ms.max(0) as u64 + jitter as u64),
+                    serde_json::json!({ "egress_paused_until": paused_until }),
+                )
+            }
+            None if throttled => (
+                retry_delay(
+                    1,
+                    policy.retry_base,
+                    policy.retry_max,
+                    policy.jitter,
+                    fastrand::f64(),
+                ),
+                serde_json::json!({}),
+            ),
+            None => (
+                retry_delay(
+                    attempts,
+                    policy.retry_base,
+                    policy.retry_max,
+                    policy.jitter,
+                    fastrand::f64(),
+                ),
+                serde_json::json!({}),
+            ),
+        };
         let (eligible_at,): (DateTime<Utc>,) = sqlx::query_as(concat!(
             "WITH back AS (
                 UPDATE collection_jobs
                 SET status = 'pending', collector_uuid = NULL, lease_token = NULL,
                     claimed_at = NULL, started_at = NULL, lease_expires_at = NULL,
                     eligible_at = now() + $4 * interval '1 millisecond',
+                    throttled_attempts = throttled_attempts + CASE WHEN $18 THEN 1 ELSE 0 END,
                     last_error_class = $5, last_error_at = now(), updated_at = now()
                 WHERE job_id = $1
                 RETURNING eligible_at
@@ -715,7 +769,8 @@ pub async fn finalize_failure<'c>(
                 FROM back, LATERAL (VALUES
                     (1, 'failed', 'retry', $15::bigint, $16::int, $5::text, $17::text, NULL::jsonb),
                     (2, 'retry_scheduled', NULL, NULL, NULL, NULL, NULL,
-                        jsonb_build_object('delay_ms', $4, 'eligible_at', back.eligible_at))
+                        jsonb_build_object('delay_ms', $4, 'eligible_at', back.eligible_at)
+                        || $19::jsonb)
                 ) AS e(ord, event_type, result, duration_ms, http_status, error_class,
                        error_message, metadata)
                 ORDER BY e.ord
@@ -739,10 +794,19 @@ pub async fn finalize_failure<'c>(
         .bind(ms(failure.duration))
         .bind(failure.http_status.map(i32::from))
         .bind(&message)
+        .bind(throttled)
+        .bind(metadata)
         .fetch_one(&mut *tx)
         .await
         .map_err(db(OP))?;
-        FailureOutcome::RetryScheduled { eligible_at, delay }
+        if throttled {
+            FailureOutcome::Throttled {
+                eligible_at,
+                paused_until: pause.map(|(until, _)| until),
+            }
+        } else {
+            FailureOutcome::RetryScheduled { eligible_at, delay }
+        }
     } else {
         let result = if unavailable {
             "unavailable"
@@ -770,6 +834,39 @@ pub async fn finalize_failure<'c>(
     };
     tx.commit().await.map_err(db(OP))?;
     Ok(Fenced::Committed(outcome))
+}
+
+/// Pauses `key` after a throttled answer: unless a pause is running already
+/// (the answer was in flight before it began), the pause is
+/// `throttle_pause × 2^streak` capped at `throttle_pause_max`, and the
+/// streak grows by one. Returns the pause's end and how far it is, in ms.
+async fn pause_egress(
+    tx: &mut Transaction<'_, Postgres>,
+    key: &str,
+    policy: &Policy,
+    op: &'static str,
+) -> Result<(DateTime<Utc>, i64), QueueError> {
+    sqlx::query_as(
+        "INSERT INTO egress_gates AS g (egress_key, next_slot_at, paused_until, throttle_streak)
+         VALUES ($1, now(), now() + least($2, $3) * interval '1 millisecond', 1)
+         ON CONFLICT (egress_key) DO UPDATE
+         SET paused_until = CASE
+                 WHEN g.paused_until > now() THEN g.paused_until
+                 ELSE now() + least($2 * power(2, least(g.throttle_streak, 30)), $3)
+                              * interval '1 millisecond' END,
+             throttle_streak = CASE
+                 WHEN g.paused_until > now() THEN g.throttle_streak
+                 ELSE least(g.throttle_streak + 1, 1000) END,
+             updated_at = now()
+         RETURNING paused_until,
+                   greatest(0, ceil(extract(epoch FROM paused_until - now()) * 1000))::bigint",
+    )
+    .bind(key)
+    .bind(ms(policy.throttle_pause))
+    .bind(ms(policy.throttle_pause_max))
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(db(op))
 }
 
 /// A job returned to pending by [`recover_expired`].

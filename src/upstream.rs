@@ -9,6 +9,9 @@
 //! - A fetch ends in exactly one of [`Fetched`] (normalized data) or
 //!   [`FetchFailure`] (a class). A 2xx body that does not parse, or lacks a
 //!   required field, is a `parse` failure, never an empty or zero result.
+//! - Redirects are never followed (every request Battlelog sees passed the
+//!   egress gate): a 3xx is an `http` failure. Classes of statuses are in
+//!   [`classify_status`]; of 2xx bodies in [`battlelog`].
 //! - Failure messages are our own words plus status/reason, at most
 //!   [`MAX_MESSAGE_CHARS`] characters, and never contain any part of a
 //!   response body (not even Battlelog's envelope `message`).
@@ -29,7 +32,7 @@ use crate::domain::{ErrorClass, Platform, Resource};
 #[allow(missing_docs)] // each constant is named after its setting
 pub mod defaults {
     pub const URL: &str = "https://battlelog.battlefield.com";
-    pub const TIMEOUT: &str = "15s";
+    pub const TIMEOUT: &str = "30s";
     pub const CONNECT_TIMEOUT: &str = "5s";
     pub const PATH_DETAILED: &str = "/bf4/warsawdetailedstatspopulate/{persona_id}/{platform_id}/";
     pub const PATH_PROFILE: &str = "/bf4/warsawoverviewpopulate/{persona_id}/{platform_id}/";
@@ -289,7 +292,9 @@ impl Upstream {
             .timeout(settings.timeout)
             .connect_timeout(settings.connect_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::limited(5))
+            // Never follow a redirect: its target would be a request the
+            // egress gate never granted. A 3xx is an `http` failure.
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .build()
             .map_err(|e| UpstreamConfigError::Client(crate::telemetry::error_chain(&e)))?;
@@ -334,7 +339,7 @@ impl Upstream {
             Ok(v) => v,
             Err((class, status, message)) => return Err(fail(class, status, message)),
         };
-        match battlelog::normalize(resource, persona_id, &body) {
+        match battlelog::normalize(resource, platform, persona_id, &body) {
             Ok(data) => Ok(Fetched {
                 data,
                 http_status: status,
@@ -403,8 +408,7 @@ impl Upstream {
 
     /// Transport-level errors: a timeout (connect or whole request) is
     /// `timeout`; everything else that kept a response from completing
-    /// (refused, reset, DNS, TLS, closed mid-message, redirect loop) is
-    /// `transport`.
+    /// (refused, reset, DNS, TLS, closed mid-message) is `transport`.
     fn classify_error(&self, e: &reqwest::Error) -> (ErrorClass, String) {
         if e.is_timeout() {
             let message = if e.is_connect() {
@@ -422,8 +426,6 @@ impl Upstream {
         }
         let what = if e.is_connect() {
             "cannot connect"
-        } else if e.is_redirect() {
-            "redirect failed"
         } else if e.is_body() || e.is_decode() {
             "body transfer failed"
         } else {
@@ -435,24 +437,34 @@ impl Upstream {
 
 /// The class of a non-2xx HTTP status, `None` for 2xx.
 ///
-/// 429 → `rate_limited`; 408 → `timeout`; 5xx → `server`; 404 and other
-/// 4xx → `unavailable` (terminal); 1xx/3xx that reach us (redirects are
-/// followed) → `server`, i.e. retried.
+/// - 401, 403, 429 → `throttled` (retryable; the egress key pauses): an edge
+///   block or a throttle, never a fact about the persona;
+/// - 404, 410 → `unavailable` (terminal): the resource does not exist;
+/// - 408 → `timeout`; 5xx → `server`;
+/// - 3xx (redirects are never followed), other 4xx and anything else →
+///   `http` (retryable).
 pub fn classify_status(status: u16) -> Option<ErrorClass> {
     match status {
         200..=299 => None,
-        429 => Some(ErrorClass::RateLimited),
+        401 | 403 | 429 => Some(ErrorClass::Throttled),
+        404 | 410 => Some(ErrorClass::Unavailable),
         408 => Some(ErrorClass::Timeout),
-        400..=499 => Some(ErrorClass::Unavailable),
-        _ => Some(ErrorClass::Server),
+        500..=599 => Some(ErrorClass::Server),
+        _ => Some(ErrorClass::Http),
     }
 }
 
+/// Our words for a status: its number and standard reason phrase (never
+/// the reason or headers the server sent).
 fn status_message(status: reqwest::StatusCode) -> String {
-    match status.canonical_reason() {
+    let mut text = match status.canonical_reason() {
         Some(reason) => format!("HTTP {} {reason}", status.as_u16()),
         None => format!("HTTP {}", status.as_u16()),
+    };
+    if status.is_redirection() {
+        text.push_str(" (redirects are not followed)");
     }
+    text
 }
 
 /// The innermost cause (e.g. "Connection refused (os error 111)"): errors
@@ -481,18 +493,35 @@ mod tests {
 
     #[test]
     fn statuses_classify() {
-        assert_eq!(classify_status(200), None);
-        assert_eq!(classify_status(204), None);
-        assert_eq!(classify_status(429), Some(ErrorClass::RateLimited));
-        assert_eq!(classify_status(503), Some(ErrorClass::Server));
-        assert_eq!(classify_status(500), Some(ErrorClass::Server));
-        assert_eq!(classify_status(404), Some(ErrorClass::Unavailable));
-        assert_eq!(classify_status(403), Some(ErrorClass::Unavailable));
-        assert_eq!(classify_status(410), Some(ErrorClass::Unavailable));
-        assert_eq!(classify_status(408), Some(ErrorClass::Timeout));
-        assert_eq!(classify_status(304), Some(ErrorClass::Server));
-        assert!(!ErrorClass::Unavailable.is_retryable());
-        assert!(ErrorClass::Parse.is_retryable());
+        use ErrorClass::*;
+        let cases: &[(u16, Option<ErrorClass>)] = &[
+            (200, None),
+            (204, None),
+            (301, Some(Http)),
+            (302, Some(Http)),
+            (304, Some(Http)),
+            (307, Some(Http)),
+            (400, Some(Http)),
+            (401, Some(Throttled)),
+            (403, Some(Throttled)),
+            (404, Some(Unavailable)),
+            (405, Some(Http)),
+            (408, Some(Timeout)),
+            (410, Some(Unavailable)),
+            (418, Some(Http)),
+            (429, Some(Throttled)),
+            (500, Some(Server)),
+            (503, Some(Server)),
+            (599, Some(Server)),
+            (101, Some(Http)),
+        ];
+        for (status, class) in cases {
+            assert_eq!(classify_status(*status), *class, "{status}");
+        }
+        assert!(!Unavailable.is_retryable());
+        for class in [Parse, Throttled, Http, Server, Timeout, Transport] {
+            assert!(class.is_retryable(), "{class}");
+        }
     }
 
     #[test]

@@ -99,6 +99,8 @@ impl Report {
 pub struct Ctx {
     /// The server to create scratch databases on.
     pub target: DbTarget,
+    /// Its URL, for child processes (`collect` runs collector processes).
+    pub database_url: Option<String>,
     /// Smaller sample sizes (smoke runs, CI).
     pub quick: bool,
 }
@@ -236,6 +238,11 @@ impl ScratchDb {
             admin,
             name,
         })
+    }
+
+    /// The scratch database's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Creates a scratch database, runs `f` on it and drops it whatever `f`

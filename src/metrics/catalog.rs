@@ -90,6 +90,13 @@ pub const CATALOG: &[MetricDef] = &[
         exporter: Serve,
     },
     MetricDef {
+        name: "bf4ps_egress_throttled_total",
+        kind: Counter,
+        labels: &["egress_key"],
+        help: "Attempts Battlelog throttled (HTTP 401/403/429, error_class throttled) per egress key; each pauses the key.",
+        exporter: Serve,
+    },
+    MetricDef {
         name: "bf4ps_refresh_age_seconds",
         kind: Histogram,
         labels: &["lane", "resource"],
@@ -130,6 +137,14 @@ pub const CATALOG: &[MetricDef] = &[
         kind: Gauge,
         labels: &["lane", "health"],
         help: "Non-retired collectors by lane and heartbeat state.",
+        exporter: Serve,
+    },
+    // --- from egress_gates ---
+    MetricDef {
+        name: "bf4ps_egress_paused_until_seconds",
+        kind: Gauge,
+        labels: &["egress_key"],
+        help: "Unix time until which Battlelog throttling pauses the egress key (0 when not paused).",
         exporter: Serve,
     },
     // --- from collection_jobs ---
@@ -294,8 +309,11 @@ pub const REFRESH_AGE_BUCKETS: &[f64] = &[
     30.0 * 86_400.0,
 ];
 
-/// Buckets of `bf4ps_collector_egress_wait_seconds`.
-pub const EGRESS_WAIT_BUCKETS: &[f64] = &[0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Buckets of `bf4ps_collector_egress_wait_seconds` (up to the longest
+/// throttle pause, 30 min by default).
+pub const EGRESS_WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
 
 /// Looks a family up by name.
 pub fn find(name: &str) -> Option<&'static MetricDef> {

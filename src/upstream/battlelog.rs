@@ -1,46 +1,57 @@
 //! Battlelog's wire format and our normalized shapes: pure functions from a
 //! response body to a JSON value, or to a classified error.
+//! `docs/battlelog.md` describes both sides for operators and consumers.
 //!
 //! Battlelog answers `{"type":"success","message":"OK","data":{...}}`. The
-//! field names below are the ones observed on the live BF4 endpoints:
+//! containers (the only structural requirement) per resource:
 //!
-//! | resource | container | required fields (others optional) |
+//! | resource | endpoint | main object/list in `data` |
 //! |---|---|---|
-//! | `detailed` (`warsawdetailedstatspopulate`) | `data.generalStats` | `rank score kills deaths numWins numLosses timePlayed skill shotsFired shotsHit` |
-//! | `profile` (`warsawoverviewpopulate`) | `data.viewedPersonaInfo`, `data.overviewStats` | `personaName`; `rank skill kills deaths timePlayed`, `score` or `totalScore` |
-//! | `weapons` (`warsawWeaponsPopulateStats`) | `data.mainWeaponStats[]` | `guid kills headshots shotsFired shotsHit timeEquipped` |
-//! | `vehicles` (`warsawvehiclesPopulateStats`) | `data.mainVehicleStats[]` | `guid kills timeIn` |
+//! | `detailed` | `warsawdetailedstatspopulate` | `generalStats` |
+//! | `profile` | `warsawoverviewpopulate` | `viewedPersonaInfo` and `overviewStats` |
+//! | `weapons` | `warsawWeaponsPopulateStats` | `mainWeaponStats[]` (each entry keyed by `guid`) |
+//! | `vehicles` | `warsawvehiclesPopulateStats` | `mainVehicleStats[]` (each entry keyed by `guid`) |
 //!
-//! Battlelog is inconsistent about number types, so counters accept an
-//! integer, a float or a numeric string. `null` counts as missing.
+//! Every counter is optional and nullable: any one may be missing, `null`
+//! or an empty string (melee weapons carry `null` shots and time). A number
+//! may arrive as an integer, a float with a zero fraction (`12.0`) or a
+//! numeric string (`"12"`); all three normalize to the same integer.
 //!
-//! Normalized shapes (snake_case, counters as integers, times in seconds,
-//! ratios rounded to 4 decimals and `null` when undefined):
-//! - detailed: `{persona_id, rank, score, combat_score, skill, time_played_s,
-//!   kills, deaths, kd_ratio, wins, losses, rounds, shots_fired, shots_hit,
-//!   accuracy, headshots, kill_assists, ...team/objective counters...,
-//!   kit_scores: {...}, mode_scores: {...}}`
-//! - profile: `{persona_id, name, clan_tag, rank, score, skill, kills, deaths,
-//!   kd_ratio, wins, losses, time_played_s}`
-//! - weapons: `{weapons: [{guid, name, category, kills, headshots,
-//!   shots_fired, shots_hit, time_equipped_s}]}`
-//! - vehicles: `{vehicles: [{guid, name, category, kills, destroyed,
-//!   time_in_s}]}`
+//! Classification of a 2xx body:
+//! - `parse` (retryable; nothing is stored): not JSON, no envelope `type`, a
+//!   success envelope without `data` or without the main object/list (a
+//!   "200 without stats", which Battlelog sends transiently), a fractional
+//!   or negative value where a count is expected, a non-numeric counter, an
+//!   entry without a `guid`, a guid listed twice, or a `personaId` /
+//!   `platformInt` (at `data` level, and in `viewedPersonaInfo` for
+//!   `profile`) that contradicts the request;
+//! - `unavailable` (terminal): exactly the envelope [`is_not_found`] pins —
+//!   `type` "error" and a `message` equal to [`NOT_FOUND_MESSAGE`] (both
+//!   compared trimmed and case-insensitively). Battlelog was never seen to
+//!   answer so; no other text is read as "this persona is gone";
+//! - `server` (retryable): any other envelope whose `type` is not `success`
+//!   (e.g. "temporarily unavailable", "private").
 //!
-//! Lists are sorted by guid (then by every other field) and rows whose
-//! counters are all zero are dropped: an unused weapon carries no stats, and
-//! dropping it keeps the content hash independent of catalog padding.
+//! Normalized shapes (snake_case; counters as integers, times in seconds,
+//! reals rounded to 4 decimals): every key is always present, and a value
+//! Battlelog did not report (absent, `null` or `""`) is `null`, never 0.
+//! Ratios are `null` when an input is `null` or the denominator is 0. Lists
+//! are sorted by guid (unique), and entries whose counters are all 0 or
+//! `null` are dropped (an unused catalog item carries no stats). So the
+//! output, and its content hash, depend only on the stats, never on number
+//! representation, key order, list order or padding.
 //!
-//! Classification of a 2xx body: not JSON, no envelope, `data` not an
-//! object, a required field missing/null/of the wrong type, or a persona id
-//! that is not the one requested → `parse`. An envelope whose `type` is not
-//! `success` → `unavailable` when its message says the persona is not
-//! found/private/unavailable, else `server` (Battlelog reported an error; retry).
+//! Error messages are our own words: field names from our definitions and
+//! fixed texts, never a value, key or message taken from the body.
 
-use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::domain::{ErrorClass, Resource};
+use crate::domain::{ErrorClass, Platform, Resource};
+use crate::upstream::battlelog_platform_id;
 
 /// Why a 2xx body gave no data. `message` never contains body text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,40 +69,48 @@ fn parse_error(message: impl Into<String>) -> BodyError {
     }
 }
 
-/// Words in an error envelope's message meaning the persona cannot be
-/// collected (terminal), compared case-insensitively.
-const UNAVAILABLE_WORDS: &[&str] = &[
-    "not found",
-    "notfound",
-    "not_found",
-    "no such",
-    "does not exist",
-    "doesn't exist",
-    "invalid persona",
-    "private",
-    "unavailable",
-    "hidden",
-];
+/// The envelope `type` of the one not-found answer (compared trimmed,
+/// case-insensitively).
+pub const NOT_FOUND_TYPE: &str = "error";
 
-/// Normalizes the body of a 2xx response for `resource` of `persona_id`.
-pub fn normalize(resource: Resource, persona_id: i64, body: &[u8]) -> Result<Value, BodyError> {
-    let root: Value = serde_json::from_slice(body).map_err(|e| parse_error(describe(&e)))?;
-    let Some(envelope) = root.as_object() else {
-        return Err(parse_error("body is not a JSON object"));
-    };
-    let Some(kind) = envelope.get("type").and_then(Value::as_str) else {
+/// The envelope `message` of the one not-found answer (compared trimmed,
+/// case-insensitively).
+pub const NOT_FOUND_MESSAGE: &str = "persona not found";
+
+/// Whether an envelope's `type` and `message` are the pinned not-found
+/// answer: `{"type": "error", "message": "Persona not found", ...}`.
+pub fn is_not_found(kind: &str, message: Option<&str>) -> bool {
+    kind.trim().eq_ignore_ascii_case(NOT_FOUND_TYPE)
+        && message.is_some_and(|m| m.trim().eq_ignore_ascii_case(NOT_FOUND_MESSAGE))
+}
+
+/// Normalizes the body of a 2xx response for `resource` of the soldier
+/// (`platform`, `persona_id`).
+pub fn normalize(
+    resource: Resource,
+    platform: Platform,
+    persona_id: i64,
+    body: &[u8],
+) -> Result<Value, BodyError> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Also catches HTML error pages and empty bodies without a serde
+        // message (which could quote them).
+        return Err(if body.iter().all(u8::is_ascii_whitespace) {
+            parse_error("body is empty")
+        } else {
+            parse_error("body is not a JSON object")
+        });
+    }
+    // Pass 1: the envelope (validates the whole body; `data` is skipped).
+    let head: Head = serde_json::from_slice(body).map_err(|e| parse_error(describe(&e)))?;
+    let Some(kind) = head.kind.0 else {
         return Err(parse_error("body lacks the Battlelog envelope `type`"));
     };
     if !kind.eq_ignore_ascii_case("success") {
-        let says = envelope
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        return Err(if UNAVAILABLE_WORDS.iter().any(|w| says.contains(w)) {
+        return Err(if is_not_found(&kind, head.message.0.as_deref()) {
             BodyError {
                 class: ErrorClass::Unavailable,
-                message: "Battlelog reports the persona as not found or private".into(),
+                message: "Battlelog reports the persona as not found".into(),
             }
         } else {
             BodyError {
@@ -100,50 +119,73 @@ pub fn normalize(resource: Resource, persona_id: i64, body: &[u8]) -> Result<Val
             }
         });
     }
-    let data = match envelope.get("data") {
-        Some(d @ Value::Object(_)) => d,
-        Some(Value::Null) | None => return Err(parse_error("envelope has no `data`")),
-        Some(_) => return Err(parse_error("envelope `data` is not an object")),
+    if !head.data {
+        return Err(parse_error("envelope has no `data`"));
+    }
+    // Pass 2: the resource's data, typed (unknown fields skipped unread).
+    let who = Identity {
+        platform,
+        persona_id,
     };
-    let out = match resource {
-        Resource::Detailed => {
-            let wire = DetailedData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            same_persona(opt(wire.persona_id), persona_id)?;
-            to_value(detailed(persona_id, &wire.general_stats))
-        }
-        Resource::Profile => {
-            let wire = ProfileData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            same_persona(opt(wire.viewed_persona_info.persona_id), persona_id)?;
-            to_value(profile(persona_id, &wire)?)
-        }
-        Resource::Weapons => {
-            let wire = WeaponsData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            to_value(weapons(wire))
-        }
-        Resource::Vehicles => {
-            let wire = VehiclesData::deserialize(data).map_err(|e| parse_error(describe(&e)))?;
-            to_value(vehicles(wire))
-        }
+    let value = match resource {
+        Resource::Detailed => to_value(detailed(who, data::<DetailedData>(body)?)?),
+        Resource::Profile => to_value(profile(who, data::<ProfileData>(body)?)?),
+        Resource::Weapons => to_value(weapons(who, data::<WeaponsData>(body)?)?),
+        Resource::Vehicles => to_value(vehicles(who, data::<VehiclesData>(body)?)?),
     };
-    out.map_err(|_| parse_error("normalized data does not serialize"))
+    value.map_err(|_| parse_error("normalized data does not serialize"))
 }
 
 fn to_value<T: Serialize>(v: T) -> Result<Value, serde_json::Error> {
     serde_json::to_value(v)
 }
 
-fn same_persona(observed: Option<i64>, requested: i64) -> Result<(), BodyError> {
-    match observed {
-        Some(id) if id != requested => Err(parse_error(format!(
-            "response is for another persona than {requested}"
-        ))),
-        _ => Ok(()),
+/// The envelope without its data: `type`, `message`, and whether `data` is
+/// present and not null.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(rename = "type", default)]
+    kind: Loose,
+    #[serde(default)]
+    message: Loose,
+    #[serde(default, deserialize_with = "present")]
+    data: bool,
+}
+
+/// A string, or `None` for anything else (envelope fields are never quoted).
+#[derive(Default)]
+struct Loose(Option<String>);
+
+impl<'de> Deserialize<'de> for Loose {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Loose(match Value::deserialize(d)? {
+            Value::String(s) => Some(s),
+            _ => None,
+        }))
     }
 }
 
+/// `true` unless the value is `null`; the value itself is skipped.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<IgnoredAny>::deserialize(d)?.is_some())
+}
+
+/// Pass 2: the envelope's `data` as `T` (present: checked by pass 1).
+fn data<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, BodyError> {
+    #[derive(Deserialize)]
+    #[serde(bound = "T: Deserialize<'de> + Default")]
+    struct Env<T> {
+        #[serde(default)]
+        data: Option<T>,
+    }
+    let env: Env<T> = serde_json::from_slice(body).map_err(|e| parse_error(describe(&e)))?;
+    env.data
+        .ok_or_else(|| parse_error("envelope has no `data`"))
+}
+
 /// A serde error in our words. serde's own messages may quote body values
-/// ("invalid type: string \"...\""), so only messages known to hold nothing
-/// but our field names or our own text pass through.
+/// ("invalid type: string \"...\""), so only messages built by this module
+/// (a path of our field names plus one of our fixed texts) pass through.
 fn describe(e: &serde_json::Error) -> String {
     use serde_json::error::Category;
     let position = || {
@@ -159,24 +201,52 @@ fn describe(e: &serde_json::Error) -> String {
         Category::Syntax => format!("body is not valid JSON{}", position()),
         Category::Data => {
             let text = e.to_string();
-            if let Some(field) = text
-                .strip_prefix("missing field `")
-                .and_then(|rest| rest.split_once('`'))
-                .map(|(field, _)| field)
-            {
-                // The field name comes from our struct definitions.
-                format!("missing required field `{field}`")
-            } else if let Some(ours) = OUR_MESSAGES.iter().find(|m| text.starts_with(**m)) {
-                format!("a field {ours}")
-            } else {
-                "a field has an unexpected type or value".into()
-            }
+            let text = text
+                .rfind(" at line ")
+                .map_or(text.as_str(), |i| &text[..i]);
+            ours(text).unwrap_or_else(|| "a field has an unexpected type or value".into())
         }
     }
 }
 
-/// The custom errors of the lenient deserializers below (fixed text).
-const OUR_MESSAGES: &[&str] = &[lenient::NULL, lenient::NAN, lenient::RANGE, lenient::TEXT];
+/// `text` if this module built it: `PATH WHAT`, the path made of our field
+/// names joined by `.`, WHAT one of our fixed texts.
+fn ours(text: &str) -> Option<String> {
+    let rest = text.strip_prefix(PATH_MARK)?;
+    let (path, what) = rest.split_once(' ')?;
+    let known = path.split('.').all(|k| KNOWN_KEYS.contains(&k));
+    (known && OUR_MESSAGES.contains(&what)).then(|| format!("`{path}` {what}"))
+}
+
+/// Starts every message that carries a field path (see [`field_error`]).
+const PATH_MARK: &str = "bf4ps-field:";
+
+/// The fixed texts of our errors.
+const OUR_MESSAGES: &[&str] = &[
+    lenient::NAN,
+    lenient::RANGE,
+    lenient::TEXT,
+    lenient::FRACTION,
+    lenient::NEGATIVE,
+    UNEXPECTED,
+];
+
+const UNEXPECTED: &str = "has an unexpected type";
+
+/// Wraps an error from the value of field `key` into a path error.
+fn field_error<E: de::Error>(key: &'static str, e: E) -> E {
+    let text = e.to_string();
+    let text = text
+        .rfind(" at line ")
+        .map_or(text.as_str(), |i| &text[..i]);
+    if let Some(rest) = text.strip_prefix(PATH_MARK) {
+        E::custom(format_args!("{PATH_MARK}{key}.{rest}"))
+    } else if let Some(what) = OUR_MESSAGES.iter().find(|m| **m == text) {
+        E::custom(format_args!("{PATH_MARK}{key} {what}"))
+    } else {
+        E::custom(format_args!("{PATH_MARK}{key} {UNEXPECTED}"))
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Lenient scalars: what we accept for one value.
@@ -186,65 +256,119 @@ mod lenient {
 
     use serde::de::{self, Deserialize, Deserializer, Visitor};
 
-    pub const NULL: &str = "is null or empty";
     pub const NAN: &str = "is not a number";
     pub const RANGE: &str = "is out of range";
     pub const TEXT: &str = "is not a string";
+    pub const FRACTION: &str = "is not a whole number";
+    pub const NEGATIVE: &str = "is negative";
 
-    /// A required counter: integer, float (rounded) or numeric string. As
-    /// `Option<Count>`, absent or `null` is `None`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct Count(pub i64);
+    /// Largest count accepted (exactly representable as f64).
+    const MAX_COUNT: f64 = 9.0e15;
 
-    /// A required real number: integer, float or numeric string.
-    #[derive(Debug, Clone, Copy, PartialEq)]
-    pub struct Real(pub f64);
+    /// A nullable count: a non-negative integer given as an integer, a float
+    /// with a zero fraction or a numeric string. Absent, `null` and `""`
+    /// are `None`.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Cnt(pub Option<i64>);
 
-    /// A required, non-empty string (ids may arrive as numbers).
-    #[derive(Debug, Clone, PartialEq, Eq)]
-    pub struct Text(pub String);
+    /// A nullable finite real (integer, float or numeric string).
+    #[derive(Debug, Clone, Copy, Default, PartialEq)]
+    pub struct Dec(pub Option<f64>);
 
-    /// An optional string: absent, `null` and empty are all `None`.
+    /// A nullable, trimmed, non-empty string (ids may arrive as integers).
     #[derive(Debug, Clone, Default, PartialEq, Eq)]
-    pub struct OptText(pub Option<String>);
+    pub struct Txt(pub Option<String>);
 
-    impl<'de> Deserialize<'de> for Count {
+    fn count_from_f64<E: de::Error>(v: f64) -> Result<Option<i64>, E> {
+        if !v.is_finite() {
+            Err(E::custom(NAN))
+        } else if v < 0.0 {
+            Err(E::custom(NEGATIVE))
+        } else if v.fract() != 0.0 {
+            Err(E::custom(FRACTION))
+        } else if v > MAX_COUNT {
+            Err(E::custom(RANGE))
+        } else {
+            Ok(Some(v as i64))
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Cnt {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let v = d.deserialize_any(NumberVisitor)?;
-            let v = v.ok_or_else(|| de::Error::custom(NULL))?.round();
-            if v.abs() < 9.0e15 {
-                Ok(Count(v as i64))
+            d.deserialize_any(CountVisitor).map(Cnt)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Dec {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(RealVisitor).map(Dec)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Txt {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(TextVisitor).map(Txt)
+        }
+    }
+
+    /// Errors are fixed text: a rejected value is never quoted.
+    struct CountVisitor;
+
+    impl<'de> Visitor<'de> for CountVisitor {
+        type Value = Option<i64>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a count")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            if v < 0 {
+                Err(E::custom(NEGATIVE))
             } else {
-                Err(de::Error::custom(RANGE))
+                count_from_f64(v as f64).map(|_| Some(v))
             }
         }
-    }
-
-    impl<'de> Deserialize<'de> for Real {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let v = d.deserialize_any(NumberVisitor)?;
-            v.map(Real).ok_or_else(|| de::Error::custom(NULL))
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            count_from_f64(v as f64).map(|_| Some(v as i64))
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            count_from_f64(v)
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            let v = v.trim();
+            if v.is_empty() {
+                return Ok(None);
+            }
+            if let Ok(n) = v.parse::<i64>() {
+                return self.visit_i64(n);
+            }
+            match v.parse::<f64>() {
+                Ok(n) => count_from_f64(n),
+                Err(_) => Err(E::custom(NAN)),
+            }
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Err(E::custom(NAN))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(CountVisitor)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(de::Error::custom(NAN))
+        }
+        fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(de::Error::custom(NAN))
         }
     }
 
-    impl<'de> Deserialize<'de> for Text {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            let v = d.deserialize_any(TextVisitor)?;
-            v.map(Text).ok_or_else(|| de::Error::custom(NULL))
-        }
-    }
+    struct RealVisitor;
 
-    impl<'de> Deserialize<'de> for OptText {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(TextVisitor).map(OptText)
-        }
-    }
-
-    /// A finite number as f64; `None` for null. Errors are fixed text: a
-    /// rejected value is never quoted.
-    struct NumberVisitor;
-
-    impl<'de> Visitor<'de> for NumberVisitor {
+    impl<'de> Visitor<'de> for RealVisitor {
         type Value = Option<f64>;
 
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -264,7 +388,11 @@ mod lenient {
             }
         }
         fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            match v.trim().parse::<f64>() {
+            let v = v.trim();
+            if v.is_empty() {
+                return Ok(None);
+            }
+            match v.parse::<f64>() {
                 Ok(n) if n.is_finite() => Ok(Some(n)),
                 _ => Err(E::custom(NAN)),
             }
@@ -279,7 +407,7 @@ mod lenient {
             Ok(None)
         }
         fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(NumberVisitor)
+            d.deserialize_any(RealVisitor)
         }
         fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
             Err(de::Error::custom(NAN))
@@ -332,131 +460,314 @@ mod lenient {
     }
 }
 
-use lenient::{Count, OptText, Real, Text};
+use lenient::{Cnt, Dec, Txt};
 
-/// `Option<Count>` as a plain optional integer.
-fn opt(c: Option<Count>) -> Option<i64> {
-    c.map(|c| c.0)
+// ---------------------------------------------------------------------------
+// Wire structs: every field optional, unknown fields skipped unread, and an
+// error in a field's value names the field (our name, never the body's).
+
+/// An object key, borrowed from the body when it has no escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
 }
 
-/// A required list: absent or `null` is an error (never an empty result).
-fn list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<Vec<T>>::deserialize(d)?.ok_or_else(|| serde::de::Error::custom(lenient::NULL))
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(s) => s,
+            Key::Owned(s) => s,
+        }
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key::Borrowed(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key::Owned(v.to_owned()))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Defines a wire struct whose fields are read from the listed JSON keys.
+macro_rules! wire {
+    ($(#[$meta:meta])* $name:ident { $($field:ident : $ty:ty = $key:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Default)]
+        struct $name { $($field: $ty),+ }
+
+        #[cfg(test)]
+        impl $name {
+            const KEYS: &'static [&'static str] = &[$($key),+];
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<$name, A::Error> {
+                        let mut out = $name::default();
+                        while let Some(key) = map.next_key_seed(KeySeed)? {
+                            match key.as_str() {
+                                $($key => {
+                                    out.$field = map
+                                        .next_value()
+                                        .map_err(|e| field_error($key, e))?;
+                                })+
+                                _ => {
+                                    map.next_value::<IgnoredAny>()?;
+                                }
+                            }
+                        }
+                        Ok(out)
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+    };
+}
+
+/// Every key a wire struct reads (error paths may only contain these).
+const KNOWN_KEYS: &[&str] = &[
+    // Listed per struct below; checked by a unit test.
+    "personaId",
+    "platformInt",
+    "generalStats",
+    "viewedPersonaInfo",
+    "overviewStats",
+    "mainWeaponStats",
+    "mainVehicleStats",
+    "personaName",
+    "tag",
+    "guid",
+    "name",
+    "slug",
+    "category",
+    "kills",
+    "headshots",
+    "shotsFired",
+    "shotsHit",
+    "timeEquipped",
+    "timeIn",
+    "destroyXinY",
+    "rank",
+    "score",
+    "totalScore",
+    "skill",
+    "deaths",
+    "timePlayed",
+    "numWins",
+    "numLosses",
+    "numRounds",
+    "combatScore",
+    "killAssists",
+    "revives",
+    "repairs",
+    "heals",
+    "resupplies",
+    "avengerKills",
+    "saviorKills",
+    "suppressionAssists",
+    "flagCaptures",
+    "flagDefend",
+    "dogtagsTaken",
+    "vehiclesDestroyed",
+    "vehicleDamage",
+    "killStreakBonus",
+    "nemesisKills",
+    "nemesisStreak",
+    "longestHeadshot",
+    "quitPercentage",
+    "assault",
+    "engineer",
+    "support",
+    "recon",
+    "commander",
+    "sc_squad",
+    "sc_vehicle",
+    "sc_award",
+    "sc_unlock",
+    "conquest",
+    "rush",
+    "teamdeathmatch",
+    "domination",
+    "obliteration",
+    "elimination",
+    "capturetheflag",
+    "airsuperiority",
+    "carrierassault",
+    "chainlink",
+];
+
+/// The requested soldier, which any identity in the body must match.
+#[derive(Clone, Copy)]
+struct Identity {
+    platform: Platform,
+    persona_id: i64,
+}
+
+impl Identity {
+    /// Every `personaId`/`platformInt` present must be the requested one.
+    fn check(&self, persona_ids: &[Cnt], platform_ints: &[Cnt]) -> Result<(), BodyError> {
+        if persona_ids
+            .iter()
+            .any(|p| p.0.is_some_and(|id| id != self.persona_id))
+        {
+            return Err(parse_error(format!(
+                "response is for another persona than {}",
+                self.persona_id
+            )));
+        }
+        let platform = i64::from(battlelog_platform_id(self.platform));
+        if platform_ints
+            .iter()
+            .any(|p| p.0.is_some_and(|id| id != platform))
+        {
+            return Err(parse_error(format!(
+                "response is for another platform than {} ({platform})",
+                self.platform
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn missing(what: &str) -> BodyError {
+    parse_error(format!("envelope `data` lacks `{what}` (no stats)"))
+}
+
+/// `num / den` rounded to 4 decimals; `None` when either is unknown or
+/// `den` is 0.
+fn ratio(num: Option<i64>, den: Option<i64>) -> Option<f64> {
+    match (num, den) {
+        (Some(n), Some(d)) if d != 0 => Some(round4(n as f64 / d as f64)),
+        _ => None,
+    }
+}
+
+fn round4(v: f64) -> f64 {
+    (v * 10_000.0).round() / 10_000.0
+}
+
+fn real(d: Dec) -> Option<f64> {
+    d.0.map(round4)
 }
 
 // ---------------------------------------------------------------------------
 // detailed
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DetailedData {
-    persona_id: Option<Count>,
-    general_stats: GeneralStats,
-}
+wire!(DetailedData {
+    persona_id: Cnt = "personaId",
+    platform_int: Cnt = "platformInt",
+    general_stats: Option<GeneralStats> = "generalStats",
+});
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct GeneralStats {
-    rank: Count,
-    score: Count,
-    kills: Count,
-    deaths: Count,
-    num_wins: Count,
-    num_losses: Count,
-    time_played: Count,
-    skill: Real,
-    shots_fired: Count,
-    shots_hit: Count,
+wire!(GeneralStats {
+    rank: Cnt = "rank",
+    score: Cnt = "score",
+    combat_score: Cnt = "combatScore",
+    skill: Dec = "skill",
+    time_played: Cnt = "timePlayed",
+    kills: Cnt = "kills",
+    deaths: Cnt = "deaths",
+    kill_assists: Cnt = "killAssists",
+    headshots: Cnt = "headshots",
+    num_wins: Cnt = "numWins",
+    num_losses: Cnt = "numLosses",
+    num_rounds: Cnt = "numRounds",
+    shots_fired: Cnt = "shotsFired",
+    shots_hit: Cnt = "shotsHit",
+    revives: Cnt = "revives",
+    repairs: Cnt = "repairs",
+    heals: Cnt = "heals",
+    resupplies: Cnt = "resupplies",
+    avenger_kills: Cnt = "avengerKills",
+    savior_kills: Cnt = "saviorKills",
+    suppression_assists: Cnt = "suppressionAssists",
+    flag_captures: Cnt = "flagCaptures",
+    flag_defend: Cnt = "flagDefend",
+    dogtags_taken: Cnt = "dogtagsTaken",
+    vehicles_destroyed: Cnt = "vehiclesDestroyed",
+    vehicle_damage: Cnt = "vehicleDamage",
+    kill_streak_bonus: Cnt = "killStreakBonus",
+    nemesis_kills: Cnt = "nemesisKills",
+    nemesis_streak: Cnt = "nemesisStreak",
+    longest_headshot: Dec = "longestHeadshot",
+    quit_percentage: Dec = "quitPercentage",
+    assault: Cnt = "assault",
+    engineer: Cnt = "engineer",
+    support: Cnt = "support",
+    recon: Cnt = "recon",
+    commander: Cnt = "commander",
+    sc_squad: Cnt = "sc_squad",
+    sc_vehicle: Cnt = "sc_vehicle",
+    sc_award: Cnt = "sc_award",
+    sc_unlock: Cnt = "sc_unlock",
+    conquest: Cnt = "conquest",
+    rush: Cnt = "rush",
+    team_deathmatch: Cnt = "teamdeathmatch",
+    domination: Cnt = "domination",
+    obliteration: Cnt = "obliteration",
+    elimination: Cnt = "elimination",
+    capture_the_flag: Cnt = "capturetheflag",
+    air_superiority: Cnt = "airsuperiority",
+    carrier_assault: Cnt = "carrierassault",
+    chain_link: Cnt = "chainlink",
+});
 
-    num_rounds: Option<Count>,
-    combat_score: Option<Count>,
-    headshots: Option<Count>,
-    kill_assists: Option<Count>,
-    revives: Option<Count>,
-    repairs: Option<Count>,
-    heals: Option<Count>,
-    resupplies: Option<Count>,
-    avenger_kills: Option<Count>,
-    savior_kills: Option<Count>,
-    suppression_assists: Option<Count>,
-    flag_captures: Option<Count>,
-    flag_defend: Option<Count>,
-    dogtags_taken: Option<Count>,
-    vehicles_destroyed: Option<Count>,
-    vehicle_damage: Option<Count>,
-    kill_streak_bonus: Option<Count>,
-    nemesis_kills: Option<Count>,
-    nemesis_streak: Option<Count>,
-    longest_headshot: Option<Real>,
-    quit_percentage: Option<Real>,
-
-    assault: Option<Count>,
-    engineer: Option<Count>,
-    support: Option<Count>,
-    recon: Option<Count>,
-    commander: Option<Count>,
-    #[serde(rename = "sc_squad")]
-    sc_squad: Option<Count>,
-    #[serde(rename = "sc_vehicle")]
-    sc_vehicle: Option<Count>,
-    #[serde(rename = "sc_award")]
-    sc_award: Option<Count>,
-    #[serde(rename = "sc_unlock")]
-    sc_unlock: Option<Count>,
-
-    conquest: Option<Count>,
-    rush: Option<Count>,
-    #[serde(rename = "teamdeathmatch")]
-    team_deathmatch: Option<Count>,
-    domination: Option<Count>,
-    obliteration: Option<Count>,
-    elimination: Option<Count>,
-    #[serde(rename = "capturetheflag")]
-    capture_the_flag: Option<Count>,
-    #[serde(rename = "airsuperiority")]
-    air_superiority: Option<Count>,
-    #[serde(rename = "carrierassault")]
-    carrier_assault: Option<Count>,
-    #[serde(rename = "chainlink")]
-    chain_link: Option<Count>,
-}
-
-/// Normalized `detailed` data.
+/// Normalized `detailed` data. Every field but `persona_id` is `null` when
+/// Battlelog did not report it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Detailed {
-    /// The persona the stats belong to.
+    /// The persona the stats belong to (the requested one).
     pub persona_id: i64,
     /// Rank (0..=140).
-    pub rank: i64,
+    pub rank: Option<i64>,
     /// Total score.
-    pub score: i64,
-    /// Combat score, when reported.
+    pub score: Option<i64>,
+    /// Combat score.
     pub combat_score: Option<i64>,
     /// Battlelog skill rating.
-    pub skill: f64,
+    pub skill: Option<f64>,
     /// Seconds played.
-    pub time_played_s: i64,
+    pub time_played_s: Option<i64>,
     /// Kills.
-    pub kills: i64,
+    pub kills: Option<i64>,
     /// Deaths.
-    pub deaths: i64,
-    /// kills / deaths; `null` with no deaths.
+    pub deaths: Option<i64>,
+    /// kills / deaths.
     pub kd_ratio: Option<f64>,
     /// Rounds won.
-    pub wins: i64,
+    pub wins: Option<i64>,
     /// Rounds lost.
-    pub losses: i64,
-    /// Rounds played, when reported.
+    pub losses: Option<i64>,
+    /// Rounds played.
     pub rounds: Option<i64>,
     /// Shots fired.
-    pub shots_fired: i64,
+    pub shots_fired: Option<i64>,
     /// Shots that hit.
-    pub shots_hit: i64,
-    /// shots_hit / shots_fired; `null` with no shots.
+    pub shots_hit: Option<i64>,
+    /// shots_hit / shots_fired.
     pub accuracy: Option<f64>,
     /// Headshots.
     pub headshots: Option<i64>,
@@ -533,185 +844,190 @@ pub struct ModeScores {
     pub chain_link: Option<i64>,
 }
 
-/// `num / den` rounded to 4 decimals; `None` when `den` is 0.
-fn ratio(num: i64, den: i64) -> Option<f64> {
-    (den != 0).then(|| round4(num as f64 / den as f64))
-}
-
-fn round4(v: f64) -> f64 {
-    (v * 10_000.0).round() / 10_000.0
-}
-
-fn detailed(persona_id: i64, g: &GeneralStats) -> Detailed {
-    Detailed {
-        persona_id,
+fn detailed(who: Identity, d: DetailedData) -> Result<Detailed, BodyError> {
+    who.check(&[d.persona_id], &[d.platform_int])?;
+    let g = d.general_stats.ok_or_else(|| missing("generalStats"))?;
+    Ok(Detailed {
+        persona_id: who.persona_id,
         rank: g.rank.0,
         score: g.score.0,
-        combat_score: opt(g.combat_score),
-        skill: round4(g.skill.0),
+        combat_score: g.combat_score.0,
+        skill: real(g.skill),
         time_played_s: g.time_played.0,
         kills: g.kills.0,
         deaths: g.deaths.0,
         kd_ratio: ratio(g.kills.0, g.deaths.0),
         wins: g.num_wins.0,
         losses: g.num_losses.0,
-        rounds: opt(g.num_rounds),
+        rounds: g.num_rounds.0,
         shots_fired: g.shots_fired.0,
         shots_hit: g.shots_hit.0,
         accuracy: ratio(g.shots_hit.0, g.shots_fired.0),
-        headshots: opt(g.headshots),
-        kill_assists: opt(g.kill_assists),
-        revives: opt(g.revives),
-        repairs: opt(g.repairs),
-        heals: opt(g.heals),
-        resupplies: opt(g.resupplies),
-        avenger_kills: opt(g.avenger_kills),
-        savior_kills: opt(g.savior_kills),
-        suppression_assists: opt(g.suppression_assists),
-        flags_captured: opt(g.flag_captures),
-        flags_defended: opt(g.flag_defend),
-        dogtags_taken: opt(g.dogtags_taken),
-        vehicles_destroyed: opt(g.vehicles_destroyed),
-        vehicle_damage: opt(g.vehicle_damage),
-        highest_kill_streak: opt(g.kill_streak_bonus),
-        nemesis_kills: opt(g.nemesis_kills),
-        highest_nemesis_streak: opt(g.nemesis_streak),
-        longest_headshot: g.longest_headshot.map(|r| round4(r.0)),
-        quit_percentage: g.quit_percentage.map(|r| round4(r.0)),
+        headshots: g.headshots.0,
+        kill_assists: g.kill_assists.0,
+        revives: g.revives.0,
+        repairs: g.repairs.0,
+        heals: g.heals.0,
+        resupplies: g.resupplies.0,
+        avenger_kills: g.avenger_kills.0,
+        savior_kills: g.savior_kills.0,
+        suppression_assists: g.suppression_assists.0,
+        flags_captured: g.flag_captures.0,
+        flags_defended: g.flag_defend.0,
+        dogtags_taken: g.dogtags_taken.0,
+        vehicles_destroyed: g.vehicles_destroyed.0,
+        vehicle_damage: g.vehicle_damage.0,
+        highest_kill_streak: g.kill_streak_bonus.0,
+        nemesis_kills: g.nemesis_kills.0,
+        highest_nemesis_streak: g.nemesis_streak.0,
+        longest_headshot: real(g.longest_headshot),
+        quit_percentage: real(g.quit_percentage),
         kit_scores: KitScores {
-            assault: opt(g.assault),
-            engineer: opt(g.engineer),
-            support: opt(g.support),
-            recon: opt(g.recon),
-            commander: opt(g.commander),
-            squad: opt(g.sc_squad),
-            vehicle: opt(g.sc_vehicle),
-            award: opt(g.sc_award),
-            unlock: opt(g.sc_unlock),
+            assault: g.assault.0,
+            engineer: g.engineer.0,
+            support: g.support.0,
+            recon: g.recon.0,
+            commander: g.commander.0,
+            squad: g.sc_squad.0,
+            vehicle: g.sc_vehicle.0,
+            award: g.sc_award.0,
+            unlock: g.sc_unlock.0,
         },
         mode_scores: ModeScores {
-            conquest: opt(g.conquest),
-            rush: opt(g.rush),
-            team_deathmatch: opt(g.team_deathmatch),
-            domination: opt(g.domination),
-            obliteration: opt(g.obliteration),
-            defuse: opt(g.elimination),
-            capture_the_flag: opt(g.capture_the_flag),
-            air_superiority: opt(g.air_superiority),
-            carrier_assault: opt(g.carrier_assault),
-            chain_link: opt(g.chain_link),
+            conquest: g.conquest.0,
+            rush: g.rush.0,
+            team_deathmatch: g.team_deathmatch.0,
+            domination: g.domination.0,
+            obliteration: g.obliteration.0,
+            defuse: g.elimination.0,
+            capture_the_flag: g.capture_the_flag.0,
+            air_superiority: g.air_superiority.0,
+            carrier_assault: g.carrier_assault.0,
+            chain_link: g.chain_link.0,
         },
-    }
+    })
 }
 
 // ---------------------------------------------------------------------------
 // profile
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ProfileData {
-    viewed_persona_info: PersonaInfo,
-    overview_stats: OverviewStats,
-}
+wire!(ProfileData {
+    persona_id: Cnt = "personaId",
+    platform_int: Cnt = "platformInt",
+    viewed_persona_info: Option<PersonaInfo> = "viewedPersonaInfo",
+    overview_stats: Option<OverviewStats> = "overviewStats",
+});
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PersonaInfo {
-    persona_name: Text,
-    persona_id: Option<Count>,
-    #[serde(default)]
-    tag: OptText,
-}
+wire!(PersonaInfo {
+    persona_id: Cnt = "personaId",
+    platform_int: Cnt = "platformInt",
+    persona_name: Txt = "personaName",
+    tag: Txt = "tag",
+});
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OverviewStats {
-    rank: Count,
-    skill: Real,
-    kills: Count,
-    deaths: Count,
-    time_played: Count,
-    score: Option<Count>,
-    total_score: Option<Count>,
-    num_wins: Option<Count>,
-    num_losses: Option<Count>,
-}
+wire!(OverviewStats {
+    rank: Cnt = "rank",
+    skill: Dec = "skill",
+    kills: Cnt = "kills",
+    deaths: Cnt = "deaths",
+    time_played: Cnt = "timePlayed",
+    score: Cnt = "score",
+    total_score: Cnt = "totalScore",
+    num_wins: Cnt = "numWins",
+    num_losses: Cnt = "numLosses",
+});
 
-/// Normalized `profile` data.
+/// Normalized `profile` data (`null`: not reported).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Profile {
-    /// The persona.
+    /// The persona (the requested one).
     pub persona_id: i64,
     /// Soldier (persona) name.
-    pub name: String,
+    pub name: Option<String>,
     /// Clan tag; `null` when none.
     pub clan_tag: Option<String>,
     /// Rank.
-    pub rank: i64,
-    /// Total score.
-    pub score: i64,
+    pub rank: Option<i64>,
+    /// Total score (`score`, else `totalScore`).
+    pub score: Option<i64>,
     /// Skill rating.
-    pub skill: f64,
+    pub skill: Option<f64>,
     /// Kills.
-    pub kills: i64,
+    pub kills: Option<i64>,
     /// Deaths.
-    pub deaths: i64,
-    /// kills / deaths; `null` with no deaths.
+    pub deaths: Option<i64>,
+    /// kills / deaths.
     pub kd_ratio: Option<f64>,
-    /// Rounds won, when reported.
+    /// Rounds won.
     pub wins: Option<i64>,
-    /// Rounds lost, when reported.
+    /// Rounds lost.
     pub losses: Option<i64>,
     /// Seconds played.
-    pub time_played_s: i64,
+    pub time_played_s: Option<i64>,
 }
 
-fn profile(persona_id: i64, p: &ProfileData) -> Result<Profile, BodyError> {
-    let s = &p.overview_stats;
-    let score = opt(s.score.or(s.total_score))
-        .ok_or_else(|| parse_error("missing required field `score` (or `totalScore`)"))?;
+fn profile(who: Identity, p: ProfileData) -> Result<Profile, BodyError> {
+    let info = p
+        .viewed_persona_info
+        .ok_or_else(|| missing("viewedPersonaInfo"))?;
+    who.check(
+        &[p.persona_id, info.persona_id],
+        &[p.platform_int, info.platform_int],
+    )?;
+    let s = p.overview_stats.ok_or_else(|| missing("overviewStats"))?;
     Ok(Profile {
-        persona_id,
-        name: p.viewed_persona_info.persona_name.0.clone(),
-        clan_tag: p.viewed_persona_info.tag.0.clone(),
+        persona_id: who.persona_id,
+        name: info.persona_name.0,
+        clan_tag: info.tag.0,
         rank: s.rank.0,
-        score,
-        skill: round4(s.skill.0),
+        score: s.score.0.or(s.total_score.0),
+        skill: real(s.skill),
         kills: s.kills.0,
         deaths: s.deaths.0,
         kd_ratio: ratio(s.kills.0, s.deaths.0),
-        wins: opt(s.num_wins),
-        losses: opt(s.num_losses),
+        wins: s.num_wins.0,
+        losses: s.num_losses.0,
         time_played_s: s.time_played.0,
     })
 }
 
 // ---------------------------------------------------------------------------
-// weapons
+// weapons and vehicles
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WeaponsData {
-    #[serde(deserialize_with = "list")]
-    main_weapon_stats: Vec<WeaponWire>,
+/// Sorts by guid and rejects a guid listed twice (the message never quotes it).
+fn sorted_unique<T>(
+    mut list: Vec<T>,
+    guid: impl Fn(&T) -> &str,
+    what: &str,
+) -> Result<Vec<T>, BodyError> {
+    list.sort_by(|a, b| guid(a).cmp(guid(b)));
+    if list.windows(2).any(|w| guid(&w[0]) == guid(&w[1])) {
+        return Err(parse_error(format!("a {what} guid is listed twice")));
+    }
+    Ok(list)
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct WeaponWire {
-    guid: Text,
-    #[serde(default)]
-    name: OptText,
-    #[serde(default)]
-    slug: OptText,
-    #[serde(default)]
-    category: OptText,
-    kills: Count,
-    headshots: Count,
-    shots_fired: Count,
-    shots_hit: Count,
-    time_equipped: Count,
+fn any_stat(counters: &[Option<i64>]) -> bool {
+    counters.iter().any(|c| c.unwrap_or(0) != 0)
 }
+
+wire!(WeaponsData {
+    persona_id: Cnt = "personaId",
+    platform_int: Cnt = "platformInt",
+    list: Option<Vec<WeaponWire>> = "mainWeaponStats",
+});
+
+wire!(WeaponWire {
+    guid: Txt = "guid",
+    name: Txt = "name",
+    slug: Txt = "slug",
+    category: Txt = "category",
+    kills: Cnt = "kills",
+    headshots: Cnt = "headshots",
+    shots_fired: Cnt = "shotsFired",
+    shots_hit: Cnt = "shotsHit",
+    time_equipped: Cnt = "timeEquipped",
+});
 
 /// Normalized `weapons` data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -720,33 +1036,38 @@ pub struct Weapons {
     pub weapons: Vec<Weapon>,
 }
 
-/// One weapon's stats.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// One weapon's stats (`null`: not reported, e.g. melee shots).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Weapon {
     /// Battlelog's stable catalog id.
     pub guid: String,
-    /// Display name (or slug), when reported.
+    /// Display name (or slug).
     pub name: Option<String>,
-    /// Category, when reported.
+    /// Category.
     pub category: Option<String>,
     /// Kills.
-    pub kills: i64,
+    pub kills: Option<i64>,
     /// Headshots.
-    pub headshots: i64,
+    pub headshots: Option<i64>,
     /// Shots fired.
-    pub shots_fired: i64,
+    pub shots_fired: Option<i64>,
     /// Shots that hit.
-    pub shots_hit: i64,
+    pub shots_hit: Option<i64>,
     /// Seconds equipped.
-    pub time_equipped_s: i64,
+    pub time_equipped_s: Option<i64>,
 }
 
-fn weapons(wire: WeaponsData) -> Weapons {
-    let mut list: Vec<Weapon> = wire
-        .main_weapon_stats
-        .into_iter()
-        .map(|w| Weapon {
-            guid: w.guid.0,
+fn weapons(who: Identity, d: WeaponsData) -> Result<Weapons, BodyError> {
+    who.check(&[d.persona_id], &[d.platform_int])?;
+    let wire = d.list.ok_or_else(|| missing("mainWeaponStats"))?;
+    let mut list = Vec::with_capacity(wire.len());
+    for w in wire {
+        let guid = w
+            .guid
+            .0
+            .ok_or_else(|| parse_error("a weapon in `mainWeaponStats` has no `guid`"))?;
+        list.push(Weapon {
+            guid,
             name: w.name.0.or(w.slug.0),
             category: w.category.0,
             kills: w.kills.0,
@@ -754,48 +1075,36 @@ fn weapons(wire: WeaponsData) -> Weapons {
             shots_fired: w.shots_fired.0,
             shots_hit: w.shots_hit.0,
             time_equipped_s: w.time_equipped.0,
-        })
-        .filter(|w| {
-            [
-                w.kills,
-                w.headshots,
-                w.shots_fired,
-                w.shots_hit,
-                w.time_equipped_s,
-            ]
-            .iter()
-            .any(|v| *v != 0)
-        })
-        .collect();
-    list.sort();
-    Weapons { weapons: list }
+        });
+    }
+    let mut list = sorted_unique(list, |w| &w.guid, "weapon")?;
+    list.retain(|w| {
+        any_stat(&[
+            w.kills,
+            w.headshots,
+            w.shots_fired,
+            w.shots_hit,
+            w.time_equipped_s,
+        ])
+    });
+    Ok(Weapons { weapons: list })
 }
 
-// ---------------------------------------------------------------------------
-// vehicles
+wire!(VehiclesData {
+    persona_id: Cnt = "personaId",
+    platform_int: Cnt = "platformInt",
+    list: Option<Vec<VehicleWire>> = "mainVehicleStats",
+});
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct VehiclesData {
-    #[serde(deserialize_with = "list")]
-    main_vehicle_stats: Vec<VehicleWire>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct VehicleWire {
-    guid: Text,
-    #[serde(default)]
-    name: OptText,
-    #[serde(default)]
-    slug: OptText,
-    #[serde(default)]
-    category: OptText,
-    kills: Count,
-    time_in: Count,
-    #[serde(rename = "destroyXinY")]
-    destroy_x_in_y: Option<Count>,
-}
+wire!(VehicleWire {
+    guid: Txt = "guid",
+    name: Txt = "name",
+    slug: Txt = "slug",
+    category: Txt = "category",
+    kills: Cnt = "kills",
+    time_in: Cnt = "timeIn",
+    destroy_x_in_y: Cnt = "destroyXinY",
+});
 
 /// Normalized `vehicles` data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -804,39 +1113,44 @@ pub struct Vehicles {
     pub vehicles: Vec<Vehicle>,
 }
 
-/// One vehicle's stats.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// One vehicle's stats (`null`: not reported).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Vehicle {
     /// Battlelog's stable catalog id.
     pub guid: String,
-    /// Display name (or slug), when reported.
+    /// Display name (or slug).
     pub name: Option<String>,
-    /// Category, when reported.
+    /// Category.
     pub category: Option<String>,
     /// Kills with the vehicle.
-    pub kills: i64,
-    /// Vehicles of this kind destroyed (`destroyXinY`), when reported.
+    pub kills: Option<i64>,
+    /// Vehicles of this kind destroyed (`destroyXinY`).
     pub destroyed: Option<i64>,
     /// Seconds in the vehicle.
-    pub time_in_s: i64,
+    pub time_in_s: Option<i64>,
 }
 
-fn vehicles(wire: VehiclesData) -> Vehicles {
-    let mut list: Vec<Vehicle> = wire
-        .main_vehicle_stats
-        .into_iter()
-        .map(|v| Vehicle {
-            guid: v.guid.0,
+fn vehicles(who: Identity, d: VehiclesData) -> Result<Vehicles, BodyError> {
+    who.check(&[d.persona_id], &[d.platform_int])?;
+    let wire = d.list.ok_or_else(|| missing("mainVehicleStats"))?;
+    let mut list = Vec::with_capacity(wire.len());
+    for v in wire {
+        let guid = v
+            .guid
+            .0
+            .ok_or_else(|| parse_error("a vehicle in `mainVehicleStats` has no `guid`"))?;
+        list.push(Vehicle {
+            guid,
             name: v.name.0.or(v.slug.0),
             category: v.category.0,
             kills: v.kills.0,
-            destroyed: opt(v.destroy_x_in_y),
+            destroyed: v.destroy_x_in_y.0,
             time_in_s: v.time_in.0,
-        })
-        .filter(|v| v.kills != 0 || v.time_in_s != 0 || v.destroyed.unwrap_or(0) != 0)
-        .collect();
-    list.sort();
-    Vehicles { vehicles: list }
+        });
+    }
+    let mut list = sorted_unique(list, |v| &v.guid, "vehicle")?;
+    list.retain(|v| any_stat(&[v.kills, v.time_in_s, v.destroyed]));
+    Ok(Vehicles { vehicles: list })
 }
 
 #[cfg(test)]
@@ -846,6 +1160,7 @@ mod tests {
     use super::*;
 
     const MARKER: &str = "BODY-MARKER-42";
+    const PC: Platform = Platform::Pc;
 
     fn body(v: Value) -> Vec<u8> {
         serde_json::to_vec(&v).unwrap()
@@ -870,12 +1185,36 @@ mod tests {
         assert!(e.message.len() <= 200, "{e:?}");
     }
 
+    fn norm(resource: Resource, persona: i64, body: &[u8]) -> Result<Value, BodyError> {
+        normalize(resource, PC, persona, body)
+    }
+
+    #[test]
+    fn every_wire_key_is_known() {
+        for keys in [
+            DetailedData::KEYS,
+            GeneralStats::KEYS,
+            ProfileData::KEYS,
+            PersonaInfo::KEYS,
+            OverviewStats::KEYS,
+            WeaponsData::KEYS,
+            WeaponWire::KEYS,
+            VehiclesData::KEYS,
+            VehicleWire::KEYS,
+        ] {
+            for k in keys {
+                assert!(KNOWN_KEYS.contains(k), "{k} missing from KNOWN_KEYS");
+                assert!(!k.contains(' ') && !k.contains('.'), "{k}");
+            }
+        }
+    }
+
     #[test]
     fn detailed_normalizes_and_is_lenient_about_number_types() {
-        let v = normalize(
+        let v = norm(
             Resource::Detailed,
             7,
-            &ok(json!({"personaId": "7", "generalStats": general()})),
+            &ok(json!({"personaId": "7", "platformInt": 1.0, "generalStats": general()})),
         )
         .unwrap();
         assert_eq!(v["persona_id"], 7);
@@ -886,8 +1225,48 @@ mod tests {
         assert_eq!(v["wins"], 900);
         assert_eq!(v["kit_scores"]["squad"], 10);
         assert_eq!(v["mode_scores"]["team_deathmatch"], 5);
-        assert_eq!(v["revives"], Value::Null);
+        // Not reported: null, and the key is there.
+        assert_eq!(v.get("revives"), Some(&Value::Null));
         assert!(v.get("sc_heist").is_none());
+    }
+
+    #[test]
+    fn representations_of_one_number_normalize_the_same() {
+        let a = norm(
+            Resource::Detailed,
+            7,
+            &ok(json!({"generalStats": {"kills": 12}})),
+        );
+        let b = norm(
+            Resource::Detailed,
+            7,
+            &ok(json!({"generalStats": {"kills": 12.0}})),
+        );
+        let c = norm(
+            Resource::Detailed,
+            7,
+            &ok(json!({"generalStats": {"kills": " 12 "}})),
+        );
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+        assert_eq!(a.unwrap()["kills"], 12);
+    }
+
+    #[test]
+    fn any_counter_may_be_missing_null_or_empty() {
+        let v = norm(
+            Resource::Detailed,
+            7,
+            &ok(json!({"generalStats": {"kills": null, "deaths": "", "rank": 3}})),
+        )
+        .unwrap();
+        assert_eq!(v["kills"], Value::Null);
+        assert_eq!(v["deaths"], Value::Null);
+        assert_eq!(v["kd_ratio"], Value::Null);
+        assert_eq!(v["rank"], 3);
+        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": {}}))).unwrap();
+        assert_eq!(v["persona_id"], 7);
+        assert_eq!(v["score"], Value::Null);
     }
 
     #[test]
@@ -895,30 +1274,97 @@ mod tests {
         let mut g = general();
         g["deaths"] = json!(0);
         g["shotsFired"] = json!(0);
-        let v = normalize(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
+        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
         assert_eq!(v["kd_ratio"], Value::Null);
         assert_eq!(v["accuracy"], Value::Null);
     }
 
     #[test]
-    fn missing_or_null_required_fields_are_parse_errors() {
-        for field in ["kills", "numWins", "timePlayed", "skill"] {
+    fn bad_counters_are_parse_errors_naming_the_field() {
+        let cases = [
+            ("kills", json!(12.5), "is not a whole number"),
+            ("kills", json!("12.5"), "is not a whole number"),
+            ("deaths", json!(-1), "is negative"),
+            ("deaths", json!("-3"), "is negative"),
+            ("rank", json!(MARKER), "is not a number"),
+            ("rank", json!(true), "is not a number"),
+            ("score", json!([1]), "is not a number"),
+            ("score", json!(1e300), "is out of range"),
+            ("skill", json!({"x": MARKER}), "is not a number"),
+        ];
+        for (field, value, what) in cases {
             let mut g = general();
-            g.as_object_mut().unwrap().remove(field);
-            let e = normalize(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap_err();
-            assert_eq!(e.class, ErrorClass::Parse);
-            assert!(e.message.contains(field), "{e:?}");
-            assert_clean(&e);
-
-            let mut g = general();
-            g[field] = Value::Null;
-            let e = normalize(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap_err();
-            assert_eq!(e.class, ErrorClass::Parse, "{field} null");
+            g[field] = value.clone();
+            let e = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse, "{field}={value}");
+            assert_eq!(
+                e.message,
+                format!("`generalStats.{field}` {what}"),
+                "{field}={value}"
+            );
             assert_clean(&e);
         }
-        let e = normalize(Resource::Detailed, 7, &ok(json!({"personaId": 7}))).unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
-        assert!(e.message.contains("generalStats"), "{e:?}");
+        // Reals accept fractions and signs.
+        let mut g = general();
+        g["skill"] = json!(-12.25);
+        g["longestHeadshot"] = json!("1234.56789");
+        g["quitPercentage"] = json!(3.25);
+        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
+        assert_eq!(v["skill"], -12.25);
+        assert_eq!(v["longest_headshot"], 1234.5679);
+        assert_eq!(v["quit_percentage"], 3.25);
+    }
+
+    #[test]
+    fn structure_errors_are_parse_errors() {
+        let cases: Vec<(Resource, Vec<u8>, &str)> = vec![
+            (
+                Resource::Detailed,
+                ok(json!({"personaId": 7})),
+                "generalStats",
+            ),
+            (
+                Resource::Detailed,
+                ok(json!({"generalStats": null})),
+                "generalStats",
+            ),
+            (
+                Resource::Profile,
+                ok(json!({"overviewStats": {}})),
+                "viewedPersonaInfo",
+            ),
+            (
+                Resource::Profile,
+                ok(json!({"viewedPersonaInfo": {}})),
+                "overviewStats",
+            ),
+            (
+                Resource::Weapons,
+                ok(json!({"statsTemplate": MARKER})),
+                "mainWeaponStats",
+            ),
+            (
+                Resource::Vehicles,
+                ok(json!({"mainVehicleStats": null})),
+                "mainVehicleStats",
+            ),
+            (
+                Resource::Weapons,
+                body(json!({"type": "success", "message": "OK", "data": null})),
+                "data",
+            ),
+            (
+                Resource::Weapons,
+                body(json!({"type": "success", "message": "OK"})),
+                "data",
+            ),
+        ];
+        for (resource, b, names) in cases {
+            let e = norm(resource, 7, &b).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse, "{resource}: {e:?}");
+            assert!(e.message.contains(names), "{resource}: {e:?}");
+            assert_clean(&e);
+        }
     }
 
     #[test]
@@ -934,66 +1380,114 @@ mod tests {
             body(json!([MARKER])),
             format!("{{\"type\":\"success\",\"data\":{{\"x\":\"{MARKER}").into_bytes(),
             format!("<html>{MARKER}</html>").into_bytes(),
+            format!("{{\"{MARKER}\": tru}}").into_bytes(),
             Vec::new(),
         ];
         for b in cases {
-            let e = normalize(Resource::Detailed, 7, &b).unwrap_err();
+            let e = norm(Resource::Detailed, 7, &b).unwrap_err();
             assert_eq!(e.class, ErrorClass::Parse, "{e:?}");
             assert_clean(&e);
         }
-        let e = normalize(
-            Resource::Weapons,
-            7,
-            &ok(json!({"mainWeaponStats": [{"guid": {"x": MARKER}}]})),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
-        assert_clean(&e);
+        for list in [
+            json!([{"guid": {"x": MARKER}}]),
+            json!([{"guid": "A", "kills": MARKER}]),
+            json!([MARKER]),
+            json!(MARKER),
+        ] {
+            let e = norm(Resource::Weapons, 7, &ok(json!({"mainWeaponStats": list}))).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse);
+            assert_clean(&e);
+        }
     }
 
     #[test]
-    fn error_envelopes_classify() {
-        let e = normalize(
+    fn only_the_pinned_envelope_means_not_found() {
+        let not_found = |kind: &str, message: &str| {
+            norm(
+                Resource::Profile,
+                7,
+                &body(json!({"type": kind, "message": message, "data": {"note": MARKER}})),
+            )
+            .unwrap_err()
+        };
+        for (kind, message) in [
+            ("error", "Persona not found"),
+            ("ERROR", " persona NOT found "),
+        ] {
+            let e = not_found(kind, message);
+            assert_eq!(e.class, ErrorClass::Unavailable, "{kind} {message}");
+            assert_clean(&e);
+        }
+        for (kind, message) in [
+            ("error", "Temporarily unavailable"),
+            ("error", "PRIVATE"),
+            ("error", "persona not found (try again)"),
+            ("error", MARKER),
+            ("failure", "Persona not found"),
+            ("error", ""),
+        ] {
+            let e = not_found(kind, message);
+            assert_eq!(e.class, ErrorClass::Server, "{kind} {message}");
+            assert_clean(&e);
+        }
+        let e = norm(
             Resource::Profile,
             7,
-            &body(json!({"type": "error", "message": format!("Persona not found {MARKER}"), "data": null})),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Unavailable);
-        assert_clean(&e);
-        let e = normalize(
-            Resource::Profile,
-            7,
-            &body(json!({"type": "error", "message": "PRIVATE"})),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Unavailable);
-        let e = normalize(
-            Resource::Profile,
-            7,
-            &body(json!({"type": "error", "message": format!("Internal {MARKER}")})),
+            &body(json!({"type": "error", "data": null})),
         )
         .unwrap_err();
         assert_eq!(e.class, ErrorClass::Server);
-        assert_clean(&e);
-        let e = normalize(
-            Resource::Profile,
-            7,
-            &body(json!({"type": "success", "message": "OK", "data": null})),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
     }
 
     #[test]
-    fn another_persona_is_a_parse_error() {
-        let e = normalize(
-            Resource::Detailed,
+    fn another_persona_or_platform_is_a_parse_error() {
+        let cases = [
+            (
+                Resource::Detailed,
+                json!({"personaId": 8, "generalStats": general()}),
+            ),
+            (
+                Resource::Detailed,
+                json!({"personaId": "8", "generalStats": general()}),
+            ),
+            (
+                Resource::Detailed,
+                json!({"platformInt": 32, "generalStats": general()}),
+            ),
+            (
+                Resource::Weapons,
+                json!({"personaId": 8, "mainWeaponStats": []}),
+            ),
+            (
+                Resource::Vehicles,
+                json!({"platformInt": "64", "mainVehicleStats": []}),
+            ),
+            (
+                Resource::Profile,
+                json!({"viewedPersonaInfo": {"personaId": "8"}, "overviewStats": {}}),
+            ),
+            (
+                Resource::Profile,
+                json!({"viewedPersonaInfo": {"platformInt": 2}, "overviewStats": {}}),
+            ),
+            (
+                Resource::Profile,
+                json!({"personaId": 8, "viewedPersonaInfo": {}, "overviewStats": {}}),
+            ),
+        ];
+        for (resource, data) in cases {
+            let e = norm(resource, 7, &ok(data.clone())).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse, "{resource} {data}");
+            assert!(e.message.contains("another"), "{e:?}");
+        }
+        // Matching identities pass, in any representation.
+        let v = norm(
+            Resource::Weapons,
             7,
-            &ok(json!({"personaId": 8, "generalStats": general()})),
+            &ok(json!({"personaId": "7", "platformInt": "1", "mainWeaponStats": []})),
         )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
+        .unwrap();
+        assert_eq!(v, json!({"weapons": []}));
     }
 
     #[test]
@@ -1003,7 +1497,7 @@ mod tests {
             "overviewStats": {"rank": 50, "skill": 200, "kills": 10, "deaths": 4,
                               "timePlayed": 3600, "totalScore": 99, "numWins": 3}
         });
-        let v = normalize(Resource::Profile, 7, &ok(data.clone())).unwrap();
+        let v = norm(Resource::Profile, 7, &ok(data.clone())).unwrap();
         assert_eq!(
             v,
             json!({"persona_id": 7, "name": "Soldier", "clan_tag": null, "rank": 50,
@@ -1015,15 +1509,14 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("totalScore");
-        let e = normalize(Resource::Profile, 7, &ok(no_score)).unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
-        assert!(e.message.contains("score"));
+        let v = norm(Resource::Profile, 7, &ok(no_score)).unwrap();
+        assert_eq!(v["score"], Value::Null);
     }
 
     fn weapon(guid: &str, kills: i64) -> Value {
         json!({"guid": guid, "name": format!("W{guid}"), "slug": "w", "category": "Carbines",
                "kills": kills, "headshots": 1, "shotsFired": 10, "shotsHit": 5,
-               "timeEquipped": 60.0, "serviceStars": 0, "unlocks": []})
+               "timeEquipped": 60.0, "serviceStars": 0, "unlocks": [{"name": MARKER}]})
     }
 
     #[test]
@@ -1034,8 +1527,8 @@ mod tests {
         }
         let a = ok(json!({"mainWeaponStats": [weapon("C", 3), unused.clone(), weapon("B", 1)]}));
         let b = ok(json!({"mainWeaponStats": [weapon("B", 1), weapon("C", 3), unused]}));
-        let va = normalize(Resource::Weapons, 1, &a).unwrap();
-        assert_eq!(va, normalize(Resource::Weapons, 1, &b).unwrap());
+        let va = norm(Resource::Weapons, 1, &a).unwrap();
+        assert_eq!(va, norm(Resource::Weapons, 1, &b).unwrap());
         let guids: Vec<&str> = va["weapons"]
             .as_array()
             .unwrap()
@@ -1044,24 +1537,86 @@ mod tests {
             .collect();
         assert_eq!(guids, ["B", "C"]);
         assert_eq!(va["weapons"][0]["time_equipped_s"], 60);
-
-        let mut broken = weapon("D", 1);
-        broken.as_object_mut().unwrap().remove("shotsHit");
-        let e = normalize(
-            Resource::Weapons,
-            1,
-            &ok(json!({"mainWeaponStats": [weapon("B", 1), broken]})),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Parse);
-        assert!(e.message.contains("shotsHit"), "{e:?}");
-        let e = normalize(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": null}))).unwrap_err();
+        let e = norm(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": null}))).unwrap_err();
         assert_eq!(e.class, ErrorClass::Parse);
     }
 
     #[test]
+    fn melee_weapons_with_null_counters_are_kept() {
+        let knife = json!({"guid": "K", "name": "Knife", "category": "Special", "kills": 12,
+                           "headshots": null, "shotsFired": null, "shotsHit": null,
+                           "timeEquipped": null});
+        let unused = json!({"guid": "U", "category": "Special", "kills": 0,
+                            "headshots": null, "shotsFired": null, "shotsHit": null,
+                            "timeEquipped": null});
+        let v = norm(
+            Resource::Weapons,
+            1,
+            &ok(json!({"mainWeaponStats": [knife, unused, weapon("B", 1)]})),
+        )
+        .unwrap();
+        assert_eq!(
+            v["weapons"][1],
+            json!({"guid": "K", "name": "Knife", "category": "Special", "kills": 12,
+                   "headshots": null, "shots_fired": null, "shots_hit": null,
+                   "time_equipped_s": null})
+        );
+        assert_eq!(v["weapons"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn list_entries_need_a_unique_guid() {
+        let e = norm(
+            Resource::Weapons,
+            1,
+            &ok(json!({"mainWeaponStats": [weapon(MARKER, 1), weapon(MARKER, 2)]})),
+        )
+        .unwrap_err();
+        assert_eq!(e.class, ErrorClass::Parse);
+        assert!(e.message.contains("twice"), "{e:?}");
+        assert_clean(&e);
+        let mut no_guid = weapon("A", 1);
+        no_guid.as_object_mut().unwrap().remove("guid");
+        let e = norm(
+            Resource::Weapons,
+            1,
+            &ok(json!({"mainWeaponStats": [no_guid]})),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("guid"), "{e:?}");
+        let e = norm(
+            Resource::Vehicles,
+            1,
+            &ok(
+                json!({"mainVehicleStats": [{"guid": "X", "kills": 1}, {"guid": "X", "kills": 2}]}),
+            ),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("vehicle guid is listed twice"), "{e:?}");
+        // Integer guids are text.
+        let v = norm(
+            Resource::Vehicles,
+            1,
+            &ok(json!({"mainVehicleStats": [{"guid": 5, "kills": 1}]})),
+        )
+        .unwrap();
+        assert_eq!(v["vehicles"][0]["guid"], "5");
+    }
+
+    #[test]
+    fn a_bad_entry_counter_names_the_list_and_field() {
+        let mut w = weapon("A", 1);
+        w["shotsHit"] = json!(2.5);
+        let e = norm(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": [w]}))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "`mainWeaponStats.shotsHit` is not a whole number"
+        );
+    }
+
+    #[test]
     fn empty_lists_are_valid_data() {
-        let v = normalize(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": []}))).unwrap();
+        let v = norm(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": []}))).unwrap();
         assert_eq!(v, json!({"weapons": []}));
     }
 
@@ -1072,22 +1627,29 @@ mod tests {
              "timeIn": 600, "destroyXinY": 0.0, "killsDelta": null},
             {"guid": "Y", "slug": "quad", "kills": 0, "timeIn": 0, "destroyXinY": 0},
             {"guid": "X", "slug": "rhib", "kills": "2", "timeIn": 30},
+            {"guid": "W", "slug": "jet", "kills": null, "destroyXinY": 3.0},
         ]});
-        let v = normalize(Resource::Vehicles, 1, &ok(data)).unwrap();
+        let v = norm(Resource::Vehicles, 1, &ok(data)).unwrap();
         assert_eq!(
             v,
             json!({"vehicles": [
+                {"guid": "W", "name": "jet", "category": null, "kills": null, "destroyed": 3,
+                 "time_in_s": null},
                 {"guid": "X", "name": "rhib", "category": null, "kills": 2, "destroyed": null, "time_in_s": 30},
                 {"guid": "Z", "name": "M1 Abrams", "category": "Main battle tanks", "kills": 5,
                  "destroyed": 0, "time_in_s": 600},
             ]})
         );
-        let e = normalize(
-            Resource::Vehicles,
-            1,
-            &ok(json!({"mainVehicleStats": [{"guid": "X", "kills": 1}]})),
-        )
-        .unwrap_err();
-        assert!(e.message.contains("timeIn"), "{e:?}");
+    }
+
+    #[test]
+    fn messages_from_serde_are_filtered() {
+        assert_eq!(
+            ours("bf4ps-field:kills is negative").as_deref(),
+            Some("`kills` is negative")
+        );
+        assert_eq!(ours("bf4ps-field:kills is x"), None);
+        assert_eq!(ours("bf4ps-field:nope is negative"), None);
+        assert_eq!(ours("invalid type: string \"x\""), None);
     }
 }

@@ -39,13 +39,15 @@ fn fast() -> Tuning {
         retry_max_delay: Duration::from_secs(1),
         retry_jitter: 0.0,
         egress_rate: 1000.0,
+        // The fake is not Battlelog: no fleet budget unless a test sets one.
+        global_hourly_budget: 0,
         monitor_interval: Duration::from_millis(100),
         ..Tuning::default()
     }
 }
 
 /// The same, as environment variables for a spawned collector.
-fn fast_env() -> [(&'static str, &'static str); 7] {
+fn fast_env() -> [(&'static str, &'static str); 8] {
     [
         ("BF4PS_LEASE_DURATION", "2s"),
         ("BF4PS_MAX_CLAIM_TO_START", "1s"),
@@ -54,6 +56,7 @@ fn fast_env() -> [(&'static str, &'static str); 7] {
         ("BF4PS_POLL_INTERVAL", "200ms"),
         ("BF4PS_RETRY_BASE_DELAY", "100ms"),
         ("BF4PS_EGRESS_RATE", "1000"),
+        ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ]
 }
 
@@ -1051,6 +1054,369 @@ async fn collector_process_exports_its_metrics(_: PgPoolOptions, opts: PgConnect
     )
     .unwrap();
     assert!(wait_exit(&mut child).await.success());
+}
+
+/// Every pair of `soldiers` collected at least once, and no live job left.
+async fn all_collected(pool: &PgPool, jobs: i64) -> Option<()> {
+    let (succeeded, live): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(DISTINCT job_id) FROM collection_events
+                 WHERE event_type = 'succeeded'),
+                (SELECT count(*) FROM collection_jobs)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    (succeeded == jobs && live == 0).then_some(())
+}
+
+#[sqlx::test]
+async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let mut jobs = 0;
+    for persona in 0..10 {
+        let s = soldier(p, 900 + persona).await;
+        for r in Resource::ALL {
+            job(p, s, *r, Lane::Background, PriorityClass::Recent, 0, 0).await;
+            jobs += 1;
+        }
+    }
+    // Unthrottled, three collectors at 50 requests/s would send ~200
+    // requests during the storm.
+    let tuning = Tuning {
+        egress_rate: 50.0,
+        throttle_pause: Duration::from_secs(1),
+        throttle_pause_max: Duration::from_secs(2),
+        ..fast()
+    };
+    let storm = Duration::from_secs(4);
+    fake.throttle_for(storm);
+    let storm_start = std::time::Instant::now();
+    let mut running = Vec::new();
+    for i in 0..3 {
+        running.push(
+            start_collector(
+                &db,
+                &fake,
+                &format!("storm-{i}"),
+                Lane::Background,
+                "one-ip",
+                tuning.clone(),
+                Duration::from_secs(5),
+            )
+            .await,
+        );
+    }
+    // Every job finishes once the storm is over.
+    eventually(Duration::from_secs(60), "every job collected", || {
+        all_collected(p, jobs)
+    })
+    .await;
+    let storm_end = storm_start + storm;
+    for r in running {
+        r.stop().await;
+    }
+
+    // During the storm, the egress paused: a few requests per pause (those
+    // in flight), with long silences between them.
+    let log = fake.requests();
+    let during: Vec<std::time::Instant> = log
+        .iter()
+        .filter(|r| r.at < storm_end)
+        .map(|r| r.at)
+        .collect();
+    assert!(
+        log.iter()
+            .filter(|r| r.at < storm_end)
+            .all(|r| r.outcome == bf4ps_ops::fake_battlelog::Outcome::Throttled(403)),
+        "{log:?}"
+    );
+    assert!(!during.is_empty());
+    assert!(
+        during.len() <= 15,
+        "{} requests during a 4 s storm",
+        during.len()
+    );
+    let longest_silence = during
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
+        .max(storm_end - *during.last().unwrap());
+    assert!(
+        longest_silence >= Duration::from_millis(800),
+        "no pause: longest silence {longest_silence:?}"
+    );
+    // And resumed: the rest succeeded after it.
+    assert!(
+        log.iter()
+            .any(|r| r.at >= storm_end && r.status == Some(200))
+    );
+
+    // No pair condemned, nothing given up, every throttled attempt retried.
+    let (unavailable, gave_up, throttled, not_retried): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM collection_state WHERE unavailable),
+                (SELECT count(*) FROM collection_events WHERE result IN ('gave_up', 'unavailable')),
+                (SELECT count(*) FROM collection_events
+                 WHERE event_type = 'failed' AND error_class = 'throttled'),
+                (SELECT count(*) FROM collection_events
+                 WHERE event_type = 'failed' AND result IS DISTINCT FROM 'retry')",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!((unavailable, gave_up, not_retried), (0, 0, 0));
+    assert_eq!(throttled as usize, during.len());
+    let never: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collection_state WHERE last_success_at IS NULL")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(never, 0, "a pair was never collected");
+    // The successes ended the throttle streak.
+    let streak: i32 =
+        sqlx::query_scalar("SELECT throttle_streak FROM egress_gates WHERE egress_key = 'one-ip'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(streak, 0);
+}
+
+#[sqlx::test]
+async fn a_200_without_stats_is_retried_and_last_good_data_survives(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let tuning = Tuning {
+        retry_base_delay: Duration::from_secs(1),
+        retry_max_delay: Duration::from_secs(2),
+        ..fast()
+    };
+    let c = start_collector(
+        &db,
+        &fake,
+        "no-stats",
+        Lane::Background,
+        "e",
+        tuning,
+        Duration::from_secs(5),
+    )
+    .await;
+    let s = soldier(p, 41).await;
+    let first = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", first, 1).await;
+    let current = || async {
+        sqlx::query_as::<_, (String, Vec<u8>)>(
+            "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
+        )
+        .bind(s)
+        .fetch_one(p)
+        .await
+        .unwrap()
+    };
+    let good = current().await;
+
+    fake.bump(Platform::Pc, 41);
+    fake.script(
+        Platform::Pc,
+        41,
+        None,
+        vec![Scripted::NoStats, Scripted::NoStats],
+    );
+    let j = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    for n in 1..=2 {
+        wait_event(p, "failed", j, n).await;
+        assert_eq!(
+            current().await,
+            good,
+            "a 200 without stats touched the data"
+        );
+    }
+    let failed = sqlx::query(
+        "SELECT error_class, http_status, result, error_message FROM collection_events
+         WHERE job_id = $1 AND event_type = 'failed'",
+    )
+    .bind(j)
+    .fetch_all(p)
+    .await
+    .unwrap();
+    for f in &failed {
+        assert_eq!(
+            f.get::<Option<String>, _>("error_class").as_deref(),
+            Some("parse")
+        );
+        assert_eq!(f.get::<Option<i32>, _>("http_status"), Some(200));
+        assert_eq!(
+            f.get::<Option<String>, _>("result").as_deref(),
+            Some("retry")
+        );
+        let m: String = f.get::<Option<String>, _>("error_message").unwrap();
+        assert!(m.contains("mainWeaponStats"), "{m}");
+        assert!(!m.contains(bf4ps_ops::fake_battlelog::BODY_MARKER), "{m}");
+    }
+    // Later the same soldier succeeds, with its new stats.
+    wait_event(p, "succeeded", j, 1).await;
+    let after = current().await;
+    assert_ne!(after.1, good.1, "the retry stored the new stats");
+    c.stop().await;
+}
+
+#[sqlx::test]
+async fn a_redirect_fails_the_attempt_and_is_never_followed(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    let c = start_collector(
+        &db,
+        &fake,
+        "redirected",
+        Lane::Background,
+        "e",
+        fast(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let s = soldier(p, 51).await;
+    fake.script(Platform::Pc, 51, None, vec![Scripted::Redirect(301)]);
+    let j = job(
+        p,
+        s,
+        Resource::Profile,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    wait_event(p, "succeeded", j, 1).await;
+    let (class, status, result, message): (String, i32, String, String) = sqlx::query_as(
+        "SELECT error_class, http_status, result, error_message FROM collection_events
+         WHERE job_id = $1 AND event_type = 'failed'",
+    )
+    .bind(j)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        (class.as_str(), status, result.as_str()),
+        ("http", 301, "retry")
+    );
+    assert!(message.contains("redirects are not followed"), "{message}");
+    assert_eq!(fake.total_requests(), 2, "the failed request and its retry");
+    assert_eq!(
+        fake.redirect_target_requests(),
+        0,
+        "the redirect was followed"
+    );
+    c.stop().await;
+}
+
+#[sqlx::test]
+async fn the_global_budget_holds_across_four_collectors_and_keys(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    for persona in 0..60 {
+        let s = soldier(p, 1_100 + persona).await;
+        job(
+            p,
+            s,
+            Resource::Detailed,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            0,
+        )
+        .await;
+    }
+    // Each key could do 2 requests/s (8/s in all); the fleet may do 5 per 5 s.
+    let (budget, window) = (5_u32, Duration::from_secs(5));
+    let tuning = Tuning {
+        egress_rate: 2.0,
+        global_hourly_budget: budget,
+        global_budget_window: window,
+        ..fast()
+    };
+    let mut running = Vec::new();
+    for i in 0..4 {
+        running.push(
+            start_collector(
+                &db,
+                &fake,
+                &format!("budget-{i}"),
+                Lane::Background,
+                &format!("ip-{i}"),
+                tuning.clone(),
+                Duration::from_secs(5),
+            )
+            .await,
+        );
+    }
+    let started = std::time::Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "12 requests at the fake",
+        || async { (fake.total_requests() >= 12).then_some(()) },
+    )
+    .await;
+    let took = started.elapsed();
+    for r in running {
+        r.stop().await;
+    }
+    let mut at: Vec<std::time::Instant> = fake.requests().iter().map(|r| r.at).collect();
+    at.sort();
+    // Counted at the upstream: no rolling window holds more than the budget.
+    for (i, start) in at.iter().enumerate() {
+        let within = at[i..]
+            .iter()
+            .take_while(|t| t.duration_since(*start) < window)
+            .count();
+        assert!(
+            within <= budget as usize,
+            "{within} requests within {window:?} (budget {budget})"
+        );
+    }
+    // The budget is used, not starved (one slot per ~1.21 s).
+    assert!(took < Duration::from_secs(30), "12 requests took {took:?}");
+    let keys: i64 = sqlx::query_scalar(
+        "SELECT count(DISTINCT egress_key_snapshot) FROM collection_events
+         WHERE event_type = 'succeeded'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(keys >= 2, "the budget served {keys} key(s)");
 }
 
 /// Stops a collector process with SIGTERM (drain) and returns its stderr.

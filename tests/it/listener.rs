@@ -1,11 +1,11 @@
 //! NOTIFY wake-ups: the right lanes are woken, once per statement, and a lost
-//! connection loses no work. Also the shared egress gate.
+//! connection loses no work.
 
 use std::time::{Duration, Instant};
 
 use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
 use bf4ps_ops::listener::{Channel, Listener, ListenerSettings, Wake};
-use bf4ps_ops::{egress, queue};
+use bf4ps_ops::queue;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -262,43 +262,4 @@ async fn work_inserted_while_the_listener_is_down_is_still_claimed(
     .await;
     cancel.cancel();
     worker.await.unwrap();
-}
-
-#[sqlx::test]
-async fn egress_gate_holds_the_shared_rate(_: PgPoolOptions, opts: PgConnectOptions) {
-    let db = TestDb::new(opts).await;
-    let cancel = CancellationToken::new();
-    let window = Duration::from_secs(3);
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for _ in 0..3 {
-        let pool = db.pool.clone();
-        let cancel = cancel.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut passes = 0;
-            loop {
-                egress::pass(&pool, "shared-egress", 10.0, &cancel)
-                    .await
-                    .unwrap();
-                if start.elapsed() > window {
-                    return passes;
-                }
-                passes += 1;
-            }
-        }));
-    }
-    let mut total = 0;
-    for t in tasks {
-        total += t.await.unwrap();
-    }
-    // 10/s for 3 s across all three workers: at most 1 + 30 passes.
-    assert!(total <= 31, "{total} passes in 3 s at 10/s");
-    assert!(total >= 25, "the gate starved its workers: {total}");
-    // Another key is independent; a bad rate is refused.
-    let t = Instant::now();
-    egress::pass(&db.pool, "other-egress", 10.0, &cancel)
-        .await
-        .unwrap();
-    assert!(t.elapsed() < Duration::from_millis(500));
-    assert!(egress::pass(&db.pool, "x", 0.0, &cancel).await.is_err());
 }

@@ -10,6 +10,7 @@ mod cli;
 mod collector;
 mod demo;
 mod docs;
+mod egress;
 mod feeder;
 mod freshness;
 mod import;

@@ -61,8 +61,10 @@ const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_FEEDER_LOW_WATERMARK", "20"),
     ("BF4PS_RETRY_BASE_DELAY", "200ms"),
     ("BF4PS_RETRY_MAX_DELAY", "1s"),
-    // Per egress key; each collector has its own key, so ~10 jobs/s in all.
+    // Per egress key; each collector has its own key, so ~10 jobs/s in all
+    // (the fake is not Battlelog: no fleet-wide budget).
     ("BF4PS_EGRESS_RATE", "5"),
+    ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ("BF4PS_RETENTION_INTERVAL", "1s"),
 ];
 /// Soldiers seeded (4 pairs each): more than the run can collect, so work
@@ -81,6 +83,20 @@ enum Zero {
 /// Dashboard targets allowed to read 0 (file, panel, refId, when, why).
 /// Every other panel target must show a finite non-zero value.
 const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
+    (
+        "queue.json",
+        "Throttled attempts per egress key",
+        "A",
+        Zero::Allowed,
+        "the fake never throttles in this run",
+    ),
+    (
+        "queue.json",
+        "Egress pause left",
+        "A",
+        Zero::Allowed,
+        "no egress key is paused in this run",
+    ),
     (
         "fleet.json",
         "Collectors judged lost",
@@ -765,8 +781,14 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
     .expect("seed soldiers and state");
 
     // Battlelog answers 503 to one request in ten: failures, retries, errors.
+    // Each answer takes 150-250 ms, about the 200 ms between two requests of
+    // a collector (BF4PS_EGRESS_RATE 5): collectors are busy most of the
+    // time, so the busy and in-flight gauges, sampled every 500 ms, show it
+    // (with short jobs on a fixed 200 ms grid the samples can keep landing
+    // between jobs).
     let fake = FakeBattlelog::start(FakeSettings {
-        latency: Duration::from_millis(40),
+        latency: Duration::from_millis(150),
+        latency_jitter: Duration::from_millis(100),
         rate_5xx: 0.1,
         ..FakeSettings::default()
     })

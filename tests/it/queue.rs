@@ -731,3 +731,217 @@ async fn concurrent_recoverers_recover_each_job_once(_: PgPoolOptions, opts: PgC
     .unwrap();
     assert_eq!(not_started, 30);
 }
+
+async fn gate(p: &PgPool, key: &str) -> (Option<DateTime<Utc>>, i32) {
+    sqlx::query_as("SELECT paused_until, throttle_streak FROM egress_gates WHERE egress_key = $1")
+        .bind(key)
+        .fetch_one(p)
+        .await
+        .unwrap()
+}
+
+/// Ends the key's pause and makes the job claimable now.
+async fn pause_over(p: &PgPool, job_id: i64) {
+    sqlx::query(
+        "WITH g AS (UPDATE egress_gates SET paused_until = now() - interval '1 ms')
+         UPDATE collection_jobs SET eligible_at = now() - interval '1 ms' WHERE job_id = $1",
+    )
+    .bind(job_id)
+    .execute(p)
+    .await
+    .unwrap();
+}
+
+#[sqlx::test]
+async fn throttled_attempts_pause_the_egress_and_never_count(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let policy = Policy {
+        retry_base: Duration::from_secs(10),
+        max_attempts: 2,
+        jitter: 0.0,
+        throttle_pause: Duration::from_secs(2),
+        throttle_pause_max: Duration::from_secs(5),
+        ..Policy::default()
+    };
+    let throttled = AttemptFailure {
+        class: ErrorClass::Throttled,
+        http_status: Some(403),
+        message: "HTTP 403 Forbidden".into(),
+        duration: Duration::from_millis(5),
+    };
+    let s = soldier(p, 13).await;
+    let me = collector(p, "throttled", Lane::Background).await;
+    let other = collector(p, "in-flight", Lane::Background).await;
+    let key = me.egress_key.clone();
+    let first = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    let j = claim_and_start(p, &me).await;
+    assert_eq!(j.job_id, first);
+    succeed(p, &j.lease(), 5).await;
+    let good: (serde_json::Value, Vec<u8>) = sqlx::query_as(
+        "SELECT data, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
+    )
+    .bind(s)
+    .fetch_one(p)
+    .await
+    .unwrap();
+
+    let id = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    let bystander = job(
+        p,
+        soldier(p, 14).await,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    // Two attempts in flight on the key; the first throttled answer pauses it.
+    let j = claim_and_start(p, &me).await;
+    let k = claim_and_start(p, &other).await;
+    assert_eq!((j.job_id, k.job_id), (id, bystander));
+    let out = queue::finalize_failure(p, &j.lease(), &throttled, &policy)
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    let FailureOutcome::Throttled {
+        eligible_at,
+        paused_until: Some(until),
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    let (paused, streak) = gate(p, &key).await;
+    assert_eq!((paused, streak), (Some(until), 1));
+    let pause_s = (until - Utc::now()).num_milliseconds() as f64 / 1000.0;
+    assert!((1.5..=2.1).contains(&pause_s), "{pause_s}");
+    assert_eq!(
+        eligible_at, until,
+        "eligible when the pause ends (jitter 0)"
+    );
+    // The answer that was in flight when the pause began does not escalate it.
+    queue::finalize_failure(p, &k.lease(), &throttled, &policy)
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    assert_eq!(gate(p, &key).await, (Some(until), 1));
+    sqlx::query("DELETE FROM collection_jobs WHERE job_id = $1")
+        .bind(bystander)
+        .execute(p)
+        .await
+        .unwrap();
+
+    // Throttled far beyond the attempt limit: never given up, never
+    // unavailable; the pause doubles up to its maximum.
+    let mut pauses = vec![pause_s];
+    for expected_streak in 2..=5 {
+        pause_over(p, id).await;
+        let j = claim_and_start(p, &me).await;
+        assert_eq!(j.job_id, id);
+        let out = queue::finalize_failure(p, &j.lease(), &throttled, &policy)
+            .await
+            .unwrap()
+            .committed()
+            .unwrap();
+        assert!(matches!(out, FailureOutcome::Throttled { .. }), "{out:?}");
+        let (until, streak) = gate(p, &key).await;
+        assert_eq!(streak, expected_streak);
+        pauses.push((until.unwrap() - Utc::now()).num_milliseconds() as f64 / 1000.0);
+    }
+    let rounded: Vec<i64> = pauses.iter().map(|s| s.round() as i64).collect();
+    assert_eq!(rounded, [2, 4, 5, 5, 5], "{pauses:?}");
+    let (status, attempts, throttled_attempts): (String, i32, i32) = sqlx::query_as(
+        "SELECT status, attempt_count, throttled_attempts FROM collection_jobs WHERE job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), attempts, throttled_attempts),
+        ("pending", 5, 5)
+    );
+    let (unavailable, class): (bool, String) = sqlx::query_as(
+        "SELECT unavailable, last_error_class FROM collection_state
+         WHERE soldier_id = $1 AND resource = 'weapons'",
+    )
+    .bind(s)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(!unavailable);
+    assert_eq!(class, "throttled");
+    let meta: Vec<serde_json::Value> = sqlx::query_scalar(
+        "SELECT metadata FROM collection_events
+         WHERE job_id = $1 AND event_type = 'retry_scheduled' ORDER BY event_id",
+    )
+    .bind(id)
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(meta.len(), 5);
+    assert!(
+        meta.iter().all(|m| m.get("egress_paused_until").is_some()),
+        "{meta:?}"
+    );
+
+    // Regular failures still count, from the first: attempt 1 backs off 10 s,
+    // attempt 2 (the limit) gives up.
+    let server = AttemptFailure {
+        class: ErrorClass::Server,
+        http_status: Some(503),
+        ..throttled.clone()
+    };
+    pause_over(p, id).await;
+    let j = claim_and_start(p, &me).await;
+    let out = queue::finalize_failure(p, &j.lease(), &server, &policy)
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    let FailureOutcome::RetryScheduled { delay, .. } = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(delay, Duration::from_secs(10));
+    pause_over(p, id).await;
+    let j = claim_and_start(p, &me).await;
+    let out = queue::finalize_failure(p, &j.lease(), &server, &policy)
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    assert!(matches!(out, FailureOutcome::GaveUp { .. }), "{out:?}");
+
+    let after: (serde_json::Value, Vec<u8>) = sqlx::query_as(
+        "SELECT data, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
+    )
+    .bind(s)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(after, good, "a throttle touched last-known-good data");
+}

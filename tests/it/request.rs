@@ -525,7 +525,33 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
         "('healthy', true, false, NULL::timestamptz)",
     )
     .await;
+    // The default rate is the safe Battlelog rate, 0.2 req/s: the (p - 1)
+    // requests ahead are 5 s apart, then 1 s for the job itself.
+    let rate: f64 = sqlx::query_scalar("SELECT egress_rate FROM scheduling_settings")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(rate, 0.2);
+    assert_eq!(
+        etas(&db.pool, 4).await,
+        vec![
+            (13, Some(61.0)),
+            (14, Some(66.0)),
+            (15, Some(71.0)),
+            (16, Some(76.0))
+        ]
+    );
     // One collector, 1 s per job, 5 req/s: ETA = position seconds.
+    publish_settings(
+        &db.pool,
+        &Published {
+            eta_window: Duration::from_secs(900),
+            egress_rate: 5.0,
+            max_pending_interactive: 1000,
+        },
+    )
+    .await
+    .unwrap();
     let one = etas(&db.pool, 4).await;
     assert_eq!(
         one,
@@ -647,7 +673,8 @@ async fn the_request_command_end_to_end(_: PgPoolOptions, opts: PgConnectOptions
     assert_eq!(rows[0]["position"], 1);
     assert_eq!(rows[0]["eta_seconds"], 2.0);
     assert_eq!(rows[1]["resource"], "profile");
-    assert_eq!(rows[1]["eta_seconds"], 4.0);
+    // One request ahead at the default (safe) 0.2 req/s, then 2 s.
+    assert_eq!(rows[1]["eta_seconds"], 7.0);
     assert!(rows[1]["job_id"].as_i64().unwrap() > 0);
 
     let out = run_bin(

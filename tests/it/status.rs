@@ -16,6 +16,8 @@ fn fixture(at: DateTime<Utc>) -> String {
     format!(
         "
 INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1), ('pc', 2), ('pc', 3);
+-- Freshness ages are read at 5-minute resolution (the rollup's slots):
+-- these stay more than 5 minutes inside their bands.
 INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES
     (1, 'detailed', {a} - interval '30 minutes'),
     (2, 'detailed', {a} - interval '2 hours'),
@@ -25,7 +27,7 @@ INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES
     (3, 'profile', {a} - interval '8 days'),
     (1, 'weapons', NULL),
     (2, 'weapons', NULL),
-    (1, 'vehicles', {a} - interval '59 minutes'),
+    (1, 'vehicles', {a} - interval '50 minutes'),
     (2, 'vehicles', {a} - interval '7 days');
 INSERT INTO collectors (collector_uuid, collector_name, hostname, lane, egress_key,
                         heartbeat_state, last_heartbeat_at, enabled, drained, retired_at) VALUES

@@ -1,6 +1,8 @@
 //! The Battlelog client against the fake Battlelog over real HTTP (no
-//! database): parsing and normalization per resource, every failure class,
-//! the fake's knobs, and the `fake-battlelog` subcommand.
+//! database): parsing and normalization per resource (the fake's live-shaped
+//! bodies and the fixtures under `tests/fixtures/battlelog/`), every failure
+//! class, redirects never followed, the fake's knobs, and the
+//! `fake-battlelog` subcommand.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -12,7 +14,9 @@ use bf4ps_ops::fake_battlelog::{
     BODY_MARKER, FakeBattlelog, FakeServer, FakeSettings, Outcome, Scripted, is_unavailable,
     synthetic_data,
 };
+use bf4ps_ops::upstream::battlelog::normalize;
 use bf4ps_ops::upstream::{FetchFailure, MAX_MESSAGE_CHARS, Upstream, UpstreamArgs};
+use serde_json::Value;
 
 const PC: Platform = Platform::Pc;
 
@@ -32,6 +36,16 @@ fn client_with_timeout(server: &FakeServer, timeout: Duration) -> Upstream {
         ..server.upstream_args()
     })
     .expect("client")
+}
+
+/// A counter as the fake wrote it (integer, float or numeric string), or
+/// `None` when absent or null.
+fn count(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => s.parse::<f64>().ok().map(|f| f as i64),
+        _ => None,
+    }
 }
 
 /// A failure's message is short and never echoes the body.
@@ -61,14 +75,18 @@ async fn each_resource_parses_deterministically_and_bump_changes_it() {
         let raw = synthetic_data(11, PC, persona, 0, resource);
         match resource {
             Resource::Detailed => {
-                assert_eq!(first.data["kills"], raw["generalStats"]["kills"]);
-                assert_eq!(first.data["wins"], raw["generalStats"]["numWins"]);
+                let g = &raw["generalStats"];
+                assert_eq!(first.data["kills"].as_i64(), count(&g["kills"]));
+                assert_eq!(first.data["wins"].as_i64(), count(&g["numWins"]));
                 assert_eq!(first.data["persona_id"], persona);
-                assert!(first.data["kd_ratio"].is_f64());
+                assert!(first.body_bytes > 5_000, "{}", first.body_bytes);
             }
             Resource::Profile => {
                 assert_eq!(first.data["name"], raw["viewedPersonaInfo"]["personaName"]);
-                assert_eq!(first.data["score"], raw["overviewStats"]["totalScore"]);
+                assert_eq!(
+                    first.data["score"].as_i64(),
+                    count(&raw["overviewStats"]["totalScore"])
+                );
             }
             Resource::Weapons | Resource::Vehicles => {
                 let key = if resource == Resource::Weapons {
@@ -102,12 +120,21 @@ async fn failures_are_classified_without_body_text() {
     let cases: Vec<(Scripted, ErrorClass, Option<u16>)> = vec![
         (Scripted::Status(503), ErrorClass::Server, Some(503)),
         (Scripted::Status(500), ErrorClass::Server, Some(500)),
-        (Scripted::Status(429), ErrorClass::RateLimited, Some(429)),
+        (Scripted::Status(429), ErrorClass::Throttled, Some(429)),
+        (Scripted::Status(403), ErrorClass::Throttled, Some(403)),
+        (Scripted::Status(401), ErrorClass::Throttled, Some(401)),
         (Scripted::Status(404), ErrorClass::Unavailable, Some(404)),
-        (Scripted::Status(403), ErrorClass::Unavailable, Some(403)),
+        (Scripted::Status(410), ErrorClass::Unavailable, Some(410)),
+        (Scripted::Status(408), ErrorClass::Timeout, Some(408)),
+        (Scripted::Status(400), ErrorClass::Http, Some(400)),
+        (Scripted::Status(418), ErrorClass::Http, Some(418)),
+        (Scripted::Redirect(301), ErrorClass::Http, Some(301)),
+        (Scripted::Redirect(302), ErrorClass::Http, Some(302)),
+        (Scripted::Redirect(307), ErrorClass::Http, Some(307)),
         (Scripted::Unavailable, ErrorClass::Unavailable, Some(200)),
         (Scripted::Malformed, ErrorClass::Parse, Some(200)),
         (Scripted::MissingFields, ErrorClass::Parse, Some(200)),
+        (Scripted::NoStats, ErrorClass::Parse, Some(200)),
         (Scripted::Reset, ErrorClass::Transport, None),
     ];
     for resource in Resource::ALL.iter().copied() {
@@ -134,6 +161,11 @@ async fn failures_are_classified_without_body_text() {
         up.fetch(PC, 1, Resource::Detailed).await.unwrap_err()
     };
     assert!(f.message.contains("kills"), "{f:?}");
+    assert_eq!(
+        server.redirect_target_requests(),
+        0,
+        "a redirect was followed"
+    );
     server.shutdown().await;
 }
 
@@ -189,7 +221,7 @@ async fn scripts_are_per_resource_first_and_requests_are_logged() {
     server.script(PC, 9, None, vec![Scripted::Status(429)]);
     let classes = [
         (Resource::Weapons, Some(ErrorClass::Server)),
-        (Resource::Detailed, Some(ErrorClass::RateLimited)),
+        (Resource::Detailed, Some(ErrorClass::Throttled)),
         (Resource::Weapons, None),
         (Resource::Detailed, None),
         (Resource::Weapons, None),
@@ -227,11 +259,13 @@ async fn knob_rates_hold_and_match_client_classes() {
         rate_missing_fields: 0.05,
         rate_hang: 0.02,
         rate_reset: 0.05,
+        rate_no_stats: 0.05,
+        rate_3xx: 0.03,
         unavailable_share: 0.10,
         ..FakeSettings::default()
     };
     let server = fake(settings.clone()).await;
-    let up = Arc::new(client_with_timeout(&server, Duration::from_millis(500)));
+    let up = Arc::new(client_with_timeout(&server, Duration::from_secs(3)));
     const N: i64 = 400;
     let limit = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = tokio::task::JoinSet::new();
@@ -271,9 +305,12 @@ async fn knob_rates_hold_and_match_client_classes() {
         *outcomes.entry(r.outcome).or_default() += 1;
         let class = match r.outcome {
             Outcome::Ok => None,
-            Outcome::Status(429) => Some(ErrorClass::RateLimited),
+            Outcome::Status(429) | Outcome::Throttled(_) => Some(ErrorClass::Throttled),
             Outcome::Status(_) => Some(ErrorClass::Server),
-            Outcome::Malformed | Outcome::MissingFields => Some(ErrorClass::Parse),
+            Outcome::Redirect(_) => Some(ErrorClass::Http),
+            Outcome::Malformed | Outcome::MissingFields | Outcome::NoStats => {
+                Some(ErrorClass::Parse)
+            }
             Outcome::Unavailable | Outcome::NotFound => Some(ErrorClass::Unavailable),
             Outcome::Hang => Some(ErrorClass::Timeout),
             Outcome::Reset => Some(ErrorClass::Transport),
@@ -301,12 +338,27 @@ async fn knob_rates_hold_and_match_client_classes() {
     within(Outcome::MissingFields, settings.rate_missing_fields);
     within(Outcome::Hang, settings.rate_hang);
     within(Outcome::Reset, settings.rate_reset);
-    within(Outcome::Ok, 0.63);
+    within(Outcome::NoStats, settings.rate_no_stats);
+    let redirects: usize = [301, 302]
+        .iter()
+        .map(|c| outcomes.get(&Outcome::Redirect(*c)).copied().unwrap_or(0))
+        .sum();
+    let mean = eligible * settings.rate_3xx;
+    assert!(
+        (redirects as f64 - mean).abs() <= (4.0 * mean.sqrt()).max(4.0),
+        "{redirects}"
+    );
+    assert_eq!(
+        server.redirect_target_requests(),
+        0,
+        "a redirect was followed"
+    );
+    within(Outcome::Ok, 0.55);
     server.shutdown().await;
 
     // Same seed, same decisions.
     let replay = fake(settings.clone()).await;
-    let up = client_with_timeout(&replay, Duration::from_millis(500));
+    let up = client_with_timeout(&replay, Duration::from_secs(3));
     for persona in [3_i64, 17, 123] {
         let resource = Resource::ALL[persona as usize % 4];
         let _ = up.fetch(PC, persona, resource).await;
@@ -367,6 +419,217 @@ async fn shutdown_answers_hanging_requests() {
 }
 
 // ---------------------------------------------------------------------------
+// Fixtures: our own bodies in the live shapes (tests/fixtures/battlelog/).
+
+fn fixtures_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/battlelog")
+}
+
+#[test]
+fn every_fixture_normalizes_as_expected() {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".body.json").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    for required in [
+        "detailed",
+        "profile",
+        "weapons",
+        "vehicles",
+        "weapons-null-melee",
+        "detailed-mixed-types",
+        "identity-mismatch-persona",
+        "identity-mismatch-platform",
+    ] {
+        assert!(
+            names.iter().any(|n| n == required),
+            "fixture {required} missing"
+        );
+    }
+    for name in names {
+        let read = |suffix: &str| {
+            std::fs::read(fixtures_dir().join(format!("{name}{suffix}")))
+                .unwrap_or_else(|e| panic!("{name}{suffix}: {e}"))
+        };
+        let body = read(".body.json");
+        let expect: Value = serde_json::from_slice(&read(".expect.json")).unwrap();
+        let resource: Resource = expect["resource"].as_str().unwrap().parse().unwrap();
+        let platform: Platform = expect["platform"].as_str().unwrap().parse().unwrap();
+        let persona = expect["persona_id"].as_i64().unwrap();
+        let got = normalize(resource, platform, persona, &body);
+        if let Some(want) = expect.get("normalized") {
+            let got = got.unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            assert_eq!(&got, want, "{name}");
+            // Deterministic: the same stats in another order and other number
+            // representations give the same document.
+            assert_eq!(normalize(resource, platform, persona, &body).unwrap(), got);
+        } else {
+            let e = got.expect_err(&name);
+            assert_eq!(e.class.as_str(), expect["error_class"], "{name}: {e:?}");
+            let fragment = expect["error_contains"].as_str().unwrap();
+            assert!(e.message.contains(fragment), "{name}: {e:?}");
+            assert!(e.message.chars().count() <= MAX_MESSAGE_CHARS);
+        }
+    }
+}
+
+#[test]
+fn list_order_and_number_representation_do_not_change_the_document() {
+    let body: Value =
+        serde_json::from_slice(&std::fs::read(fixtures_dir().join("weapons.body.json")).unwrap())
+            .unwrap();
+    let mut shuffled = body.clone();
+    let list = shuffled["data"]["mainWeaponStats"].as_array_mut().unwrap();
+    list.reverse();
+    for w in list.iter_mut() {
+        for key in ["kills", "shotsFired"] {
+            if let Some(n) = count(&w[key]) {
+                w[key] = Value::String(format!(" {n} "));
+            }
+        }
+    }
+    let a = normalize(
+        Resource::Weapons,
+        PC,
+        303_498_475,
+        &serde_json::to_vec(&body).unwrap(),
+    )
+    .unwrap();
+    let b = normalize(
+        Resource::Weapons,
+        PC,
+        303_498_475,
+        &serde_json::to_vec(&shuffled).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(a, b);
+}
+
+// ---------------------------------------------------------------------------
+// The live shapes, throttling and redirects over HTTP.
+
+#[tokio::test]
+async fn the_fake_serves_live_sized_bodies_that_normalize() {
+    let server = fake(FakeSettings::default()).await;
+    let up = client(&server);
+    for persona in [11_i64, 12, 13] {
+        let w = up.fetch(PC, persona, Resource::Weapons).await.unwrap();
+        assert!(
+            (520_000..=640_000).contains(&w.body_bytes),
+            "weapons {} bytes",
+            w.body_bytes
+        );
+        let list = w.data["weapons"].as_array().unwrap();
+        assert!(list.len() <= 174 && list.len() > 50, "{}", list.len());
+        let melee: Vec<&Value> = list.iter().filter(|e| e["category"] == "Special").collect();
+        assert!(
+            !melee.is_empty(),
+            "persona {persona}: no melee weapon with kills"
+        );
+        assert!(
+            melee
+                .iter()
+                .all(|e| e["shots_fired"].is_null() && e["kills"].is_i64())
+        );
+        let v = up.fetch(PC, persona, Resource::Vehicles).await.unwrap();
+        assert!(
+            (400_000..=500_000).contains(&v.body_bytes),
+            "vehicles {} bytes",
+            v.body_bytes
+        );
+        assert!(v.data["vehicles"].as_array().unwrap().len() <= 82);
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn redirects_are_failures_and_never_followed() {
+    let server = fake(FakeSettings {
+        rate_3xx: 1.0,
+        ..FakeSettings::default()
+    })
+    .await;
+    let up = client(&server);
+    for resource in Resource::ALL.iter().copied() {
+        let f = up.fetch(PC, 21, resource).await.unwrap_err();
+        assert_eq!(f.class, ErrorClass::Http, "{f:?}");
+        assert!(matches!(f.http_status, Some(301 | 302)), "{f:?}");
+        assert!(f.message.contains("redirects are not followed"), "{f:?}");
+        assert!(f.class.is_retryable());
+        assert_clean(&f);
+    }
+    assert_eq!(server.total_requests(), 4, "one request per fetch");
+    assert_eq!(
+        server.redirect_target_requests(),
+        0,
+        "a redirect was followed"
+    );
+    // The target exists (and is counted) for clients that do follow.
+    let target = format!(
+        "{}{}/bf4/warsawoverviewpopulate/21/1/",
+        server.url(),
+        bf4ps_ops::fake_battlelog::REDIRECT_PREFIX
+    );
+    assert!(crate::support::http_text(&target).await.is_some());
+    assert_eq!(server.redirect_target_requests(), 1);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_fake_throttles_a_period_or_a_client_above_a_rate() {
+    let server = fake(FakeSettings {
+        throttle_status: 429,
+        ..FakeSettings::default()
+    })
+    .await;
+    let up = client(&server);
+    server.throttle_for(Duration::from_secs(60));
+    for resource in Resource::ALL.iter().copied() {
+        let f = up.fetch(PC, 31, resource).await.unwrap_err();
+        assert_eq!((f.class, f.http_status), (ErrorClass::Throttled, Some(429)));
+        assert_clean(&f);
+    }
+    server.throttle_for(Duration::ZERO);
+    up.fetch(PC, 31, Resource::Detailed).await.unwrap();
+    assert!(
+        server
+            .requests()
+            .iter()
+            .take(4)
+            .all(|r| r.outcome == Outcome::Throttled(429))
+    );
+
+    // Above 2 requests per second (over a 2 s window) from one address: 403.
+    server
+        .configure(FakeSettings {
+            throttle_rate: 2.0,
+            throttle_window: Duration::from_secs(2),
+            ..FakeSettings::default()
+        })
+        .unwrap();
+    let mut classes = Vec::new();
+    for _ in 0..8 {
+        classes.push(
+            up.fetch(PC, 32, Resource::Profile)
+                .await
+                .err()
+                .map(|f| f.class),
+        );
+    }
+    let throttled = classes
+        .iter()
+        .filter(|c| **c == Some(ErrorClass::Throttled))
+        .count();
+    assert!(classes[..4].iter().all(Option::is_none), "{classes:?}");
+    assert!(throttled >= 3, "{classes:?}");
+    server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------
 // The subcommand.
 
 fn bin_without_bf4ps_env() -> std::process::Command {
@@ -420,7 +683,10 @@ async fn cli_serves_until_sigterm_and_exits_zero() {
         .await
         .unwrap();
     let raw = synthetic_data(9, Platform::XboxOne, 1234, 0, Resource::Detailed);
-    assert_eq!(got.data["kills"], raw["generalStats"]["kills"]);
+    assert_eq!(
+        got.data["kills"].as_i64(),
+        count(&raw["generalStats"]["kills"])
+    );
 
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let status = crate::support::eventually(Duration::from_secs(15), "exit after SIGTERM", || {
