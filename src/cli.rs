@@ -142,7 +142,7 @@ pub enum Command {
     /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
     Bench {
         /// Benchmark name, or `all`.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::bench::names()))]
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::dev::bench::names()))]
         name: String,
         /// One JSON object per line and scenario.
         #[arg(long)]
@@ -153,7 +153,7 @@ pub enum Command {
     },
     /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
     /// fake Battlelog, and watch it work.
-    Demo(crate::demo::DemoArgs),
+    Demo(crate::dev::demo::DemoArgs),
     /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
     Collector(CollectorArgs),
     /// List collectors, or drain/enable/disable/retire one by name.
@@ -164,10 +164,10 @@ pub enum Command {
     /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
     FakeBattlelog {
         /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
-        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::fake_battlelog::DEFAULT_LISTEN)]
+        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::dev::fake_battlelog::DEFAULT_LISTEN)]
         listen: String,
         #[command(flatten)]
-        settings: crate::fake_battlelog::FakeSettings,
+        settings: crate::dev::fake_battlelog::FakeSettings,
     },
     /// Ask for an interactive refresh of one soldier (creates it if unknown);
     /// prints each resource's job, state, queue position and ETA.
@@ -318,12 +318,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { name, json, quick } => {
-            let ctx = crate::bench::Ctx {
+            let ctx = crate::dev::bench::Ctx {
                 target: cli.db.target()?,
                 database_url: cli.db.database_url.clone(),
                 quick,
             };
-            crate::bench::run(&ctx, &name, json).await?;
+            crate::dev::bench::run(&ctx, &name, json).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Collector(args) => run_collector(&cli.db, args).await,
@@ -338,7 +338,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 std::process::exit(130);
             });
-            let summary = crate::demo::run(cli.db.database_url.as_deref(), args, interrupt).await?;
+            let summary =
+                crate::dev::demo::run(cli.db.database_url.as_deref(), args, interrupt).await?;
             if json {
                 crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
             } else {
@@ -370,7 +371,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::FakeBattlelog { listen, settings } => {
-            crate::fake_battlelog::run_cli(&listen, settings).await?;
+            crate::dev::fake_battlelog::run_cli(&listen, settings).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Request {

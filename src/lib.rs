@@ -4,16 +4,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod cli;
 pub mod collector;
 pub mod config;
 pub mod db;
-pub mod demo;
 pub mod dev;
 pub mod domain;
 pub mod egress;
-pub mod fake_battlelog;
 pub mod feeder;
 pub mod freshness;
 pub mod gauges;

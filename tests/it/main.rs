@@ -14,6 +14,7 @@ mod egress;
 mod feeder;
 mod freshness;
 mod import;
+mod layering;
 mod listener;
 mod observability;
 mod pgcluster;

@@ -29,7 +29,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::fake_battlelog::{FakeBattlelog, FakeSettings};
+use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;

@@ -9,11 +9,11 @@ use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bf4ps_ops::domain::{ErrorClass, Platform, Resource};
-use bf4ps_ops::fake_battlelog::{
+use bf4ps_ops::dev::fake_battlelog::{
     BODY_MARKER, FakeBattlelog, FakeServer, FakeSettings, Outcome, Scripted, is_unavailable,
     synthetic_data,
 };
+use bf4ps_ops::domain::{ErrorClass, Platform, Resource};
 use bf4ps_ops::upstream::battlelog::normalize;
 use bf4ps_ops::upstream::{FetchFailure, MAX_MESSAGE_CHARS, Upstream, UpstreamArgs};
 use serde_json::Value;
@@ -572,7 +572,7 @@ async fn redirects_are_failures_and_never_followed() {
     let target = format!(
         "{}{}/bf4/warsawoverviewpopulate/21/1/",
         server.url(),
-        bf4ps_ops::fake_battlelog::REDIRECT_PREFIX
+        bf4ps_ops::dev::fake_battlelog::REDIRECT_PREFIX
     );
     assert!(crate::support::http_text(&target).await.is_some());
     assert_eq!(server.redirect_target_requests(), 1);

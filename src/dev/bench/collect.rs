@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
+use crate::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
 use crate::domain::{Platform, Resource};
-use crate::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
 use crate::upstream::battlelog::normalize;
 
 /// Linux reports process times in USER_HZ ticks, 100 per second.
