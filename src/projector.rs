@@ -1082,16 +1082,13 @@ pub struct Horizon {
 }
 
 /// Reads who holds the projection horizon back, with ages as of `at` (None:
-/// the database's `now()`). Give it the pool, or a connection or transaction
-/// whose snapshot it should read: it works in a read-only REPEATABLE READ
-/// transaction too (`status`), where "held back" is judged in that
-/// transaction's snapshot and `pg_stat_activity` is read once per
-/// transaction.
-pub async fn horizon<'c, A>(conn: A, at: Option<DateTime<Utc>>) -> Result<Horizon, ProjectorError>
-where
-    A: sqlx::Acquire<'c, Database = sqlx::Postgres>,
-{
-    let mut conn = conn.acquire().await?;
+/// the database's `now()`), on `conn`: in a read-only REPEATABLE READ
+/// transaction (`status`) "held back" is judged in that transaction's
+/// snapshot and `pg_stat_activity` is read once per transaction.
+pub async fn horizon(
+    conn: &mut sqlx::PgConnection,
+    at: Option<DateTime<Utc>>,
+) -> Result<Horizon, ProjectorError> {
     if !held_back(&mut *conn).await? {
         return Ok(Horizon {
             held_seconds: 0.0,

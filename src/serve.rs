@@ -292,6 +292,15 @@ impl Serve {
             });
         }
 
+        // Freshness rollup compaction (same cadence as the gauges).
+        {
+            let (pool, c, interval) = (pool.clone(), cancel.child_token(), tuning.gauge_interval);
+            tasks.spawn("freshness", async move {
+                crate::gauges::compact_freshness(pool, interval, c).await;
+                Ok(())
+            });
+        }
+
         // Retention.
         {
             let pool = pool.clone();

@@ -3,9 +3,14 @@
 //!
 //! Sections: collectors by lane and health (and each non-retired collector),
 //! the working set by lane/status/class with the oldest pending age per lane,
-//! freshness per resource by age band ([`FRESHNESS_BANDS`] + `never`),
-//! projector lag with who holds the transaction horizon back, and retention
-//! state.
+//! freshness per resource by age band ([`FRESHNESS_BANDS`] + `never`, from
+//! the rollups of [`crate::freshness`]), egress keys and their throttle
+//! pauses, projector lag with who holds the transaction horizon back, and
+//! retention state.
+//!
+//! This is the one operator read model: `serve`'s gauges
+//! ([`crate::gauges`]) export this same snapshot, so a figure on a dashboard
+//! and in `status` comes from the same SQL.
 //!
 //! Invariants:
 //! - every section is read in ONE read-only REPEATABLE READ transaction, so
@@ -16,9 +21,11 @@
 //!   class, resource and band is always present, with 0 when empty;
 //! - one source of truth per figure: projector lag and horizon come from
 //!   [`projector::lag`] and [`projector::horizon`], the oldest event from
-//!   [`retention::oldest_event`] (the gauges read the same functions), run
-//!   inside this snapshot with this instant. The database must be migrated
-//!   (the CLI checks `db::migrations_current` first).
+//!   [`retention::oldest_event`], run inside this snapshot with this
+//!   instant. The database must be migrated (the CLI checks
+//!   `db::migrations_current` first);
+//! - every query is bounded by the working set, the collectors, the egress
+//!   keys or the rollups, never by the number of soldiers or events.
 
 use chrono::{DateTime, Utc};
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -59,6 +66,8 @@ pub struct Status {
     pub queue: PerLane<LaneQueue>,
     /// Freshness of `collection_state` per resource.
     pub freshness: PerResource<ResourceFreshness>,
+    /// Egress keys in use (by a non-retired collector) or paused.
+    pub egress: Vec<EgressStatus>,
     /// Projector progress and horizon.
     pub projector: ProjectorStatus,
     /// Retention.
@@ -82,7 +91,8 @@ impl<T> PerLane<T> {
         }
     }
 
-    fn iter(&self) -> [(Lane, &T); 2] {
+    /// Both lanes with their values.
+    pub fn iter(&self) -> [(Lane, &T); 2] {
         [
             (Lane::Interactive, &self.interactive),
             (Lane::Background, &self.background),
@@ -114,7 +124,8 @@ impl<T> PerResource<T> {
         }
     }
 
-    fn iter(&self) -> [(Resource, &T); 4] {
+    /// Every resource with its value.
+    pub fn iter(&self) -> [(Resource, &T); 4] {
         [
             (Resource::Detailed, &self.detailed),
             (Resource::Profile, &self.profile),
@@ -189,6 +200,21 @@ impl LaneQueue {
             JobStatus::Running => &mut self.running,
         }
     }
+
+    /// Jobs with `status` and `class`.
+    pub fn count(&self, status: JobStatus, class: PriorityClass) -> u64 {
+        let by = match status {
+            JobStatus::Pending => &self.pending,
+            JobStatus::Claimed => &self.claimed,
+            JobStatus::Running => &self.running,
+        };
+        match class {
+            PriorityClass::Interactive => by.interactive,
+            PriorityClass::Active => by.active,
+            PriorityClass::Recent => by.recent,
+            PriorityClass::Bootstrap => by.bootstrap,
+        }
+    }
 }
 
 /// Job counts by priority class.
@@ -253,6 +279,17 @@ impl Serialize for Bands {
         }
         map.end()
     }
+}
+
+/// One egress key.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct EgressStatus {
+    /// The key.
+    pub egress_key: String,
+    /// When its throttle pause ends; `null` when not paused.
+    pub paused_until: Option<DateTime<Utc>>,
+    /// Throttled answers in a row without a success since (0: none).
+    pub throttle_streak: i32,
 }
 
 /// Projector progress ([`projector::lag`]) and horizon ([`projector::horizon`]).
@@ -323,6 +360,7 @@ pub async fn gather(pool: &PgPool, at: Option<DateTime<Utc>>) -> Result<Status, 
     let collectors = collectors(&mut tx, at).await?;
     let queue = queue(&mut tx, at).await?;
     let freshness = crate::freshness::read(&mut tx, at).await?;
+    let egress = egress(&mut tx, at).await?;
     let projector = projector_status(&mut tx, at).await?;
     let retention = retention_status(&mut tx, at).await?;
     tx.commit().await?;
@@ -332,9 +370,28 @@ pub async fn gather(pool: &PgPool, at: Option<DateTime<Utc>>) -> Result<Status, 
         collectors,
         queue,
         freshness,
+        egress,
         projector,
         retention,
     })
+}
+
+async fn egress(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<Vec<EgressStatus>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT k.egress_key, \
+                CASE WHEN g.paused_until > $1 THEN g.paused_until END AS paused_until, \
+                coalesce(g.throttle_streak, 0) AS throttle_streak \
+         FROM (SELECT egress_key FROM collectors WHERE retired_at IS NULL \
+               UNION SELECT egress_key FROM egress_gates WHERE paused_until > $1) AS k \
+         LEFT JOIN egress_gates AS g USING (egress_key) \
+         ORDER BY k.egress_key",
+    )
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await
 }
 
 async fn collectors(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Collectors, sqlx::Error> {
@@ -591,6 +648,29 @@ impl Status {
                 fmt_age(Some(h.xact_age_seconds))
             ),
         });
+        let paused: Vec<String> = self
+            .egress
+            .iter()
+            .filter_map(|e| {
+                e.paused_until.map(|until| {
+                    format!(
+                        "{} for {} (throttled {}× in a row)",
+                        e.egress_key,
+                        fmt_age(Some(age_s(until, self.generated_at))),
+                        e.throttle_streak
+                    )
+                })
+            })
+            .collect();
+        line(format!(
+            "EGRESS        {} key(s); {}",
+            self.egress.len(),
+            if paused.is_empty() {
+                "none paused".to_owned()
+            } else {
+                format!("paused by Battlelog throttling: {}", paused.join(", "))
+            }
+        ));
         let r = &self.retention;
         let last = match &r.last_run {
             None => "never run".to_owned(),

@@ -266,7 +266,9 @@ async fn rollback_does_not_stall_and_idle_transaction_holds_the_horizon(
         Duration::from_secs(20),
         "our idle transaction as horizon holder",
         || async {
-            let h = projector::horizon(&db.pool, None).await.unwrap();
+            let h = projector::horizon(&mut db.pool.acquire().await.unwrap(), None)
+                .await
+                .unwrap();
             h.holder
                 .as_ref()
                 .is_some_and(|holder| holder.pid == idle_pid)
@@ -307,7 +309,7 @@ async fn rollback_does_not_stall_and_idle_transaction_holds_the_horizon(
     project_until(&p, 1).await;
     sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
     eventually(Duration::from_secs(20), "horizon released", || async {
-        (projector::horizon(&db.pool, None)
+        (projector::horizon(&mut db.pool.acquire().await.unwrap(), None)
             .await
             .unwrap()
             .held_seconds

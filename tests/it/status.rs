@@ -41,6 +41,10 @@ INSERT INTO collectors (collector_uuid, collector_name, hostname, lane, egress_k
      'unknown', NULL, true, false, NULL),
     ('00000000-0000-0000-0000-000000000005', 'bg-old', 'h3', 'background', 'e2',
      'healthy', {a} - interval '1 day', true, false, {a} - interval '1 hour');
+INSERT INTO egress_gates (egress_key, next_slot_at, paused_until, throttle_streak) VALUES
+    ('e2', {a}, {a} + interval '90 seconds', 2),
+    ('e9', {a}, {a} + interval '30 seconds', 1),
+    ('e8', {a}, {a} - interval '30 seconds', 1);
 INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, status,
                              eligible_at, collector_uuid, lease_token, claimed_at,
                              started_at, lease_expires_at) VALUES
@@ -133,6 +137,13 @@ fn expected(at: DateTime<Utc>) -> Value {
                 "oldest_success_age_s": 604_800.0
             }
         },
+        "egress": [
+            {"egress_key": "e1", "paused_until": null, "throttle_streak": 0},
+            {"egress_key": "e2", "paused_until": ts(at + chrono::Duration::seconds(90)),
+             "throttle_streak": 2},
+            {"egress_key": "e9", "paused_until": ts(at + chrono::Duration::seconds(30)),
+             "throttle_streak": 1}
+        ],
         "projector": {
             "checkpoint_event_id": 2,
             "projected_events": 2,
