@@ -293,7 +293,8 @@ pub enum ProjectorCommand {
         #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
         wait: std::time::Duration,
         /// Events per replay batch.
-        #[arg(long, env = "BF4PS_PROJECTOR_BATCH", default_value = crate::config::defaults::PROJECTOR_BATCH)]
+        #[arg(long, env = crate::config::tuning::env::projector_batch,
+              default_value = crate::config::tuning::default::projector_batch)]
         batch: u32,
     },
 }
@@ -639,64 +640,16 @@ fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Resu
 }
 
 fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
-    let d = |v: std::time::Duration| fmt_duration(v);
-    let rows: Vec<(&str, String)> = vec![
-        ("BF4PS_LEASE_DURATION", d(t.lease_duration)),
-        ("BF4PS_MAX_CLAIM_TO_START", d(t.max_claim_to_start)),
-        ("BF4PS_HEARTBEAT_INTERVAL", d(t.heartbeat_interval)),
-        ("BF4PS_HEARTBEAT_LOST_AFTER", d(t.heartbeat_lost_after)),
-        ("BF4PS_POLL_INTERVAL", d(t.poll_interval)),
-        ("BF4PS_RETRY_BASE_DELAY", d(t.retry_base_delay)),
-        ("BF4PS_RETRY_MAX_DELAY", d(t.retry_max_delay)),
-        ("BF4PS_RETRY_MAX_ATTEMPTS", t.retry_max_attempts.to_string()),
-        ("BF4PS_RETRY_JITTER", t.retry_jitter.to_string()),
-        ("BF4PS_GIVE_UP_DELAY", d(t.give_up_delay)),
-        ("BF4PS_UNAVAILABLE_RECHECK", d(t.unavailable_recheck)),
-        (
-            "BF4PS_FEEDER_TARGET_DEPTH",
-            t.feeder_target_depth.to_string(),
-        ),
-        (
-            "BF4PS_FEEDER_LOW_WATERMARK",
-            t.feeder_low_watermark.to_string(),
-        ),
-        ("BF4PS_FEEDER_INTERVAL", d(t.feeder_interval)),
-        ("BF4PS_RESOURCE_WEIGHTS", t.resource_weights.to_string()),
-        ("BF4PS_ACTIVE_WINDOW", d(t.active_window)),
-        ("BF4PS_RECENT_WINDOW", d(t.recent_window)),
-        ("BF4PS_ACTIVE_REFRESH", d(t.active_refresh)),
-        ("BF4PS_RECENT_REFRESH", d(t.recent_refresh)),
-        ("BF4PS_DORMANT_REFRESH", d(t.dormant_refresh)),
-        ("BF4PS_AGING_WEIGHT", t.aging_weight.to_string()),
-        ("BF4PS_ETA_WINDOW", d(t.eta_window)),
-        (
-            "BF4PS_MAX_PENDING_INTERACTIVE",
-            t.max_pending_interactive.to_string(),
-        ),
-        ("BF4PS_EGRESS_RATE", t.egress_rate.to_string()),
-        (
-            "BF4PS_GLOBAL_HOURLY_BUDGET",
-            t.global_hourly_budget.to_string(),
-        ),
-        ("BF4PS_GLOBAL_BUDGET_WINDOW", d(t.global_budget_window)),
-        ("BF4PS_THROTTLE_PAUSE", d(t.throttle_pause)),
-        ("BF4PS_THROTTLE_PAUSE_MAX", d(t.throttle_pause_max)),
-        ("BF4PS_RETENTION", d(t.retention)),
-        ("BF4PS_RETENTION_BATCH", t.retention_batch.to_string()),
-        ("BF4PS_RETENTION_INTERVAL", d(t.retention_interval)),
-        ("BF4PS_PROJECTOR_BATCH", t.projector_batch.to_string()),
-        ("BF4PS_MONITOR_INTERVAL", d(t.monitor_interval)),
-        ("BF4PS_GAUGE_INTERVAL", d(t.gauge_interval)),
-    ];
+    let rows = t.values();
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
             .into_iter()
-            .map(|(k, v)| (k.to_owned(), serde_json::Value::String(v)))
+            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v)))
             .collect();
         crate::outln!("{}", serde_json::to_string_pretty(&map)?);
     } else {
-        for (k, v) in rows {
-            crate::outln!("{k:<28} {v}");
+        for (def, v) in rows {
+            crate::outln!("{:<30} {v}", def.env);
         }
     }
     Ok(())

@@ -8,49 +8,145 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use clap::Args;
-
 use crate::domain::Resource;
 
-/// Default values, as the text a user would type. The clap defaults and
-/// [`Tuning::default`] both read these, so they cannot drift apart.
-#[allow(missing_docs)] // each constant is named after its setting
-pub mod defaults {
-    pub const LEASE_DURATION: &str = "60s";
-    pub const MAX_CLAIM_TO_START: &str = "10s";
-    pub const HEARTBEAT_INTERVAL: &str = "10s";
-    pub const HEARTBEAT_LOST_AFTER: &str = "30s";
-    pub const POLL_INTERVAL: &str = "1s";
-    pub const RETRY_BASE_DELAY: &str = "10s";
-    pub const RETRY_MAX_DELAY: &str = "15m";
-    pub const RETRY_MAX_ATTEMPTS: &str = "5";
-    pub const RETRY_JITTER: &str = "0.2";
-    pub const GIVE_UP_DELAY: &str = "6h";
-    pub const UNAVAILABLE_RECHECK: &str = "7d";
-    pub const FEEDER_TARGET_DEPTH: &str = "1000";
-    pub const FEEDER_LOW_WATERMARK: &str = "500";
-    pub const FEEDER_INTERVAL: &str = "5s";
-    pub const RESOURCE_WEIGHTS: &str = "detailed=40,profile=30,weapons=20,vehicles=10";
-    pub const ACTIVE_WINDOW: &str = "3d";
-    pub const RECENT_WINDOW: &str = "30d";
-    pub const ACTIVE_REFRESH: &str = "1h";
-    pub const RECENT_REFRESH: &str = "12h";
-    pub const DORMANT_REFRESH: &str = "3d";
-    pub const AGING_WEIGHT: &str = "1";
-    pub const ETA_WINDOW: &str = "15m";
-    pub const MAX_PENDING_INTERACTIVE: &str = "1000";
-    pub const EGRESS_RATE: &str = "0.2";
-    pub const GLOBAL_HOURLY_BUDGET: &str = "1296";
-    pub const GLOBAL_BUDGET_WINDOW: &str = "1h";
-    pub const THROTTLE_PAUSE: &str = "1m";
-    pub const THROTTLE_PAUSE_MAX: &str = "30m";
-    pub const RETENTION: &str = "180d";
-    pub const RETENTION_BATCH: &str = "5000";
-    pub const RETENTION_INTERVAL: &str = "10m";
-    pub const PROJECTOR_BATCH: &str = "5000";
-    pub const MONITOR_INTERVAL: &str = "1s";
-    pub const GAUGE_INTERVAL: &str = "5s";
+/// A value a setting can hold: parsed from what a user types (flag,
+/// environment variable or default) and shown back the same way.
+pub trait SettingValue: Sized + Clone + Send + Sync + 'static {
+    /// Parses user text; the error says what was expected.
+    fn parse(text: &str) -> Result<Self, String>;
+    /// The value as a user would type it.
+    fn show(&self) -> String;
 }
+
+impl SettingValue for Duration {
+    fn parse(text: &str) -> Result<Self, String> {
+        parse_duration(text)
+    }
+    fn show(&self) -> String {
+        fmt_duration(*self)
+    }
+}
+
+/// Types parsed with `FromStr` and shown with `Display`.
+macro_rules! setting_value_from_str {
+    ($($ty:ty),*) => {$(
+        impl SettingValue for $ty {
+            fn parse(text: &str) -> Result<Self, String> {
+                text.trim().parse().map_err(|e| format!("{e}"))
+            }
+            fn show(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+setting_value_from_str!(
+    u16,
+    u32,
+    u64,
+    usize,
+    f64,
+    String,
+    std::net::SocketAddr,
+    ResourceWeights
+);
+
+/// One setting as declared: its flag, variable, default and help heading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SettingDef {
+    /// Field name in its struct.
+    pub field: &'static str,
+    /// Flag without the leading `--`.
+    pub flag: &'static str,
+    /// Environment variable.
+    pub env: &'static str,
+    /// Default, as a user would type it.
+    pub default: &'static str,
+    /// Help heading (group) in `--help`.
+    pub heading: &'static str,
+}
+
+/// Declares a group of settings ONCE: each field's doc (its `--help` text),
+/// type, default, flag, environment variable and help heading. From that one
+/// declaration come the clap arguments, `Default`, the `SETTINGS` list (for
+/// `config` and docs), `values()` (effective values as text), and the module
+/// `$m` with `label::FIELD` ("--flag (ENV)", for validation messages),
+/// `default::FIELD` and `env::FIELD` constants.
+macro_rules! settings {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident in $m:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $field:ident : $ty:ty = $default:expr, $flag:literal, $env:literal, $heading:literal;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, clap::Args)]
+        pub struct $name {
+            $(
+                $(#[doc = $doc])*
+                #[arg(long = $flag, env = $env, default_value = $default, help_heading = $heading,
+                      value_parser = <$ty as $crate::config::SettingValue>::parse)]
+                pub $field: $ty,
+            )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name {
+                    $(
+                        $field: <$ty as $crate::config::SettingValue>::parse($default)
+                            .expect(concat!("the default of ", $env, " parses")),
+                    )*
+                }
+            }
+        }
+
+        impl $name {
+            /// Every setting of this group, in declaration order.
+            pub const SETTINGS: &'static [$crate::config::SettingDef] = &[
+                $(
+                    $crate::config::SettingDef {
+                        field: stringify!($field),
+                        flag: $flag,
+                        env: $env,
+                        default: $default,
+                        heading: $heading,
+                    },
+                )*
+            ];
+
+            /// Each setting with its effective value, as a user would type it.
+            pub fn values(&self) -> Vec<(&'static $crate::config::SettingDef, String)> {
+                Self::SETTINGS
+                    .iter()
+                    .zip([$($crate::config::SettingValue::show(&self.$field)),*])
+                    .collect()
+            }
+        }
+
+        #[doc = concat!("Per-setting constants of [`", stringify!($name), "`].")]
+        #[allow(non_upper_case_globals, missing_docs)]
+        pub mod $m {
+            /// "--flag (ENV)": how messages name a setting.
+            pub mod label {
+                $(pub const $field: &str = concat!("--", $flag, " (", $env, ")");)*
+            }
+            /// Defaults as a user would type them.
+            pub mod default {
+                $(pub const $field: &str = $default;)*
+            }
+            /// Environment variables.
+            pub mod env {
+                $(pub const $field: &str = $env;)*
+            }
+        }
+    };
+}
+pub(crate) use settings;
 
 /// A configuration value that is out of range or inconsistent with another.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,228 +249,115 @@ impl fmt::Display for ResourceWeights {
     }
 }
 
-/// Every runtime tuning value. Flattened into the subcommands that need it.
-#[derive(Debug, Clone, Args)]
-pub struct Tuning {
-    /// How long a claim or running attempt is owned before it may be recovered.
-    #[arg(long, env = "BF4PS_LEASE_DURATION", default_value = defaults::LEASE_DURATION,
-          value_parser = parse_duration, help_heading = "Leases and heartbeats")]
-    pub lease_duration: Duration,
+settings! {
+    /// Every runtime tuning value. Flattened into the subcommands that need it.
+    pub struct Tuning in tuning {
+        /// How long a claim or running attempt is owned before it may be recovered.
+        lease_duration: Duration = "60s", "lease-duration", "BF4PS_LEASE_DURATION", "Leases and heartbeats";
 
-    /// A claim not started within this delay is recovered like an expired lease.
-    #[arg(long, env = "BF4PS_MAX_CLAIM_TO_START", default_value = defaults::MAX_CLAIM_TO_START,
-          value_parser = parse_duration, help_heading = "Leases and heartbeats")]
-    pub max_claim_to_start: Duration,
+        /// A claim not started within this delay is recovered like an expired lease.
+        max_claim_to_start: Duration = "10s", "max-claim-to-start", "BF4PS_MAX_CLAIM_TO_START", "Leases and heartbeats";
 
-    /// How often a collector records its heartbeat.
-    #[arg(long, env = "BF4PS_HEARTBEAT_INTERVAL", default_value = defaults::HEARTBEAT_INTERVAL,
-          value_parser = parse_duration, help_heading = "Leases and heartbeats")]
-    pub heartbeat_interval: Duration,
+        /// How often a collector records its heartbeat.
+        heartbeat_interval: Duration = "10s", "heartbeat-interval", "BF4PS_HEARTBEAT_INTERVAL", "Leases and heartbeats";
 
-    /// A collector silent for longer than this is marked lost (heartbeat_lost).
-    #[arg(long, env = "BF4PS_HEARTBEAT_LOST_AFTER", default_value = defaults::HEARTBEAT_LOST_AFTER,
-          value_parser = parse_duration, help_heading = "Leases and heartbeats")]
-    pub heartbeat_lost_after: Duration,
+        /// A collector silent for longer than this is marked lost (heartbeat_lost).
+        heartbeat_lost_after: Duration = "30s", "heartbeat-lost-after", "BF4PS_HEARTBEAT_LOST_AFTER", "Leases and heartbeats";
 
-    /// Fallback poll for every NOTIFY listener (jittered ±20%).
-    #[arg(long, env = "BF4PS_POLL_INTERVAL", default_value = defaults::POLL_INTERVAL,
-          value_parser = parse_duration, help_heading = "Leases and heartbeats")]
-    pub poll_interval: Duration,
+        /// Fallback poll for every NOTIFY listener (jittered ±20%).
+        poll_interval: Duration = "1s", "poll-interval", "BF4PS_POLL_INTERVAL", "Leases and heartbeats";
 
-    /// First retry delay; doubles per attempt up to the maximum.
-    #[arg(long, env = "BF4PS_RETRY_BASE_DELAY", default_value = defaults::RETRY_BASE_DELAY,
-          value_parser = parse_duration, help_heading = "Retries")]
-    pub retry_base_delay: Duration,
+        /// First retry delay; doubles per attempt up to the maximum.
+        retry_base_delay: Duration = "10s", "retry-base-delay", "BF4PS_RETRY_BASE_DELAY", "Retries";
 
-    /// Cap on the retry delay.
-    #[arg(long, env = "BF4PS_RETRY_MAX_DELAY", default_value = defaults::RETRY_MAX_DELAY,
-          value_parser = parse_duration, help_heading = "Retries")]
-    pub retry_max_delay: Duration,
+        /// Cap on the retry delay.
+        retry_max_delay: Duration = "15m", "retry-max-delay", "BF4PS_RETRY_MAX_DELAY", "Retries";
 
-    /// Attempts per job before it is removed and the pair rescheduled much later.
-    #[arg(long, env = "BF4PS_RETRY_MAX_ATTEMPTS", default_value = defaults::RETRY_MAX_ATTEMPTS,
-          help_heading = "Retries")]
-    pub retry_max_attempts: u32,
+        /// Attempts per job before it is removed and the pair rescheduled much later.
+        retry_max_attempts: u32 = "5", "retry-max-attempts", "BF4PS_RETRY_MAX_ATTEMPTS", "Retries";
 
-    /// Random spread of each retry delay, as a fraction (0.2 = ±20%).
-    #[arg(long, env = "BF4PS_RETRY_JITTER", default_value = defaults::RETRY_JITTER,
-          help_heading = "Retries")]
-    pub retry_jitter: f64,
+        /// Random spread of each retry delay, as a fraction (0.2 = ±20%).
+        retry_jitter: f64 = "0.2", "retry-jitter", "BF4PS_RETRY_JITTER", "Retries";
 
-    /// After the attempt limit, the pair's next attempt is this far away.
-    #[arg(long, env = "BF4PS_GIVE_UP_DELAY", default_value = defaults::GIVE_UP_DELAY,
-          value_parser = parse_duration, help_heading = "Retries")]
-    pub give_up_delay: Duration,
+        /// After the attempt limit, the pair's next attempt is this far away.
+        give_up_delay: Duration = "6h", "give-up-delay", "BF4PS_GIVE_UP_DELAY", "Retries";
 
-    /// An unavailable (404/private) pair is checked again after this long.
-    #[arg(long, env = "BF4PS_UNAVAILABLE_RECHECK", default_value = defaults::UNAVAILABLE_RECHECK,
-          value_parser = parse_duration, help_heading = "Retries")]
-    pub unavailable_recheck: Duration,
+        /// An unavailable (404/private) pair is checked again after this long.
+        unavailable_recheck: Duration = "7d", "unavailable-recheck", "BF4PS_UNAVAILABLE_RECHECK", "Retries";
 
-    /// Pending background jobs the feeder keeps in the working set.
-    #[arg(long, env = "BF4PS_FEEDER_TARGET_DEPTH", default_value = defaults::FEEDER_TARGET_DEPTH,
-          help_heading = "Scheduling")]
-    pub feeder_target_depth: u32,
+        /// Pending background jobs the feeder keeps in the working set.
+        feeder_target_depth: u32 = "1000", "feeder-target-depth", "BF4PS_FEEDER_TARGET_DEPTH", "Scheduling";
 
-    /// The feeder tops up early when pending depth falls below this.
-    #[arg(long, env = "BF4PS_FEEDER_LOW_WATERMARK", default_value = defaults::FEEDER_LOW_WATERMARK,
-          help_heading = "Scheduling")]
-    pub feeder_low_watermark: u32,
+        /// The feeder tops up early when pending depth falls below this.
+        feeder_low_watermark: u32 = "500", "feeder-low-watermark", "BF4PS_FEEDER_LOW_WATERMARK", "Scheduling";
 
-    /// Feeder cadence.
-    #[arg(long, env = "BF4PS_FEEDER_INTERVAL", default_value = defaults::FEEDER_INTERVAL,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub feeder_interval: Duration,
+        /// Feeder cadence.
+        feeder_interval: Duration = "5s", "feeder-interval", "BF4PS_FEEDER_INTERVAL", "Scheduling";
 
-    /// Priority weight per resource (RESOURCE=WEIGHT, comma separated, all four).
-    #[arg(long, env = "BF4PS_RESOURCE_WEIGHTS", default_value = defaults::RESOURCE_WEIGHTS,
-          help_heading = "Scheduling")]
-    pub resource_weights: ResourceWeights,
+        /// Priority weight per resource (RESOURCE=WEIGHT, comma separated, all four).
+        resource_weights: ResourceWeights = "detailed=40,profile=30,weapons=20,vehicles=10", "resource-weights", "BF4PS_RESOURCE_WEIGHTS", "Scheduling";
 
-    /// Data changed within this window makes a pair `active`.
-    #[arg(long, env = "BF4PS_ACTIVE_WINDOW", default_value = defaults::ACTIVE_WINDOW,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub active_window: Duration,
+        /// Data changed within this window makes a pair `active`.
+        active_window: Duration = "3d", "active-window", "BF4PS_ACTIVE_WINDOW", "Scheduling";
 
-    /// Data changed within this window (but not the active one) is `recent`;
-    /// older data is dormant.
-    #[arg(long, env = "BF4PS_RECENT_WINDOW", default_value = defaults::RECENT_WINDOW,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub recent_window: Duration,
+        /// Data changed within this window (but not the active one) is `recent`;
+        /// older data is dormant.
+        recent_window: Duration = "30d", "recent-window", "BF4PS_RECENT_WINDOW", "Scheduling";
 
-    /// Refresh interval of active pairs.
-    #[arg(long, env = "BF4PS_ACTIVE_REFRESH", default_value = defaults::ACTIVE_REFRESH,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub active_refresh: Duration,
+        /// Refresh interval of active pairs.
+        active_refresh: Duration = "1h", "active-refresh", "BF4PS_ACTIVE_REFRESH", "Scheduling";
 
-    /// Refresh interval of recent pairs.
-    #[arg(long, env = "BF4PS_RECENT_REFRESH", default_value = defaults::RECENT_REFRESH,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub recent_refresh: Duration,
+        /// Refresh interval of recent pairs.
+        recent_refresh: Duration = "12h", "recent-refresh", "BF4PS_RECENT_REFRESH", "Scheduling";
 
-    /// Refresh interval of dormant pairs (unchanged for longer than the recent window).
-    #[arg(long, env = "BF4PS_DORMANT_REFRESH", default_value = defaults::DORMANT_REFRESH,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub dormant_refresh: Duration,
+        /// Refresh interval of dormant pairs (unchanged for longer than the recent window).
+        dormant_refresh: Duration = "3d", "dormant-refresh", "BF4PS_DORMANT_REFRESH", "Scheduling";
 
-    /// Priority points per minute a pair has been overdue (aging; prevents starvation).
-    #[arg(long, env = "BF4PS_AGING_WEIGHT", default_value = defaults::AGING_WEIGHT,
-          help_heading = "Scheduling")]
-    pub aging_weight: f64,
+        /// Priority points per minute a pair has been overdue (aging; prevents starvation).
+        aging_weight: f64 = "1", "aging-weight", "BF4PS_AGING_WEIGHT", "Scheduling";
 
-    /// Window of recent interactive jobs the ETA estimate learns from.
-    #[arg(long, env = "BF4PS_ETA_WINDOW", default_value = defaults::ETA_WINDOW,
-          value_parser = parse_duration, help_heading = "Scheduling")]
-    pub eta_window: Duration,
+        /// Window of recent interactive jobs the ETA estimate learns from.
+        eta_window: Duration = "15m", "eta-window", "BF4PS_ETA_WINDOW", "Scheduling";
 
-    /// Most pending interactive jobs `bf4ps_request_refresh` admits; beyond,
-    /// it refuses with SQLSTATE 53400 and queues nothing.
-    #[arg(long, env = "BF4PS_MAX_PENDING_INTERACTIVE",
-          default_value = defaults::MAX_PENDING_INTERACTIVE, help_heading = "Scheduling")]
-    pub max_pending_interactive: u32,
+        /// Most pending interactive jobs `bf4ps_request_refresh` admits; beyond,
+        /// it refuses with SQLSTATE 53400 and queues nothing.
+        max_pending_interactive: u32 = "1000", "max-pending-interactive", "BF4PS_MAX_PENDING_INTERACTIVE", "Scheduling";
 
-    /// Battlelog requests per second allowed per egress key, shared by every
-    /// collector on that key (fractions allowed: 0.2 = one every 5 s).
-    #[arg(long, env = "BF4PS_EGRESS_RATE", default_value = defaults::EGRESS_RATE,
-          help_heading = "Egress")]
-    pub egress_rate: f64,
+        /// Battlelog requests per second allowed per egress key, shared by every
+        /// collector on that key (fractions allowed: 0.2 = one every 5 s).
+        egress_rate: f64 = "0.2", "egress-rate", "BF4PS_EGRESS_RATE", "Egress";
 
-    /// Background requests allowed fleet-wide (all egress keys together) per
-    /// budget window; 0 turns the budget off. The interactive lane is exempt.
-    #[arg(long, env = "BF4PS_GLOBAL_HOURLY_BUDGET", default_value = defaults::GLOBAL_HOURLY_BUDGET,
-          help_heading = "Egress")]
-    pub global_hourly_budget: u32,
+        /// Background requests allowed fleet-wide (all egress keys together) per
+        /// budget window; 0 turns the budget off. The interactive lane is exempt.
+        global_hourly_budget: u32 = "1296", "global-hourly-budget", "BF4PS_GLOBAL_HOURLY_BUDGET", "Egress";
 
-    /// The rolling window of the global budget (1h; shorter only for tests).
-    #[arg(long, env = "BF4PS_GLOBAL_BUDGET_WINDOW", default_value = defaults::GLOBAL_BUDGET_WINDOW,
-          value_parser = parse_duration, help_heading = "Egress")]
-    pub global_budget_window: Duration,
+        /// The rolling window of the global budget (1h; shorter only for tests).
+        global_budget_window: Duration = "1h", "global-budget-window", "BF4PS_GLOBAL_BUDGET_WINDOW", "Egress";
 
-    /// First pause of an egress key after Battlelog throttled it (401/403/429);
-    /// doubles while throttling continues.
-    #[arg(long, env = "BF4PS_THROTTLE_PAUSE", default_value = defaults::THROTTLE_PAUSE,
-          value_parser = parse_duration, help_heading = "Egress")]
-    pub throttle_pause: Duration,
+        /// First pause of an egress key after Battlelog throttled it (401/403/429);
+        /// doubles while throttling continues.
+        throttle_pause: Duration = "1m", "throttle-pause", "BF4PS_THROTTLE_PAUSE", "Egress";
 
-    /// Longest pause of a throttled egress key.
-    #[arg(long, env = "BF4PS_THROTTLE_PAUSE_MAX", default_value = defaults::THROTTLE_PAUSE_MAX,
-          value_parser = parse_duration, help_heading = "Egress")]
-    pub throttle_pause_max: Duration,
+        /// Longest pause of a throttled egress key.
+        throttle_pause_max: Duration = "30m", "throttle-pause-max", "BF4PS_THROTTLE_PAUSE_MAX", "Egress";
 
-    /// Age after which collection_events are deleted (only once projected).
-    #[arg(long, env = "BF4PS_RETENTION", default_value = defaults::RETENTION,
-          value_parser = parse_duration, help_heading = "Events")]
-    pub retention: Duration,
+        /// Age after which collection_events are deleted (only once projected).
+        retention: Duration = "180d", "retention", "BF4PS_RETENTION", "Events";
 
-    /// Events deleted per retention transaction.
-    #[arg(long, env = "BF4PS_RETENTION_BATCH", default_value = defaults::RETENTION_BATCH,
-          help_heading = "Events")]
-    pub retention_batch: u32,
+        /// Events deleted per retention transaction.
+        retention_batch: u32 = "5000", "retention-batch", "BF4PS_RETENTION_BATCH", "Events";
 
-    /// Retention cadence inside `serve`.
-    #[arg(long, env = "BF4PS_RETENTION_INTERVAL", default_value = defaults::RETENTION_INTERVAL,
-          value_parser = parse_duration, help_heading = "Events")]
-    pub retention_interval: Duration,
+        /// Retention cadence inside `serve`.
+        retention_interval: Duration = "10m", "retention-interval", "BF4PS_RETENTION_INTERVAL", "Events";
 
-    /// Events read per projector transaction.
-    #[arg(long, env = "BF4PS_PROJECTOR_BATCH", default_value = defaults::PROJECTOR_BATCH,
-          help_heading = "Events")]
-    pub projector_batch: u32,
+        /// Events read per projector transaction.
+        projector_batch: u32 = "5000", "projector-batch", "BF4PS_PROJECTOR_BATCH", "Events";
 
-    /// Cadence of the heartbeat sweep and expired-lease recovery.
-    #[arg(long, env = "BF4PS_MONITOR_INTERVAL", default_value = defaults::MONITOR_INTERVAL,
-          value_parser = parse_duration, help_heading = "Events")]
-    pub monitor_interval: Duration,
+        /// Cadence of the heartbeat sweep and expired-lease recovery.
+        monitor_interval: Duration = "1s", "monitor-interval", "BF4PS_MONITOR_INTERVAL", "Events";
 
-    /// Refresh cadence of gauges read from tables (collectors, queue, freshness).
-    #[arg(long, env = "BF4PS_GAUGE_INTERVAL", default_value = defaults::GAUGE_INTERVAL,
-          value_parser = parse_duration, help_heading = "Events")]
-    pub gauge_interval: Duration,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        let d = |s: &str| parse_duration(s).expect("default durations parse");
-        let n = |s: &str| s.parse::<u32>().expect("default integers parse");
-        let f = |s: &str| s.parse::<f64>().expect("default numbers parse");
-        Tuning {
-            lease_duration: d(defaults::LEASE_DURATION),
-            max_claim_to_start: d(defaults::MAX_CLAIM_TO_START),
-            heartbeat_interval: d(defaults::HEARTBEAT_INTERVAL),
-            heartbeat_lost_after: d(defaults::HEARTBEAT_LOST_AFTER),
-            poll_interval: d(defaults::POLL_INTERVAL),
-            retry_base_delay: d(defaults::RETRY_BASE_DELAY),
-            retry_max_delay: d(defaults::RETRY_MAX_DELAY),
-            retry_max_attempts: n(defaults::RETRY_MAX_ATTEMPTS),
-            retry_jitter: f(defaults::RETRY_JITTER),
-            give_up_delay: d(defaults::GIVE_UP_DELAY),
-            unavailable_recheck: d(defaults::UNAVAILABLE_RECHECK),
-            feeder_target_depth: n(defaults::FEEDER_TARGET_DEPTH),
-            feeder_low_watermark: n(defaults::FEEDER_LOW_WATERMARK),
-            feeder_interval: d(defaults::FEEDER_INTERVAL),
-            resource_weights: defaults::RESOURCE_WEIGHTS
-                .parse()
-                .expect("default weights parse"),
-            active_window: d(defaults::ACTIVE_WINDOW),
-            recent_window: d(defaults::RECENT_WINDOW),
-            active_refresh: d(defaults::ACTIVE_REFRESH),
-            recent_refresh: d(defaults::RECENT_REFRESH),
-            dormant_refresh: d(defaults::DORMANT_REFRESH),
-            aging_weight: f(defaults::AGING_WEIGHT),
-            eta_window: d(defaults::ETA_WINDOW),
-            max_pending_interactive: n(defaults::MAX_PENDING_INTERACTIVE),
-            egress_rate: f(defaults::EGRESS_RATE),
-            global_hourly_budget: n(defaults::GLOBAL_HOURLY_BUDGET),
-            global_budget_window: d(defaults::GLOBAL_BUDGET_WINDOW),
-            throttle_pause: d(defaults::THROTTLE_PAUSE),
-            throttle_pause_max: d(defaults::THROTTLE_PAUSE_MAX),
-            retention: d(defaults::RETENTION),
-            retention_batch: n(defaults::RETENTION_BATCH),
-            retention_interval: d(defaults::RETENTION_INTERVAL),
-            projector_batch: n(defaults::PROJECTOR_BATCH),
-            monitor_interval: d(defaults::MONITOR_INTERVAL),
-            gauge_interval: d(defaults::GAUGE_INTERVAL),
-        }
+        /// Refresh cadence of gauges read from tables (collectors, queue, freshness).
+        gauge_interval: Duration = "5s", "gauge-interval", "BF4PS_GAUGE_INTERVAL", "Events";
     }
 }
 
@@ -398,76 +381,44 @@ impl Tuning {
     /// Checks every value and every relation between values. The error names
     /// the flag and environment variable to fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        const LEASE: &str = "--lease-duration (BF4PS_LEASE_DURATION)";
-        const CLAIM: &str = "--max-claim-to-start (BF4PS_MAX_CLAIM_TO_START)";
-        const HB: &str = "--heartbeat-interval (BF4PS_HEARTBEAT_INTERVAL)";
-        const LOST: &str = "--heartbeat-lost-after (BF4PS_HEARTBEAT_LOST_AFTER)";
-        const POLL: &str = "--poll-interval (BF4PS_POLL_INTERVAL)";
-        const RBASE: &str = "--retry-base-delay (BF4PS_RETRY_BASE_DELAY)";
-        const RMAX: &str = "--retry-max-delay (BF4PS_RETRY_MAX_DELAY)";
-        const RATT: &str = "--retry-max-attempts (BF4PS_RETRY_MAX_ATTEMPTS)";
-        const RJIT: &str = "--retry-jitter (BF4PS_RETRY_JITTER)";
-        const GIVEUP: &str = "--give-up-delay (BF4PS_GIVE_UP_DELAY)";
-        const UNAV: &str = "--unavailable-recheck (BF4PS_UNAVAILABLE_RECHECK)";
-        const DEPTH: &str = "--feeder-target-depth (BF4PS_FEEDER_TARGET_DEPTH)";
-        const LOW: &str = "--feeder-low-watermark (BF4PS_FEEDER_LOW_WATERMARK)";
-        const FEED: &str = "--feeder-interval (BF4PS_FEEDER_INTERVAL)";
-        const AWIN: &str = "--active-window (BF4PS_ACTIVE_WINDOW)";
-        const RWIN: &str = "--recent-window (BF4PS_RECENT_WINDOW)";
-        const AREF: &str = "--active-refresh (BF4PS_ACTIVE_REFRESH)";
-        const RREF: &str = "--recent-refresh (BF4PS_RECENT_REFRESH)";
-        const DREF: &str = "--dormant-refresh (BF4PS_DORMANT_REFRESH)";
-        const AGING: &str = "--aging-weight (BF4PS_AGING_WEIGHT)";
-        const ETA: &str = "--eta-window (BF4PS_ETA_WINDOW)";
-        const MAXINT: &str = "--max-pending-interactive (BF4PS_MAX_PENDING_INTERACTIVE)";
-        const EGRESS: &str = "--egress-rate (BF4PS_EGRESS_RATE)";
-        const BWIN: &str = "--global-budget-window (BF4PS_GLOBAL_BUDGET_WINDOW)";
-        const TPAUSE: &str = "--throttle-pause (BF4PS_THROTTLE_PAUSE)";
-        const TMAX: &str = "--throttle-pause-max (BF4PS_THROTTLE_PAUSE_MAX)";
-        const RET: &str = "--retention (BF4PS_RETENTION)";
-        const RETB: &str = "--retention-batch (BF4PS_RETENTION_BATCH)";
-        const RETI: &str = "--retention-interval (BF4PS_RETENTION_INTERVAL)";
-        const PROJB: &str = "--projector-batch (BF4PS_PROJECTOR_BATCH)";
-        const MON: &str = "--monitor-interval (BF4PS_MONITOR_INTERVAL)";
-        const GAUGE: &str = "--gauge-interval (BF4PS_GAUGE_INTERVAL)";
-
+        use tuning::label::*;
         for (setting, value) in [
-            (LEASE, self.lease_duration),
-            (CLAIM, self.max_claim_to_start),
-            (HB, self.heartbeat_interval),
-            (LOST, self.heartbeat_lost_after),
-            (POLL, self.poll_interval),
-            (RBASE, self.retry_base_delay),
-            (RMAX, self.retry_max_delay),
-            (GIVEUP, self.give_up_delay),
-            (UNAV, self.unavailable_recheck),
-            (FEED, self.feeder_interval),
-            (AWIN, self.active_window),
-            (RWIN, self.recent_window),
-            (AREF, self.active_refresh),
-            (RREF, self.recent_refresh),
-            (DREF, self.dormant_refresh),
-            (ETA, self.eta_window),
-            (BWIN, self.global_budget_window),
-            (TPAUSE, self.throttle_pause),
-            (TMAX, self.throttle_pause_max),
-            (RET, self.retention),
-            (RETI, self.retention_interval),
-            (MON, self.monitor_interval),
-            (GAUGE, self.gauge_interval),
+            (lease_duration, self.lease_duration),
+            (max_claim_to_start, self.max_claim_to_start),
+            (heartbeat_interval, self.heartbeat_interval),
+            (heartbeat_lost_after, self.heartbeat_lost_after),
+            (poll_interval, self.poll_interval),
+            (retry_base_delay, self.retry_base_delay),
+            (retry_max_delay, self.retry_max_delay),
+            (give_up_delay, self.give_up_delay),
+            (unavailable_recheck, self.unavailable_recheck),
+            (feeder_interval, self.feeder_interval),
+            (active_window, self.active_window),
+            (recent_window, self.recent_window),
+            (active_refresh, self.active_refresh),
+            (recent_refresh, self.recent_refresh),
+            (dormant_refresh, self.dormant_refresh),
+            (eta_window, self.eta_window),
+            (global_budget_window, self.global_budget_window),
+            (throttle_pause, self.throttle_pause),
+            (throttle_pause_max, self.throttle_pause_max),
+            (retention, self.retention),
+            (retention_interval, self.retention_interval),
+            (monitor_interval, self.monitor_interval),
+            (gauge_interval, self.gauge_interval),
         ] {
             positive(setting, value)?;
         }
         let show = fmt_duration;
         if self.lease_duration < Duration::from_millis(100) {
             return Err(err(
-                LEASE,
+                lease_duration,
                 format!("{} is shorter than 100ms", show(self.lease_duration)),
             ));
         }
         if self.max_claim_to_start > self.lease_duration {
             return Err(err(
-                CLAIM,
+                max_claim_to_start,
                 format!(
                     "{} must not exceed the lease duration ({})",
                     show(self.max_claim_to_start),
@@ -477,7 +428,7 @@ impl Tuning {
         }
         if self.heartbeat_lost_after <= self.heartbeat_interval {
             return Err(err(
-                LOST,
+                heartbeat_lost_after,
                 format!(
                     "{} must be greater than the heartbeat interval ({})",
                     show(self.heartbeat_lost_after),
@@ -487,7 +438,7 @@ impl Tuning {
         }
         if self.retry_base_delay > self.retry_max_delay {
             return Err(err(
-                RMAX,
+                retry_max_delay,
                 format!(
                     "{} is shorter than the retry base delay ({})",
                     show(self.retry_max_delay),
@@ -496,17 +447,20 @@ impl Tuning {
             ));
         }
         if self.retry_max_attempts == 0 {
-            return Err(err(RATT, "must be at least 1"));
+            return Err(err(retry_max_attempts, "must be at least 1"));
         }
         if !(0.0..1.0).contains(&self.retry_jitter) {
-            return Err(err(RJIT, format!("{} is not in [0, 1)", self.retry_jitter)));
+            return Err(err(
+                retry_jitter,
+                format!("{} is not in [0, 1)", self.retry_jitter),
+            ));
         }
         if self.feeder_target_depth == 0 {
-            return Err(err(DEPTH, "must be at least 1"));
+            return Err(err(feeder_target_depth, "must be at least 1"));
         }
         if self.feeder_low_watermark > self.feeder_target_depth {
             return Err(err(
-                LOW,
+                feeder_low_watermark,
                 format!(
                     "{} exceeds the target depth ({})",
                     self.feeder_low_watermark, self.feeder_target_depth
@@ -515,7 +469,7 @@ impl Tuning {
         }
         if self.active_window > self.recent_window {
             return Err(err(
-                RWIN,
+                recent_window,
                 format!(
                     "{} is shorter than the active window ({})",
                     show(self.recent_window),
@@ -525,22 +479,25 @@ impl Tuning {
         }
         if !self.aging_weight.is_finite() || self.aging_weight < 0.0 {
             return Err(err(
-                AGING,
+                aging_weight,
                 format!("{} is not a number >= 0", self.aging_weight),
             ));
         }
         if self.max_pending_interactive == 0 || self.max_pending_interactive > i32::MAX as u32 {
-            return Err(err(MAXINT, "must be between 1 and 2147483647"));
+            return Err(err(
+                max_pending_interactive,
+                "must be between 1 and 2147483647",
+            ));
         }
         if !self.egress_rate.is_finite() || self.egress_rate <= 0.0 {
             return Err(err(
-                EGRESS,
+                egress_rate,
                 format!("{} is not a request rate > 0", self.egress_rate),
             ));
         }
         if self.throttle_pause > self.throttle_pause_max {
             return Err(err(
-                TMAX,
+                throttle_pause_max,
                 format!(
                     "{} is shorter than the first pause ({})",
                     show(self.throttle_pause_max),
@@ -550,15 +507,15 @@ impl Tuning {
         }
         if self.retention < Duration::from_secs(3600) {
             return Err(err(
-                RET,
+                retention,
                 format!("{} is shorter than 1h", show(self.retention)),
             ));
         }
         if self.retention_batch == 0 {
-            return Err(err(RETB, "must be at least 1"));
+            return Err(err(retention_batch, "must be at least 1"));
         }
         if self.projector_batch == 0 {
-            return Err(err(PROJB, "must be at least 1"));
+            return Err(err(projector_batch, "must be at least 1"));
         }
         Ok(())
     }
@@ -590,6 +547,51 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         Tuning::default().validate().unwrap();
+    }
+
+    /// What `config` prints (each value as a user would type it) parses
+    /// back to the same configuration, through the same flags.
+    #[test]
+    fn printed_values_parse_back_to_the_same_settings() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            tuning: Tuning,
+        }
+        let custom = Tuning {
+            lease_duration: Duration::from_millis(1500),
+            retry_jitter: 0.35,
+            egress_rate: 0.25,
+            resource_weights: "detailed=1,profile=2,weapons=3,vehicles=4".parse().unwrap(),
+            ..Tuning::default()
+        };
+        for t in [Tuning::default(), custom] {
+            let mut args = vec!["x".to_owned()];
+            for (def, value) in t.values() {
+                args.push(format!("--{}", def.flag));
+                args.push(value);
+            }
+            let back = Cli::parse_from(args).tuning;
+            assert_eq!(format!("{back:?}"), format!("{t:?}"));
+        }
+    }
+
+    #[test]
+    fn labels_name_flag_and_variable() {
+        assert_eq!(
+            tuning::label::lease_duration,
+            "--lease-duration (BF4PS_LEASE_DURATION)"
+        );
+        assert_eq!(tuning::default::projector_batch, "5000");
+        let mut envs: Vec<&str> = Tuning::SETTINGS.iter().map(|d| d.env).collect();
+        envs.sort();
+        envs.dedup();
+        assert_eq!(
+            envs.len(),
+            Tuning::SETTINGS.len(),
+            "a variable is declared twice"
+        );
     }
 
     #[test]

@@ -24,12 +24,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use clap::Args;
 use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Tuning, jittered, parse_duration};
+use crate::config::{Tuning, jittered};
 use crate::db::{self, DbError, DbTarget};
 use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;
@@ -39,36 +38,31 @@ use crate::monitor::Monitor;
 use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake};
 use crate::retention::{self, RetentionError, RetentionSettings};
 
-/// `serve`-specific settings (flags with `BF4PS_*` variables).
-#[derive(Debug, Clone, Args)]
-pub struct ServeSettings {
-    /// HTTP listen address of /metrics, /healthz and /readyz.
-    #[arg(long, env = "BF4PS_LISTEN", default_value = "127.0.0.1:9640")]
-    pub listen: SocketAddr,
-    /// How long shutdown waits for tasks to finish before aborting them.
-    #[arg(long, env = "BF4PS_SHUTDOWN_TIMEOUT", default_value = "10s",
-          value_parser = parse_duration)]
-    pub shutdown_timeout: Duration,
+crate::config::settings! {
+    /// `serve`-specific settings (flags with `BF4PS_*` variables).
+    pub struct ServeSettings in serve_setting {
+        /// HTTP listen address of /metrics, /healthz and /readyz.
+        listen: SocketAddr = "127.0.0.1:9640", "listen", "BF4PS_LISTEN", "Serve";
+        /// How long shutdown waits for tasks to finish before aborting them.
+        shutdown_timeout: Duration = "10s", "shutdown-timeout", "BF4PS_SHUTDOWN_TIMEOUT", "Serve";
+    }
 }
 
 impl ServeSettings {
-    /// Settings listening on `listen` with the default shutdown timeout.
+    /// Settings listening on `listen`, the others at their defaults.
     pub fn new(listen: SocketAddr) -> ServeSettings {
         ServeSettings {
             listen,
-            shutdown_timeout: Duration::from_secs(10),
+            ..ServeSettings::default()
         }
     }
 
     /// Checks the values; errors name the setting.
     pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
-        if self.shutdown_timeout.is_zero() {
-            return Err(crate::config::ConfigError {
-                setting: "--shutdown-timeout (BF4PS_SHUTDOWN_TIMEOUT)",
-                message: "must be greater than zero".into(),
-            });
-        }
-        Ok(())
+        crate::config::positive(
+            serve_setting::label::shutdown_timeout,
+            self.shutdown_timeout,
+        )
     }
 }
 

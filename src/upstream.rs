@@ -23,25 +23,8 @@ pub mod battlelog;
 
 use std::time::{Duration, Instant};
 
-use clap::Args;
-
-use crate::config::{ConfigError, err, fmt_duration, parse_duration, positive};
+use crate::config::{ConfigError, err, fmt_duration, positive};
 use crate::domain::{ErrorClass, Platform, Resource};
-
-/// Default values, as the text a user would type.
-#[allow(missing_docs)] // each constant is named after its setting
-pub mod defaults {
-    pub const URL: &str = "https://battlelog.battlefield.com";
-    pub const TIMEOUT: &str = "30s";
-    pub const CONNECT_TIMEOUT: &str = "5s";
-    pub const PATH_DETAILED: &str = "/bf4/warsawdetailedstatspopulate/{persona_id}/{platform_id}/";
-    pub const PATH_PROFILE: &str = "/bf4/warsawoverviewpopulate/{persona_id}/{platform_id}/";
-    pub const PATH_WEAPONS: &str =
-        "/bf4/warsawWeaponsPopulateStats/{persona_id}/{platform_id}/stats/";
-    pub const PATH_VEHICLES: &str =
-        "/bf4/warsawvehiclesPopulateStats/{persona_id}/{platform_id}/stats/";
-    pub const USER_AGENT: &str = concat!("bf4ps-ops/", env!("CARGO_PKG_VERSION"));
-}
 
 /// Longest [`FetchFailure::message`], in characters.
 pub const MAX_MESSAGE_CHARS: usize = 200;
@@ -67,76 +50,32 @@ pub fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
         .find(|p| battlelog_platform_id(*p) == id)
 }
 
-const SET_URL: &str = "--upstream-url (BF4PS_UPSTREAM_URL)";
-const SET_TIMEOUT: &str = "--upstream-timeout (BF4PS_UPSTREAM_TIMEOUT)";
-const SET_CONNECT: &str = "--upstream-connect-timeout (BF4PS_UPSTREAM_CONNECT_TIMEOUT)";
-const SET_UA: &str = "--upstream-user-agent (BF4PS_UPSTREAM_USER_AGENT)";
-const SET_PATHS: [&str; 4] = [
-    "--path-detailed (BF4PS_PATH_DETAILED)",
-    "--path-profile (BF4PS_PATH_PROFILE)",
-    "--path-weapons (BF4PS_PATH_WEAPONS)",
-    "--path-vehicles (BF4PS_PATH_VEHICLES)",
-];
-
-/// Upstream (Battlelog) settings; flattened into subcommands that fetch.
-#[derive(Debug, Clone, Args)]
-pub struct UpstreamArgs {
-    /// Base URL of Battlelog (http or https), without a trailing path for the resource.
-    #[arg(long = "upstream-url", env = "BF4PS_UPSTREAM_URL", default_value = defaults::URL,
-          help_heading = "Upstream")]
-    pub url: String,
-
-    /// Whole-request timeout: connect, headers and body together.
-    #[arg(long = "upstream-timeout", env = "BF4PS_UPSTREAM_TIMEOUT",
-          default_value = defaults::TIMEOUT, value_parser = parse_duration,
-          help_heading = "Upstream")]
-    pub timeout: Duration,
-
-    /// TCP/TLS connect timeout.
-    #[arg(long = "upstream-connect-timeout", env = "BF4PS_UPSTREAM_CONNECT_TIMEOUT",
-          default_value = defaults::CONNECT_TIMEOUT, value_parser = parse_duration,
-          help_heading = "Upstream")]
-    pub connect_timeout: Duration,
-
-    /// User-Agent header sent with every request.
-    #[arg(long = "upstream-user-agent", env = "BF4PS_UPSTREAM_USER_AGENT",
-          default_value = defaults::USER_AGENT, help_heading = "Upstream")]
-    pub user_agent: String,
-
-    /// Path of the `detailed` resource; placeholders {persona_id} and {platform_id}.
-    #[arg(long, env = "BF4PS_PATH_DETAILED", default_value = defaults::PATH_DETAILED,
-          help_heading = "Upstream")]
-    pub path_detailed: String,
-
-    /// Path of the `profile` resource; placeholders {persona_id} and {platform_id}.
-    #[arg(long, env = "BF4PS_PATH_PROFILE", default_value = defaults::PATH_PROFILE,
-          help_heading = "Upstream")]
-    pub path_profile: String,
-
-    /// Path of the `weapons` resource; placeholders {persona_id} and {platform_id}.
-    #[arg(long, env = "BF4PS_PATH_WEAPONS", default_value = defaults::PATH_WEAPONS,
-          help_heading = "Upstream")]
-    pub path_weapons: String,
-
-    /// Path of the `vehicles` resource; placeholders {persona_id} and {platform_id}.
-    #[arg(long, env = "BF4PS_PATH_VEHICLES", default_value = defaults::PATH_VEHICLES,
-          help_heading = "Upstream")]
-    pub path_vehicles: String,
-}
-
-impl Default for UpstreamArgs {
-    fn default() -> Self {
-        let d = |s: &str| parse_duration(s).expect("default durations parse");
-        UpstreamArgs {
-            url: defaults::URL.to_owned(),
-            timeout: d(defaults::TIMEOUT),
-            connect_timeout: d(defaults::CONNECT_TIMEOUT),
-            user_agent: defaults::USER_AGENT.to_owned(),
-            path_detailed: defaults::PATH_DETAILED.to_owned(),
-            path_profile: defaults::PATH_PROFILE.to_owned(),
-            path_weapons: defaults::PATH_WEAPONS.to_owned(),
-            path_vehicles: defaults::PATH_VEHICLES.to_owned(),
-        }
+crate::config::settings! {
+    /// Upstream (Battlelog) settings; flattened into subcommands that fetch.
+    pub struct UpstreamArgs in upstream_setting {
+        /// Base URL of Battlelog (http or https), without a trailing path for the resource.
+        url: String = "https://battlelog.battlefield.com",
+            "upstream-url", "BF4PS_UPSTREAM_URL", "Upstream";
+        /// Whole-request timeout: connect, headers and body together.
+        timeout: Duration = "30s", "upstream-timeout", "BF4PS_UPSTREAM_TIMEOUT", "Upstream";
+        /// TCP/TLS connect timeout.
+        connect_timeout: Duration = "5s",
+            "upstream-connect-timeout", "BF4PS_UPSTREAM_CONNECT_TIMEOUT", "Upstream";
+        /// User-Agent header sent with every request.
+        user_agent: String = concat!("bf4ps-ops/", env!("CARGO_PKG_VERSION")),
+            "upstream-user-agent", "BF4PS_UPSTREAM_USER_AGENT", "Upstream";
+        /// Path of the `detailed` resource; placeholders {persona_id} and {platform_id}.
+        path_detailed: String = "/bf4/warsawdetailedstatspopulate/{persona_id}/{platform_id}/",
+            "path-detailed", "BF4PS_PATH_DETAILED", "Upstream";
+        /// Path of the `profile` resource; placeholders {persona_id} and {platform_id}.
+        path_profile: String = "/bf4/warsawoverviewpopulate/{persona_id}/{platform_id}/",
+            "path-profile", "BF4PS_PATH_PROFILE", "Upstream";
+        /// Path of the `weapons` resource; placeholders {persona_id} and {platform_id}.
+        path_weapons: String = "/bf4/warsawWeaponsPopulateStats/{persona_id}/{platform_id}/stats/",
+            "path-weapons", "BF4PS_PATH_WEAPONS", "Upstream";
+        /// Path of the `vehicles` resource; placeholders {persona_id} and {platform_id}.
+        path_vehicles: String = "/bf4/warsawvehiclesPopulateStats/{persona_id}/{platform_id}/stats/",
+            "path-vehicles", "BF4PS_PATH_VEHICLES", "Upstream";
     }
 }
 
@@ -161,16 +100,22 @@ impl UpstreamArgs {
 
     /// Checks every value; the error names the flag and environment variable.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        use upstream_setting::label;
         base_url(&self.url)?;
-        positive(SET_TIMEOUT, self.timeout)?;
-        positive(SET_CONNECT, self.connect_timeout)?;
+        positive(label::timeout, self.timeout)?;
+        positive(label::connect_timeout, self.connect_timeout)?;
         if self.user_agent.trim().is_empty()
             || !self.user_agent.bytes().all(|b| (b' '..=b'~').contains(&b))
         {
-            return Err(err(SET_UA, "must be non-empty printable ASCII"));
+            return Err(err(label::user_agent, "must be non-empty printable ASCII"));
         }
-        for (i, resource) in Resource::ALL.iter().enumerate() {
-            check_template(SET_PATHS[i], self.path_template(*resource))?;
+        for (setting, resource) in [
+            (label::path_detailed, Resource::Detailed),
+            (label::path_profile, Resource::Profile),
+            (label::path_weapons, Resource::Weapons),
+            (label::path_vehicles, Resource::Vehicles),
+        ] {
+            check_template(setting, self.path_template(resource))?;
         }
         Ok(())
     }
@@ -178,20 +123,27 @@ impl UpstreamArgs {
 
 /// The base URL without a trailing slash, or an error naming the setting.
 fn base_url(text: &str) -> Result<String, ConfigError> {
-    let url = reqwest::Url::parse(text.trim())
-        .map_err(|e| err(SET_URL, format!("{text:?} is not a URL ({e})")))?;
+    let url = reqwest::Url::parse(text.trim()).map_err(|e| {
+        err(
+            upstream_setting::label::url,
+            format!("{text:?} is not a URL ({e})"),
+        )
+    })?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(err(
-            SET_URL,
+            upstream_setting::label::url,
             format!("{text:?} must use http or https, not {}", url.scheme()),
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(err(SET_URL, format!("{text:?} has no host")));
+        return Err(err(
+            upstream_setting::label::url,
+            format!("{text:?} has no host"),
+        ));
     }
     if url.query().is_some() || url.fragment().is_some() {
         return Err(err(
-            SET_URL,
+            upstream_setting::label::url,
             format!("{text:?} must not have a query or fragment"),
         ));
     }

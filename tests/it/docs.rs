@@ -45,26 +45,23 @@ fn is_var_char(c: char) -> bool {
     c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'
 }
 
-/// Every `env = "NAME"` in the Rust sources under `src/`.
+/// Every environment variable the binary reads: the `[env: NAME=…]` of
+/// every command's `--help` (settings are declared once, in `settings!`
+/// blocks and clap arguments, and all of them reach `--help`).
 fn source_env_vars() -> BTreeSet<String> {
     let mut vars = BTreeSet::new();
-    for path in files(&repo().join("src"), ".rs") {
-        let text = read(&path);
-        let mut rest = text.as_str();
-        while let Some(i) = rest.find("env") {
-            let before = rest[..i].chars().next_back();
-            rest = &rest[i + 3..];
-            if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
-                continue;
-            }
-            let Some(after_eq) = rest.trim_start().strip_prefix('=') else {
-                continue;
-            };
-            let Some(quoted) = after_eq.trim_start().strip_prefix('"') else {
-                continue;
-            };
-            let name: String = quoted.chars().take_while(|&c| is_var_char(c)).collect();
-            if !name.is_empty() && quoted[name.len()..].starts_with('"') {
+    let mut texts = vec![help(&[])];
+    for path in command_paths() {
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        texts.push(help(&args));
+    }
+    for text in texts {
+        for (i, _) in text.match_indices("[env: ") {
+            let name: String = text[i + "[env: ".len()..]
+                .chars()
+                .take_while(|&c| is_var_char(c))
+                .collect();
+            if !name.is_empty() {
                 vars.insert(name);
             }
         }

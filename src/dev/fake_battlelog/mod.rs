@@ -46,13 +46,12 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::{IncomingStream, Listener};
-use clap::Args;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ConfigError, err, parse_duration};
+use crate::config::{ConfigError, err};
 use crate::domain::{Platform, Resource};
 use crate::upstream::{UpstreamArgs, battlelog_platform_id, platform_from_battlelog_id};
 use shapes::Soldier;
@@ -72,210 +71,67 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
 /// ([`FakeServer::redirect_target_requests`]).
 pub const REDIRECT_PREFIX: &str = "/fake-battlelog/redirected";
 
-/// Knobs of the fake; the same struct for the CLI and in-process use.
-/// All rates are fractions in [0, 1]; the eight fault rates together at most 1.
-#[derive(Debug, Clone, PartialEq, Args)]
-pub struct FakeSettings {
-    /// Base latency added to every answer.
-    #[arg(long, env = "BF4PS_FAKE_LATENCY", default_value = "0ms",
-          value_parser = parse_duration, help_heading = "Fake Battlelog")]
-    pub latency: Duration,
-
-    /// Extra latency, uniform in [0, jitter].
-    #[arg(long, env = "BF4PS_FAKE_LATENCY_JITTER", default_value = "0ms",
-          value_parser = parse_duration, help_heading = "Fake Battlelog")]
-    pub latency_jitter: Duration,
-
-    /// Share of requests answered 503.
-    #[arg(
-        long = "rate-5xx",
-        env = "BF4PS_FAKE_RATE_5XX",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_5xx: f64,
-
-    /// Share of requests answered 429 (with Retry-After: 1).
-    #[arg(
-        long = "rate-429",
-        env = "BF4PS_FAKE_RATE_429",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_429: f64,
-
-    /// Share of requests answered 200 with a body that is not JSON.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_RATE_MALFORMED",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_malformed: f64,
-
-    /// Share of requests answered 200 with a counter Battlelog never sends
-    /// that way (a fractional `kills`): a parse failure.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_RATE_MISSING_FIELDS",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_missing_fields: f64,
-
-    /// Share of requests never answered (until the client gives up).
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_RATE_HANG",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_hang: f64,
-
-    /// Share of requests whose connection is reset without an answer.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_RATE_RESET",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_reset: f64,
-
-    /// Share of requests answered 200 whose data lacks the stats object.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_RATE_NO_STATS",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_no_stats: f64,
-
-    /// Share of requests answered with a redirect (301 or 302) below /fake-battlelog/redirected.
-    #[arg(
-        long = "rate-3xx",
-        env = "BF4PS_FAKE_RATE_3XX",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub rate_3xx: f64,
-
-    /// HTTP status of throttled requests: 401, 403 or 429 (429 with Retry-After: 1).
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_THROTTLE_STATUS",
-        default_value = "403",
-        help_heading = "Fake Battlelog"
-    )]
-    pub throttle_status: u16,
-
-    /// Throttle requests from a client address above this many per second
-    /// over --throttle-window (0: never).
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_THROTTLE_RATE",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub throttle_rate: f64,
-
-    /// Window over which --throttle-rate is counted (every request counts, throttled or not).
-    #[arg(long, env = "BF4PS_FAKE_THROTTLE_WINDOW", default_value = "10s",
-          value_parser = parse_duration, help_heading = "Fake Battlelog")]
-    pub throttle_window: Duration,
-
-    /// Throttle every request from this long after start, for --throttle-for.
-    #[arg(long, env = "BF4PS_FAKE_THROTTLE_AFTER", default_value = "0ms",
-          value_parser = parse_duration, help_heading = "Fake Battlelog")]
-    pub throttle_after: Duration,
-
-    /// How long the throttle period of --throttle-after lasts (0: no period).
-    #[arg(long, env = "BF4PS_FAKE_THROTTLE_FOR", default_value = "0ms",
-          value_parser = parse_duration, help_heading = "Fake Battlelog")]
-    pub throttle_for: Duration,
-
-    /// Share of personas that do not exist (always 404), chosen per persona.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_UNAVAILABLE_SHARE",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub unavailable_share: f64,
-
-    /// Chance per request that the persona's stats advance before answering.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_CHANGE_RATE",
-        default_value = "0",
-        help_heading = "Fake Battlelog"
-    )]
-    pub change_rate: f64,
-
-    /// Seed of the synthetic stats and of every random decision.
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_SEED",
-        default_value = "1",
-        help_heading = "Fake Battlelog"
-    )]
-    pub seed: u64,
-
-    /// Requests kept in the in-memory request log (oldest dropped).
-    #[arg(
-        long,
-        env = "BF4PS_FAKE_MAX_LOGGED_REQUESTS",
-        default_value = "100000",
-        help_heading = "Fake Battlelog"
-    )]
-    pub max_logged_requests: usize,
-}
-
-impl Default for FakeSettings {
-    fn default() -> Self {
-        FakeSettings {
-            latency: Duration::ZERO,
-            latency_jitter: Duration::ZERO,
-            rate_5xx: 0.0,
-            rate_429: 0.0,
-            rate_malformed: 0.0,
-            rate_missing_fields: 0.0,
-            rate_hang: 0.0,
-            rate_reset: 0.0,
-            rate_no_stats: 0.0,
-            rate_3xx: 0.0,
-            throttle_status: 403,
-            throttle_rate: 0.0,
-            throttle_window: Duration::from_secs(10),
-            throttle_after: Duration::ZERO,
-            throttle_for: Duration::ZERO,
-            unavailable_share: 0.0,
-            change_rate: 0.0,
-            seed: 1,
-            max_logged_requests: 100_000,
-        }
+crate::config::settings! {
+    /// Knobs of the fake; the same struct for the CLI and in-process use.
+    /// All rates are fractions in [0, 1]; the eight fault rates together at most 1.
+    #[derive(PartialEq)]
+    pub struct FakeSettings in fake_setting {
+        /// Base latency added to every answer.
+        latency: Duration = "0ms", "latency", "BF4PS_FAKE_LATENCY", "Fake Battlelog";
+        /// Extra latency, uniform in [0, jitter].
+        latency_jitter: Duration = "0ms", "latency-jitter", "BF4PS_FAKE_LATENCY_JITTER", "Fake Battlelog";
+        /// Share of requests answered 503.
+        rate_5xx: f64 = "0", "rate-5xx", "BF4PS_FAKE_RATE_5XX", "Fake Battlelog";
+        /// Share of requests answered 429 (with Retry-After: 1).
+        rate_429: f64 = "0", "rate-429", "BF4PS_FAKE_RATE_429", "Fake Battlelog";
+        /// Share of requests answered 200 with a body that is not JSON.
+        rate_malformed: f64 = "0", "rate-malformed", "BF4PS_FAKE_RATE_MALFORMED", "Fake Battlelog";
+        /// Share of requests answered 200 with a counter Battlelog never sends
+        /// that way (a fractional `kills`): a parse failure.
+        rate_missing_fields: f64 = "0", "rate-missing-fields", "BF4PS_FAKE_RATE_MISSING_FIELDS", "Fake Battlelog";
+        /// Share of requests never answered (until the client gives up).
+        rate_hang: f64 = "0", "rate-hang", "BF4PS_FAKE_RATE_HANG", "Fake Battlelog";
+        /// Share of requests whose connection is reset without an answer.
+        rate_reset: f64 = "0", "rate-reset", "BF4PS_FAKE_RATE_RESET", "Fake Battlelog";
+        /// Share of requests answered 200 whose data lacks the stats object.
+        rate_no_stats: f64 = "0", "rate-no-stats", "BF4PS_FAKE_RATE_NO_STATS", "Fake Battlelog";
+        /// Share of requests answered with a redirect (301 or 302) below /fake-battlelog/redirected.
+        rate_3xx: f64 = "0", "rate-3xx", "BF4PS_FAKE_RATE_3XX", "Fake Battlelog";
+        /// HTTP status of throttled requests: 401, 403 or 429 (429 with Retry-After: 1).
+        throttle_status: u16 = "403", "throttle-status", "BF4PS_FAKE_THROTTLE_STATUS", "Fake Battlelog";
+        /// Throttle requests from a client address above this many per second
+        /// over --throttle-window (0: never).
+        throttle_rate: f64 = "0", "throttle-rate", "BF4PS_FAKE_THROTTLE_RATE", "Fake Battlelog";
+        /// Window over which --throttle-rate is counted (every request counts, throttled or not).
+        throttle_window: Duration = "10s", "throttle-window", "BF4PS_FAKE_THROTTLE_WINDOW", "Fake Battlelog";
+        /// Throttle every request from this long after start, for --throttle-for.
+        throttle_after: Duration = "0ms", "throttle-after", "BF4PS_FAKE_THROTTLE_AFTER", "Fake Battlelog";
+        /// How long the throttle period of --throttle-after lasts (0: no period).
+        throttle_for: Duration = "0ms", "throttle-for", "BF4PS_FAKE_THROTTLE_FOR", "Fake Battlelog";
+        /// Share of personas that do not exist (always 404), chosen per persona.
+        unavailable_share: f64 = "0", "unavailable-share", "BF4PS_FAKE_UNAVAILABLE_SHARE", "Fake Battlelog";
+        /// Chance per request that the persona's stats advance before answering.
+        change_rate: f64 = "0", "change-rate", "BF4PS_FAKE_CHANGE_RATE", "Fake Battlelog";
+        /// Seed of the synthetic stats and of every random decision.
+        seed: u64 = "1", "seed", "BF4PS_FAKE_SEED", "Fake Battlelog";
+        /// Requests kept in the in-memory request log (oldest dropped).
+        max_logged_requests: usize = "100000", "max-logged-requests", "BF4PS_FAKE_MAX_LOGGED_REQUESTS", "Fake Battlelog";
     }
 }
+
+use fake_setting::label;
 
 impl FakeSettings {
     fn fault_rates(&self) -> [(&'static str, f64); 8] {
         [
-            ("--rate-5xx (BF4PS_FAKE_RATE_5XX)", self.rate_5xx),
-            ("--rate-429 (BF4PS_FAKE_RATE_429)", self.rate_429),
-            (
-                "--rate-malformed (BF4PS_FAKE_RATE_MALFORMED)",
-                self.rate_malformed,
-            ),
-            (
-                "--rate-missing-fields (BF4PS_FAKE_RATE_MISSING_FIELDS)",
-                self.rate_missing_fields,
-            ),
-            ("--rate-hang (BF4PS_FAKE_RATE_HANG)", self.rate_hang),
-            ("--rate-reset (BF4PS_FAKE_RATE_RESET)", self.rate_reset),
-            (
-                "--rate-no-stats (BF4PS_FAKE_RATE_NO_STATS)",
-                self.rate_no_stats,
-            ),
-            ("--rate-3xx (BF4PS_FAKE_RATE_3XX)", self.rate_3xx),
+            (label::rate_5xx, self.rate_5xx),
+            (label::rate_429, self.rate_429),
+            (label::rate_malformed, self.rate_malformed),
+            (label::rate_missing_fields, self.rate_missing_fields),
+            (label::rate_hang, self.rate_hang),
+            (label::rate_reset, self.rate_reset),
+            (label::rate_no_stats, self.rate_no_stats),
+            (label::rate_3xx, self.rate_3xx),
         ]
     }
 
@@ -291,11 +147,8 @@ impl FakeSettings {
         for (setting, v) in self.fault_rates() {
             fraction(setting, v)?;
         }
-        fraction(
-            "--unavailable-share (BF4PS_FAKE_UNAVAILABLE_SHARE)",
-            self.unavailable_share,
-        )?;
-        fraction("--change-rate (BF4PS_FAKE_CHANGE_RATE)", self.change_rate)?;
+        fraction(label::unavailable_share, self.unavailable_share)?;
+        fraction(label::change_rate, self.change_rate)?;
         let total: f64 = self.fault_rates().iter().map(|(_, v)| v).sum();
         if total > 1.0 + 1e-9 {
             return Err(err(
@@ -305,21 +158,18 @@ impl FakeSettings {
         }
         if ![401, 403, 429].contains(&self.throttle_status) {
             return Err(err(
-                "--throttle-status (BF4PS_FAKE_THROTTLE_STATUS)",
+                label::throttle_status,
                 format!("{} is not one of 401, 403, 429", self.throttle_status),
             ));
         }
         if !self.throttle_rate.is_finite() || self.throttle_rate < 0.0 {
             return Err(err(
-                "--throttle-rate (BF4PS_FAKE_THROTTLE_RATE)",
+                label::throttle_rate,
                 format!("{} is not a request rate >= 0", self.throttle_rate),
             ));
         }
         if self.throttle_rate > 0.0 && self.throttle_window.is_zero() {
-            return Err(err(
-                "--throttle-window (BF4PS_FAKE_THROTTLE_WINDOW)",
-                "must be greater than zero",
-            ));
+            return Err(err(label::throttle_window, "must be greater than zero"));
         }
         Ok(())
     }
