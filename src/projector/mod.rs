@@ -1,0 +1,125 @@
+//! The projector: reads `collection_events` gap-free and exactly once into
+//! the hourly rollups (`event_rollup_hourly`) and the `serve` instance's
+//! Prometheus counters and histograms.
+//!
+//! Invariants:
+//! - **commit-safe reading**: only events whose inserting transaction has
+//!   finished are read: `tx_id < bf4ps_projection_horizon()`, which is
+//!   `pg_snapshot_xmin(pg_current_snapshot())` ignoring transactions provably
+//!   running in other databases of the cluster (migration 0003), evaluated in
+//!   the reading statement's own snapshot; after the checkpoint
+//!   `(tx_id, event_id)`, in `(tx_id, event_id)` order.
+//!   A transaction that commits late has a `tx_id` at or above the horizon
+//!   until it finishes, so it is never skipped; nothing is ever skipped by
+//!   timeout;
+//! - **exactly once**: one transaction per batch moves the checkpoint with a
+//!   compare-and-set on its previous value and upserts the rollups; the
+//!   Prometheus series are bumped only after that commit, so the sum over
+//!   every `serve` instance equals the events projected;
+//! - **one leader**: the loop projects only while it holds the session
+//!   advisory lock [`locks::PROJECTOR`] on a dedicated connection; when that
+//!   connection dies it stops before the next commit (standbys retry every
+//!   [`LoopSettings::lock_retry`]). The compare-and-set keeps the rollups
+//!   exact even if two projectors ever overlap;
+//! - NOTIFY is a hint: the loop also polls, and re-polls shortly when events
+//!   are committed but still behind the horizon.
+//!
+//! Layout: [`run`] (the loop and leadership), `batch` (aggregation), `store`
+//! (its SQL), [`lag`] (how far behind), [`rebuild`].
+
+mod batch;
+mod lag;
+mod rebuild;
+mod run;
+mod store;
+
+use chrono::{DateTime, Utc};
+
+pub use batch::{
+    FAILED_CLASSES, RollupDelta, event_type_label, hour_bucket, parse_timestamp, register_series,
+};
+pub use lag::{Horizon, HorizonHolder, Lag, horizon, lag};
+pub use rebuild::{RebuildReport, rebuild};
+pub use run::{
+    BeforeCommitHook, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, WakeFuture,
+};
+pub use store::checkpoint;
+
+/// Name of the projector's checkpoint row.
+pub const CHECKPOINT: &str = "main";
+
+/// A projector failure.
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectorError {
+    /// A query failed (the batch, if any, was rolled back).
+    #[error("projector query failed: {0}")]
+    Db(#[from] sqlx::Error),
+    /// The checkpoint row is missing.
+    #[error("projector checkpoint {CHECKPOINT:?} is missing (is migration 0003 applied?)")]
+    MissingCheckpoint,
+    /// Another projector (or a rebuild) moved the checkpoint first; the batch
+    /// was rolled back and nothing was counted.
+    #[error(
+        "projector checkpoint moved under this projector (another projector or a rebuild); \
+         batch rolled back"
+    )]
+    CheckpointMoved,
+    /// The lock connection died before the batch committed; rolled back.
+    #[error("projector leadership lost before commit; batch rolled back")]
+    LeadershipLost,
+    /// The dedicated lock connection failed.
+    #[error("projector lock connection failed: {0}")]
+    LockConnection(#[from] crate::db::DbError),
+    /// `projector rebuild` could not take the projector (or retention) lock in time.
+    #[error(
+        "the {lock} lock is held by {holder} (a running `serve` leads projection and runs \
+         retention); stop it or wait, then retry"
+    )]
+    LockBusy {
+        /// Which lock: projector or retention.
+        lock: &'static str,
+        /// Who holds it (pid, application name, client address).
+        holder: String,
+    },
+    /// A stored value does not parse (checkpoint text).
+    #[error("projector: unexpected stored value {0:?}")]
+    BadValue(String),
+}
+
+/// A position in projection order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize)]
+pub struct Position {
+    /// Inserting transaction id (full 64-bit xid8).
+    pub tx_id: u64,
+    /// Event id within it.
+    pub event_id: i64,
+}
+
+/// What this process has projected so far (watch with [`Projector::progress`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Progress {
+    /// The checkpoint after this process's last commit.
+    pub position: Position,
+    /// Events projected by this process (equals `bf4ps_projector_projected_events_total`).
+    pub projected: u64,
+    /// occurred_at of the newest event this process projected.
+    pub last_event_at: Option<DateTime<Utc>>,
+}
+
+/// The outcome of one [`Projector::run_once`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Events projected by this step.
+    pub projected: u64,
+    /// The batch was full: more may be ready now.
+    pub full: bool,
+    /// Committed events exist that wait behind the transaction horizon.
+    pub held_back: bool,
+    /// The checkpoint after this step.
+    pub position: Position,
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_seconds(at: DateTime<Utc>) -> f64 {
+    at.timestamp_millis() as f64 / 1000.0
+}

@@ -1,0 +1,153 @@
+//! The projector's SQL: reading a batch below the horizon, the checkpoint
+//! compare-and-set, the rollup upserts.
+
+use std::collections::BTreeMap;
+
+use super::{
+    CHECKPOINT, Position, ProjectorError, RollupDelta,
+    batch::{RollupKey, parse_tx},
+};
+
+/// Commit-safe read of the next batch. `$4` fixes the horizon (rebuild);
+/// NULL means `bf4ps_projection_horizon()` of this statement's snapshot
+/// (the oldest transaction of this database still in progress).
+pub(super) const READ_BATCH: &str = concat!(
+    "SELECT event_id, tx_id::text AS tx_text, occurred_at, event_type, lane, resource, ",
+    "egress_key_snapshot, result, duration_ms, http_status, error_class, ",
+    "metadata->>'previous_success_at' AS previous_success_at ",
+    "FROM collection_events ",
+    "WHERE (tx_id, event_id) > ($1::text::xid8, $2) ",
+    "AND tx_id < coalesce($4::text::xid8, (SELECT bf4ps_projection_horizon())) ",
+    "ORDER BY collection_events.tx_id, collection_events.event_id LIMIT $3"
+);
+
+/// Columns after (bucket_start, resource, lane): `succeeded`, the failed
+/// columns in [`FAILED_CLASSES`] order plus `failed_other`, then the rest.
+pub(super) const UPSERT_ROLLUPS: &str = concat!(
+    "INSERT INTO event_rollup_hourly AS r (bucket_start, resource, lane, succeeded, ",
+    "failed_transport, failed_timeout, failed_rate_limited, failed_server, failed_parse, ",
+    "failed_unavailable, failed_throttled, failed_http, failed_other, gave_up, ",
+    "retry_scheduled, lease_expired, reclaimed, ",
+    "duration_count, duration_sum_ms, duration_max_ms, refresh_age_count, refresh_age_sum_ms, ",
+    "refresh_age_max_ms) ",
+    "SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::int8[], $5::int8[], ",
+    "$6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::int8[], $11::int8[], $12::int8[], ",
+    "$13::int8[], $14::int8[], $15::int8[], $16::int8[], $17::int8[], $18::int8[], $19::int8[], ",
+    "$20::int8[], $21::int8[], $22::int8[], $23::int8[]) ",
+    "ON CONFLICT (bucket_start, resource, lane) DO UPDATE SET ",
+    "succeeded = r.succeeded + EXCLUDED.succeeded, ",
+    "failed_transport = r.failed_transport + EXCLUDED.failed_transport, ",
+    "failed_timeout = r.failed_timeout + EXCLUDED.failed_timeout, ",
+    "failed_rate_limited = r.failed_rate_limited + EXCLUDED.failed_rate_limited, ",
+    "failed_server = r.failed_server + EXCLUDED.failed_server, ",
+    "failed_parse = r.failed_parse + EXCLUDED.failed_parse, ",
+    "failed_unavailable = r.failed_unavailable + EXCLUDED.failed_unavailable, ",
+    "failed_throttled = r.failed_throttled + EXCLUDED.failed_throttled, ",
+    "failed_http = r.failed_http + EXCLUDED.failed_http, ",
+    "failed_other = r.failed_other + EXCLUDED.failed_other, ",
+    "gave_up = r.gave_up + EXCLUDED.gave_up, ",
+    "retry_scheduled = r.retry_scheduled + EXCLUDED.retry_scheduled, ",
+    "lease_expired = r.lease_expired + EXCLUDED.lease_expired, ",
+    "reclaimed = r.reclaimed + EXCLUDED.reclaimed, ",
+    "duration_count = r.duration_count + EXCLUDED.duration_count, ",
+    "duration_sum_ms = r.duration_sum_ms + EXCLUDED.duration_sum_ms, ",
+    "duration_max_ms = greatest(r.duration_max_ms, EXCLUDED.duration_max_ms), ",
+    "refresh_age_count = r.refresh_age_count + EXCLUDED.refresh_age_count, ",
+    "refresh_age_sum_ms = r.refresh_age_sum_ms + EXCLUDED.refresh_age_sum_ms, ",
+    "refresh_age_max_ms = greatest(r.refresh_age_max_ms, EXCLUDED.refresh_age_max_ms), ",
+    "updated_at = now()"
+);
+
+pub(super) const CAS_CHECKPOINT: &str = concat!(
+    "UPDATE projector_checkpoint SET tx_id = $3::text::xid8, event_id = $4, ",
+    "projected_events = projected_events + $5, ",
+    "last_event_at = greatest(last_event_at, $6), updated_at = now() ",
+    "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2 ",
+    "RETURNING last_event_at"
+);
+
+/// Reads the checkpoint row.
+pub async fn checkpoint<'e, E>(executor: E) -> Result<Position, ProjectorError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    let row: Option<(String, i64)> = sqlx::query_as(
+        "SELECT tx_id::text, event_id FROM projector_checkpoint WHERE projector = $1",
+    )
+    .bind(CHECKPOINT)
+    .fetch_optional(executor)
+    .await?;
+    let (tx, event_id) = row.ok_or(ProjectorError::MissingCheckpoint)?;
+    Ok(Position {
+        tx_id: parse_tx(&tx)?,
+        event_id,
+    })
+}
+
+/// Whether committed events wait behind the current transaction horizon.
+pub(super) async fn held_back<'e, E>(executor: E) -> Result<bool, sqlx::Error>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    // max() is one backward step in ix_collection_events_tx (skipping rows
+    // of transactions still in progress); never a scan.
+    sqlx::query_scalar(
+        "SELECT coalesce(max(tx_id) >= (SELECT bf4ps_projection_horizon()), false) \
+         FROM collection_events",
+    )
+    .fetch_one(executor)
+    .await
+}
+
+pub(super) async fn upsert_rollups(
+    tx: &mut sqlx::PgConnection,
+    rollups: &BTreeMap<RollupKey, RollupDelta>,
+) -> Result<(), sqlx::Error> {
+    if rollups.is_empty() {
+        return Ok(());
+    }
+    let n = rollups.len();
+    let mut buckets = Vec::with_capacity(n);
+    let mut resources = Vec::with_capacity(n);
+    let mut lanes = Vec::with_capacity(n);
+    let mut cols: Vec<Vec<i64>> = (0..20).map(|_| Vec::with_capacity(n)).collect();
+    for ((bucket, resource, lane), d) in rollups {
+        buckets.push(*bucket);
+        resources.push(resource.clone());
+        lanes.push(lane.clone());
+        let values = [
+            d.succeeded,
+            d.failed[0],
+            d.failed[1],
+            d.failed[2],
+            d.failed[3],
+            d.failed[4],
+            d.failed[5],
+            d.failed[6],
+            d.failed[7],
+            d.failed[8],
+            d.gave_up,
+            d.retry_scheduled,
+            d.lease_expired,
+            d.reclaimed,
+            d.duration.0,
+            d.duration.1,
+            d.duration.2,
+            d.refresh_age.0,
+            d.refresh_age.1,
+            d.refresh_age.2,
+        ];
+        for (col, v) in cols.iter_mut().zip(values) {
+            col.push(v);
+        }
+    }
+    let mut q = sqlx::query(UPSERT_ROLLUPS)
+        .bind(buckets)
+        .bind(resources)
+        .bind(lanes);
+    for col in cols {
+        q = q.bind(col);
+    }
+    q.execute(&mut *tx).await?;
+    Ok(())
+}
