@@ -16,9 +16,13 @@
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use super::{BODY_MARKER, hash, mix, unit};
+use serde_json::Value;
+
+use super::random::{hash, mix, unit};
 use crate::domain::{Platform, Resource};
 use crate::upstream::battlelog_platform_id;
+
+use super::BODY_MARKER;
 
 const TAG_STATS: u64 = 5;
 const TAG_ROUND: u64 = 6;
@@ -987,6 +991,39 @@ impl Soldier {
         }
         j.close(']');
     }
+}
+
+/// The whole response body the fake serves for a persona at a generation
+/// (the envelope with the synthetic data).
+pub fn synthetic_body(
+    seed: u64,
+    platform: Platform,
+    persona_id: i64,
+    generation: u64,
+    resource: Resource,
+) -> Vec<u8> {
+    Soldier {
+        seed,
+        platform,
+        persona_id,
+        generation,
+    }
+    .body(resource)
+}
+
+/// The envelope's `data` of [`synthetic_body`], parsed (tests compare it
+/// with what the client normalized).
+pub fn synthetic_data(
+    seed: u64,
+    platform: Platform,
+    persona_id: i64,
+    generation: u64,
+    resource: Resource,
+) -> Value {
+    let body = synthetic_body(seed, platform, persona_id, generation, resource);
+    serde_json::from_slice::<Value>(&body)
+        .map(|mut v| v["data"].take())
+        .unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
