@@ -52,7 +52,8 @@ pub fn name(key: i64) -> &'static str {
 }
 
 /// A dedicated connection for session advisory locks, pinged every `ping`.
-/// Dropping it closes the session, which releases every lock it holds.
+/// Dropping it closes the session, which releases every lock it holds;
+/// [`LockConnection::release`] does so before it returns.
 pub struct LockConnection {
     conn: Arc<Mutex<PgConnection>>,
     lost: CancellationToken,
@@ -104,6 +105,18 @@ impl LockConnection {
     /// Fires when the connection failed a ping: its locks are gone.
     pub fn lost(&self) -> &CancellationToken {
         &self.lost
+    }
+
+    /// Releases every lock of this session now and closes it. (Dropping
+    /// also releases them, but only once the ping task lets go of the
+    /// connection, a moment later.)
+    pub async fn release(self) -> Result<(), sqlx::Error> {
+        self.stop.cancel();
+        let mut conn = self.conn.lock().await;
+        sqlx::query("SELECT pg_advisory_unlock_all()")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 
     /// `pg_try_advisory_lock(key)` on this session.

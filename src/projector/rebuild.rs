@@ -134,7 +134,7 @@ pub async fn rebuild(
         return Err(ProjectorError::LeadershipLost);
     }
     tx.commit().await?;
-    drop(lock);
+    lock.release().await?;
     Ok(RebuildReport {
         events,
         rollup_rows: rollup_rows as u64,

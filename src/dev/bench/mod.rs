@@ -12,11 +12,13 @@
 
 pub mod collect;
 pub mod feeder;
+pub mod freshness;
 pub mod notify_overhead;
 pub mod projector;
 pub mod queue;
 pub mod reference;
 pub mod retention;
+pub mod scale;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -124,6 +126,8 @@ pub const BENCHES: &[&str] = &[
     "projector",
     "notify-overhead",
     "retention",
+    "freshness",
+    "scale",
 ];
 
 /// Names accepted by `bench`.
@@ -143,6 +147,8 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
         "projector" => projector::run(ctx).await,
         "notify-overhead" => notify_overhead::run(ctx).await,
         "retention" => retention::run(ctx).await,
+        "freshness" => freshness::run(ctx).await,
+        "scale" => scale::run(ctx).await,
         other => Err(BenchError::Other(format!(
             "unknown benchmark {other:?} (expected one of: {})",
             names().join(", ")
@@ -229,7 +235,9 @@ impl ScratchDb {
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
             .await?;
-        let target = base.with_database(&name);
+        let mut target = base.with_database(&name);
+        // Benchmarks run long statements on purpose: no slow-statement warnings.
+        target.options = sqlx::ConnectOptions::disable_statement_logging(target.options);
         let pool = target.connect(max_connections).await?;
         crate::db::migrate(&pool).await?;
         Ok(ScratchDb {

@@ -1,0 +1,116 @@
+//! `bench freshness`: what a gauge refresh and `status` cost as the number
+//! of (soldier, resource) pairs grows — 10k, 1M and 4M pairs (quick: 1k and
+//! 10k) in one scratch database grown in place, each size read from the
+//! freshness rollups after a compaction. The goal is flat: within 1.2× of
+//! each other and under 50 ms.
+
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
+use crate::gauges::GaugeRefresher;
+use crate::metrics::Registry;
+
+/// Runs the freshness benchmark.
+pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+    ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
+}
+
+/// Soldiers (4 pairs each) added per statement while growing.
+const CHUNK: i64 = 250_000;
+
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
+    let sizes: &[i64] = if ctx.quick {
+        &[1_000, 10_000]
+    } else {
+        &[10_000, 1_000_000, 4_000_000]
+    };
+    let samples = ctx.size(30, 5);
+    seed_working_set(db).await?;
+    let refresher = GaugeRefresher::new(db.pool.clone(), Registry::new(), None);
+    let mut soldiers = 0i64;
+    let mut reports: Vec<Report> = Vec::new();
+    let mut first: Option<(f64, f64)> = None;
+    for &pairs in sizes {
+        let target = pairs / 4;
+        eprintln!("growing to {pairs} pairs…");
+        while soldiers < target {
+            let n = CHUNK.min(target - soldiers);
+            grow(db, soldiers, n).await?;
+            soldiers += n;
+        }
+        if reports.is_empty() {
+            // A working set of the usual size (the feeder's default depth).
+            sqlx::query(
+                "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+                 SELECT soldier_id, resource, 'background', 'recent', 'bench'
+                 FROM collection_state ORDER BY soldier_id, resource LIMIT 1000",
+            )
+            .execute(&db.pool)
+            .await?;
+        }
+        crate::freshness::compact(&db.pool).await?;
+        sqlx::query("VACUUM ANALYZE").execute(&db.pool).await?;
+        let (mut gauges, mut status) = (Vec::new(), Vec::new());
+        for _ in 0..samples {
+            let t = Instant::now();
+            refresher.refresh_once().await.map_err(other)?;
+            gauges.push(t.elapsed().as_secs_f64() * 1e3);
+            let t = Instant::now();
+            crate::status::gather(&db.pool, None).await.map_err(other)?;
+            status.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let (g50, s50) = (percentile(&mut gauges, 50.0), percentile(&mut status, 50.0));
+        let (g0, s0) = *first.get_or_insert((g50, s50));
+        reports.push(
+            Report::new("freshness", json!({"pairs": pairs, "samples": samples}))
+                .figure("gauge_refresh_p50_ms", g50)
+                .figure("gauge_refresh_p99_ms", percentile(&mut gauges, 99.0))
+                .figure("status_p50_ms", s50)
+                .figure("status_p99_ms", percentile(&mut status, 99.0))
+                .figure("gauge_refresh_p50_vs_smallest_ratio", g50 / g0)
+                .figure("status_p50_vs_smallest_ratio", s50 / s0),
+        );
+    }
+    Ok(reports)
+}
+
+/// A fleet of the usual size, so the figures include what every refresh
+/// reads besides freshness.
+async fn seed_working_set(db: &ScratchDb) -> Result<(), BenchError> {
+    sqlx::query(
+        "INSERT INTO collectors (collector_name, hostname, lane, egress_key, heartbeat_state,
+                                 last_heartbeat_at)
+         SELECT 'bench-' || g, 'bench', CASE WHEN g <= 2 THEN 'interactive' ELSE 'background' END,
+                'egress-' || (g % 4), 'healthy', now()
+         FROM generate_series(1, 10) g",
+    )
+    .execute(&db.pool)
+    .await?;
+    Ok(())
+}
+
+/// Adds `n` soldiers after the first `offset`, with their four pairs: a
+/// fifth never collected, the rest last collected at random times over the
+/// last 30 days (every 5-minute slot and day slot of that span in use).
+async fn grow(db: &ScratchDb, offset: i64, n: i64) -> Result<(), BenchError> {
+    sqlx::query(
+        "WITH s AS (
+            INSERT INTO soldiers (platform, persona_id)
+            SELECT 'pc', $1 + g FROM generate_series(1, $2) g
+            RETURNING soldier_id
+        )
+        INSERT INTO collection_state (soldier_id, resource, last_success_at, next_attempt_at)
+        SELECT s.soldier_id, r,
+               CASE WHEN random() < 0.2 THEN NULL
+                    ELSE now() - random() * interval '30 days' END,
+               now() + random() * interval '3 days'
+        FROM s CROSS JOIN unnest(ARRAY['detailed', 'profile', 'weapons', 'vehicles']) AS r",
+    )
+    .bind(offset)
+    .bind(n)
+    .execute(&db.pool)
+    .await?;
+    Ok(())
+}
