@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::db::Pool;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
@@ -47,7 +47,7 @@ const FRESHNESS_EVERY: Duration = Duration::from_secs(30);
 /// Refreshes the table-backed gauges of one `serve` instance.
 #[derive(Clone)]
 pub struct GaugeRefresher {
-    pool: PgPool,
+    pool: Pool,
     registry: Registry,
     projector: Option<ProjectorState>,
     freshness: Arc<Mutex<Option<FreshnessCache>>>,
@@ -108,9 +108,13 @@ const FRESHNESS: &str = concat!(
 impl GaugeRefresher {
     /// A refresher writing into `registry`; `projector` (if any) supplies
     /// `bf4ps_projector_is_leader`.
-    pub fn new(pool: PgPool, registry: Registry, projector: Option<ProjectorState>) -> Self {
+    pub fn new(
+        pool: impl Into<Pool>,
+        registry: Registry,
+        projector: Option<ProjectorState>,
+    ) -> Self {
         GaugeRefresher {
-            pool,
+            pool: pool.into(),
             registry,
             projector,
             freshness: Arc::new(Mutex::new(None)),

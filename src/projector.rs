@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Timelike, Utc};
 use sqlx::PgPool;
+
+use crate::db::Pool;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -183,7 +185,7 @@ impl Default for LoopSettings {
 
 /// The projector: one per `serve` instance; only the lock holder projects.
 pub struct Projector {
-    pool: PgPool,
+    pool: Pool,
     registry: Registry,
     batch: u32,
     progress: watch::Sender<Progress>,
@@ -332,10 +334,10 @@ where
 
 impl Projector {
     /// A projector writing to `pool` and counting into `registry`.
-    pub fn new(pool: PgPool, registry: Registry, batch: u32) -> Projector {
+    pub fn new(pool: impl Into<Pool>, registry: Registry, batch: u32) -> Projector {
         let (progress, _) = watch::channel(Progress::default());
         Projector {
-            pool,
+            pool: pool.into(),
             registry,
             batch: batch.max(1),
             progress,
