@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collector::{Collector, CollectorMetrics};
 use crate::config::{Tuning, fmt_duration};
-use crate::db::{self, DbTarget};
+use crate::db::{self, DbError, DbTarget, Pooling};
 use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::registry::{self, Control, Registration};
 use crate::upstream::Upstream;
@@ -74,6 +74,28 @@ pub struct DbArgs {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
     pub database_url: Option<String>,
 
+    /// PostgreSQL URL for what needs a session of its own and cannot go through a transaction
+    /// pooler: LISTEN, session advisory locks (projector, retention), migrations and the
+    /// one-off commands (default: DATABASE_URL). Same parameters and password file.
+    #[arg(
+        long,
+        env = "BF4PS_DIRECT_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub direct_database_url: Option<String>,
+
+    /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
+    /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
+    /// serve's and collectors' statements are then pinned, each in a transaction of its own).
+    #[arg(
+        long,
+        env = "BF4PS_DATABASE_POOLING",
+        default_value = "session",
+        global = true
+    )]
+    pub database_pooling: Pooling,
+
     /// Read the database password from this file (first line), e.g. a systemd
     /// credential; the URL must not carry one then.
     #[arg(
@@ -92,19 +114,71 @@ impl std::fmt::Debug for DbArgs {
                 "database_url",
                 &self.database_url.as_deref().map(db::redact),
             )
+            .field(
+                "direct_database_url",
+                &self.direct_database_url.as_deref().map(db::redact),
+            )
+            .field("database_pooling", &self.database_pooling)
             .field("database_password_file", &self.database_password_file)
             .finish()
     }
 }
 
 impl DbArgs {
-    /// The parsed target, or a clear error when missing or malformed.
-    pub fn target(&self) -> Result<DbTarget, db::DbError> {
-        let password = match &self.database_password_file {
-            Some(path) => Some(db::read_password_file(path)?),
-            None => None,
-        };
-        DbTarget::parse_with_password(self.database_url.as_deref(), password.as_deref())
+    /// The target of `serve`'s and the collectors' pools: `DATABASE_URL`,
+    /// reached as `BF4PS_DATABASE_POOLING` says; or a clear error when
+    /// missing or malformed.
+    pub fn target(&self) -> Result<DbTarget, DbError> {
+        DbTarget::parse_with_password(self.database_url.as_deref(), self.password()?.as_deref())?
+            .with_pooling(self.database_pooling)
+    }
+
+    /// The direct target, for `needs` (named in the error when there is
+    /// none): `BF4PS_DIRECT_DATABASE_URL`, else `DATABASE_URL` unless that
+    /// goes through a transaction pooler.
+    pub fn direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+        let password = self.password()?;
+        let direct = self
+            .direct_database_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
+        match (direct, self.database_pooling) {
+            (Some(url), pooling) => {
+                if pooling == Pooling::Transaction
+                    && self.database_url.as_deref().map(str::trim) == Some(url)
+                {
+                    return Err(DbError::InvalidUrl {
+                        setting: "BF4PS_DIRECT_DATABASE_URL",
+                        url: db::redact(url),
+                        reason: "it is DATABASE_URL, which goes through the transaction pooler \
+                                 (BF4PS_DATABASE_POOLING=transaction); it must reach PostgreSQL \
+                                 directly"
+                            .into(),
+                    });
+                }
+                DbTarget::parse_setting("BF4PS_DIRECT_DATABASE_URL", Some(url), password.as_deref())
+            }
+            (None, Pooling::Session) => {
+                DbTarget::parse_with_password(self.database_url.as_deref(), password.as_deref())
+            }
+            (None, Pooling::Transaction) => Err(DbError::NeedsDirect { what: needs }),
+        }
+    }
+
+    /// [`DbArgs::direct_target`], checked to really be direct
+    /// ([`DbTarget::check_own_sessions`]).
+    pub async fn checked_direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+        let target = self.direct_target(needs)?;
+        target.check_own_sessions().await?;
+        Ok(target)
+    }
+
+    fn password(&self) -> Result<Option<String>, DbError> {
+        self.database_password_file
+            .as_deref()
+            .map(db::read_password_file)
+            .transpose()
     }
 }
 
@@ -303,9 +377,8 @@ pub enum ProjectorCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Migrate => {
-            let target = cli.db.target()?;
-            let pool = target.connect(2).await?;
-            let report = db::migrate(&pool).await?;
+            let target = cli.db.checked_direct_target("migrate").await?;
+            let report = target.migrate().await?;
             if report.applied.is_empty() {
                 crate::outln!("database is up to date (migration {})", report.current);
             } else {
@@ -349,7 +422,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Collectors { action } => {
-            let pool = cli.db.target()?.connect(2).await?;
+            let pool = cli
+                .db
+                .checked_direct_target("`collectors`")
+                .await?
+                .connect(2)
+                .await?;
             let (name, control) = match action {
                 CollectorsCommand::List { all, json } => {
                     let rows = registry::list(&pool, all).await?;
@@ -381,7 +459,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             resources,
             json,
         } => {
-            let pool = cli.db.target()?.connect(2).await?;
+            let pool = cli
+                .db
+                .checked_direct_target("`request`")
+                .await?
+                .connect(2)
+                .await?;
             let rows =
                 crate::request::request_refresh(&pool, &platform, persona_id, &resources).await?;
             crate::out!("{}", crate::request::render(&rows, json));
@@ -398,7 +481,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             use crate::import::{ImportError, ImportOptions, import_file, invalid_lines};
             use sqlx::ConnectOptions;
-            let mut target = cli.db.target()?;
+            // Temporary tables: a session of its own.
+            let mut target = cli.db.checked_direct_target("`soldiers import`").await?;
             // Batches take seconds by design: no slow-statement warnings.
             target.options = target.options.disable_statement_logging();
             let opts = ImportOptions {
@@ -427,7 +511,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Status { json } => {
-            let target = cli.db.target()?;
+            let target = cli.db.checked_direct_target("`status`").await?;
             let pool = target.connect(2).await?;
             require_migrated(&pool, &target).await?;
             let status = crate::status::gather(&pool, None).await?;
@@ -442,7 +526,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tuning.validate()?;
             settings.validate()?;
             let target = cli.db.target()?;
+            let direct = cli
+                .db
+                .checked_direct_target(
+                    "serve's LISTEN connection, leader and retention locks and migrations",
+                )
+                .await?;
+            if target.pooling == Pooling::Session && cli.db.direct_database_url.is_some() {
+                target.check_own_sessions().await?;
+            }
             let running = crate::serve::Serve::standard(target, tuning, settings)
+                .direct(direct)
                 .start()
                 .await?;
             running.run_until(crate::serve::shutdown_signal()).await?;
@@ -452,7 +546,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: RetentionCommand::Run { dry_run, tuning },
         } => {
             tuning.validate()?;
-            let target = cli.db.target()?;
+            let target = cli
+                .db
+                .checked_direct_target("`retention run` (its lock is a session lock)")
+                .await?;
             let pool = target.connect(2).await?;
             let settings = crate::retention::RetentionSettings {
                 retention: tuning.retention,
@@ -460,7 +557,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 dry_run,
                 now: None,
             };
-            let report = crate::retention::run_once(&pool, &settings, None, |p| {
+            let report = crate::retention::run_once(&pool, &target, &settings, None, |p| {
                 eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
             })
             .await?;
@@ -492,9 +589,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if batch == 0 {
                 anyhow::bail!("invalid --batch (BF4PS_PROJECTOR_BATCH): must be at least 1");
             }
-            let target = cli.db.target()?;
+            let target = cli
+                .db
+                .checked_direct_target("`projector rebuild` (its locks are session locks)")
+                .await?;
             let pool = target.connect(2).await?;
-            db::migrate(&pool).await?;
+            target.migrate().await?;
             eprintln!("taking the projector lock…");
             let report = crate::projector::rebuild(&pool, &target, batch, wait, |n| {
                 eprintln!("replayed {n} event(s)");
@@ -519,7 +619,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Commands that only read and write through the current schema refuse an
 /// older (or newer) one instead of migrating it behind the operator's back.
-async fn require_migrated(pool: &sqlx::PgPool, target: &DbTarget) -> anyhow::Result<()> {
+async fn require_migrated(
+    pool: impl sqlx::PgExecutor<'_>,
+    target: &DbTarget,
+) -> anyhow::Result<()> {
     if !db::migrations_current(pool).await? {
         anyhow::bail!(
             "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
@@ -533,7 +636,23 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
     args.tuning.validate()?;
     let upstream = Arc::new(Upstream::new(&args.upstream)?);
     let target = db_args.target()?;
-    let pool = target.connect(4).await?;
+    let listen_target = match args.poll_only {
+        true => None,
+        false => Some(db_args.direct_target(
+            "a collector's LISTEN connection (or run the collector with --poll-only)",
+        )?),
+    };
+    // A transaction pooler where sessions are expected would be silently
+    // wrong: refuse it (best effort, see check_own_sessions).
+    if target.pooling == Pooling::Session {
+        target.check_own_sessions().await?;
+    }
+    if let Some(direct) = &listen_target
+        && db_args.direct_database_url.is_some()
+    {
+        direct.check_own_sessions().await?;
+    }
+    let pool = target.open(4).await?;
     require_migrated(&pool, &target).await?;
     let hostname = match args.hostname {
         Some(h) => h,
@@ -572,7 +691,7 @@ async fn run_collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         ));
     }
     let listener = Listener::spawn(
-        target.clone(),
+        listen_target.unwrap_or_else(|| target.clone()),
         &[Channel::Jobs(args.lane)],
         ListenerSettings {
             enabled: !args.poll_only,

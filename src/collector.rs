@@ -24,12 +24,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::config::Tuning;
+use crate::db::{Pool, PoolConn};
 use crate::egress::{self, EgressError, Limits};
 use crate::listener::{Channel, Listener, Wake};
 use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy};
@@ -122,7 +121,7 @@ pub struct Stats {
 
 /// Everything one collector incarnation needs.
 pub struct Collector {
-    pool: PgPool,
+    pool: Pool,
     id: CollectorId,
     upstream: Arc<Upstream>,
     tuning: Tuning,
@@ -137,13 +136,14 @@ impl Collector {
     /// Registers a new incarnation (see [`registry::register`] for name
     /// takeover rules).
     pub async fn register(
-        pool: PgPool,
+        pool: impl Into<Pool>,
         registration: &Registration,
         upstream: Arc<Upstream>,
         tuning: Tuning,
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
         let limits = Limits::new(&tuning, registration.lane)?;
+        let pool = pool.into();
         let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
         info!(collector = %id.name, collector_uuid = %id.uuid, lane = %id.lane,
               egress = %id.egress_key, "collector registered");
@@ -292,7 +292,7 @@ impl Collector {
     async fn claim_one(
         &self,
         drain: &CancellationToken,
-    ) -> Result<Option<(ClaimedJob, PoolConnection<Postgres>, i32)>, String> {
+    ) -> Result<Option<(ClaimedJob, PoolConn, i32)>, String> {
         let passed = match egress::pass(&self.pool, &self.id.egress_key, &self.limits, drain).await
         {
             Ok(passed) => passed,
@@ -300,8 +300,8 @@ impl Collector {
             Err(e) => return Err(e.to_string()),
         };
         self.metrics.egress_wait.record(passed.waited.as_secs_f64());
-        let mut conn = self.pool.acquire().await.map_err(|e| e.to_string())?;
-        let job = queue::claim(&mut *conn, &self.id, self.policy.lease)
+        let mut conn = self.pool.conn().await.map_err(|e| e.to_string())?;
+        let job = queue::claim(&mut conn, &self.id, self.policy.lease)
             .await
             .map_err(|e| e.to_string())?;
         Ok(job.map(|job| (job, conn, passed.throttle_streak)))
@@ -311,7 +311,7 @@ impl Collector {
     async fn process(
         &self,
         job: ClaimedJob,
-        mut conn: PoolConnection<Postgres>,
+        mut conn: PoolConn,
         throttle_streak: i32,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
@@ -319,7 +319,7 @@ impl Collector {
                               attempt = job.attempt_count);
         let lease = job.lease();
         let outcome = async {
-            match queue::start(&mut *conn, &lease).await {
+            match queue::start(&mut conn, &lease).await {
                 Ok(Fenced::Committed(_)) => {}
                 Ok(Fenced::LeaseLost) => return Ok(Outcome::LeaseLost),
                 Err(e) => {
@@ -398,7 +398,7 @@ impl Collector {
     /// recovered).
     async fn finalize(
         &self,
-        conn: PoolConnection<Postgres>,
+        conn: PoolConn,
         lease: &queue::Lease,
         finish: &Finish,
         abort: &CancellationToken,
@@ -409,7 +409,7 @@ impl Collector {
         loop {
             let attempt = match conn.take() {
                 Some(mut c) => finish.run(&mut c, lease, &self.policy).await,
-                None => match self.pool.acquire().await {
+                None => match self.pool.conn().await {
                     Ok(mut c) => finish.run(&mut c, lease, &self.policy).await,
                     Err(e) => Err(e.to_string()),
                 },
@@ -443,7 +443,7 @@ impl Finish {
     /// One finalization transaction on `conn`.
     async fn run(
         &self,
-        conn: &mut PgConnection,
+        conn: &mut PoolConn,
         lease: &queue::Lease,
         policy: &Policy,
     ) -> Result<Outcome, String> {
@@ -486,7 +486,7 @@ enum Outcome {
 /// Drives `fetch` while renewing the lease every third of its duration.
 /// `None` if the lease was lost meanwhile (the fetch is dropped).
 async fn renewing<F: std::future::Future>(
-    pool: &PgPool,
+    pool: &Pool,
     lease: &queue::Lease,
     duration: Duration,
     fetch: F,
@@ -510,7 +510,7 @@ async fn renewing<F: std::future::Future>(
 /// Heartbeats every `interval` until `stop`; applies the operator's verdict:
 /// drained/disabled pauses claiming, retired drains the collector.
 async fn heartbeat_loop(
-    pool: PgPool,
+    pool: Pool,
     id: CollectorId,
     interval: Duration,
     claimable: Arc<AtomicBool>,

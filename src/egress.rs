@@ -27,7 +27,9 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::PgPool;
+use sqlx::PgExecutor;
+
+use crate::db::Pooled;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Tuning;
@@ -117,7 +119,7 @@ fn micros(d: Duration) -> i64 {
 
 /// Waits until a request on `key` may go now, and takes the grant.
 pub async fn pass(
-    pool: &PgPool,
+    pool: impl Pooled<'_>,
     key: &str,
     limits: &Limits,
     cancel: &CancellationToken,
@@ -163,7 +165,10 @@ pub async fn pass(
 /// After a success on `key`: ends its throttle streak, unless a pause is
 /// still running (that success was in flight before it). Writes nothing
 /// when there is no streak. Returns whether it reset one.
-pub async fn reset_throttle_streak(pool: &PgPool, key: &str) -> Result<bool, EgressError> {
+pub async fn reset_throttle_streak(
+    pool: impl PgExecutor<'_>,
+    key: &str,
+) -> Result<bool, EgressError> {
     let done = sqlx::query(
         "UPDATE egress_gates SET throttle_streak = 0, updated_at = now()
          WHERE egress_key = $1 AND throttle_streak > 0

@@ -52,7 +52,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::Pool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -226,14 +226,17 @@ const PENDING_DEPTH_SQL: &str =
 /// Keeps the background lane's working set topped up. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Feeder {
-    pool: PgPool,
+    pool: Pool,
     cfg: FeederConfig,
 }
 
 impl Feeder {
     /// A feeder on `pool` with `cfg`.
-    pub fn new(pool: PgPool, cfg: FeederConfig) -> Feeder {
-        Feeder { pool, cfg }
+    pub fn new(pool: impl Into<Pool>, cfg: FeederConfig) -> Feeder {
+        Feeder {
+            pool: pool.into(),
+            cfg,
+        }
     }
 
     /// Pending jobs in the background lane now.

@@ -15,7 +15,7 @@
 //!   number of pairs; the oldest success is one index probe per resource.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 
 use crate::domain::Resource;
 use crate::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
@@ -24,7 +24,7 @@ use crate::status::{PerResource, ResourceFreshness};
 /// Folds the pending deltas into the rollup (and aged slots into days).
 /// Returns the delta rows folded; `None` when another compaction was
 /// running (it does the work).
-pub async fn compact(pool: &PgPool) -> Result<Option<u64>, sqlx::Error> {
+pub async fn compact(pool: impl sqlx::PgExecutor<'_>) -> Result<Option<u64>, sqlx::Error> {
     let folded: i64 = sqlx::query_scalar("SELECT bf4ps_freshness_compact()")
         .fetch_one(pool)
         .await?;

@@ -15,8 +15,8 @@
 //! - a refresh costs what `status` costs: bounded by the working set, the
 //!   collectors and the rollups, never by the number of soldiers or events.
 
+use crate::db::Pool;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::{HeartbeatState, JobStatus, PriorityClass};
@@ -27,7 +27,7 @@ use crate::status::{self, Status, StatusError};
 /// Refreshes the table-backed gauges of one `serve` instance.
 #[derive(Clone)]
 pub struct GaugeRefresher {
-    pool: PgPool,
+    pool: Pool,
     registry: Registry,
     projector: Option<ProjectorState>,
 }
@@ -50,9 +50,13 @@ fn flag(b: bool) -> f64 {
 impl GaugeRefresher {
     /// A refresher writing into `registry`; `projector` (if any) supplies
     /// `bf4ps_projector_is_leader`.
-    pub fn new(pool: PgPool, registry: Registry, projector: Option<ProjectorState>) -> Self {
+    pub fn new(
+        pool: impl Into<Pool>,
+        registry: Registry,
+        projector: Option<ProjectorState>,
+    ) -> Self {
         GaugeRefresher {
-            pool,
+            pool: pool.into(),
             registry,
             projector,
         }
@@ -202,7 +206,7 @@ impl GaugeRefresher {
 /// (`serve` runs it on the gauge interval; one runner at a time per
 /// database, the others skip). Failures are logged, never fatal.
 pub async fn compact_freshness(
-    pool: PgPool,
+    pool: Pool,
     interval: std::time::Duration,
     cancel: CancellationToken,
 ) {

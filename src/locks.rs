@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -133,9 +133,24 @@ impl LockConnection {
     }
 }
 
+impl LockConnection {
+    /// `pg_advisory_unlock(key)` on this session: released now, not when
+    /// the server notices the connection is gone.
+    pub async fn unlock(&self, key: i64) -> Result<bool, sqlx::Error> {
+        let mut conn = self.conn.lock().await;
+        sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
+            .bind(key)
+            .fetch_one(&mut *conn)
+            .await
+    }
+}
+
 /// Who holds advisory lock `key` in this database, e.g. `pid 4242
 /// (bf4ps-ops projector from 10.0.0.7)`; `None` when nobody does.
-pub async fn holder(pool: &PgPool, key: i64) -> Result<Option<String>, sqlx::Error> {
+pub async fn holder(
+    pool: impl sqlx::PgExecutor<'_>,
+    key: i64,
+) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(concat!(
         "SELECT format('pid %s (%s%s)', a.pid, coalesce(nullif(a.application_name, ''), '?'), ",
         "coalesce(' from ' || a.client_addr::text, '')) ",

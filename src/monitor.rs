@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
+use crate::db::{Pool, Pooled};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -62,7 +62,7 @@ impl From<&Tuning> for Monitor {
 impl Monitor {
     /// One bounded step: sweep lost heartbeats, then recover expired leases
     /// in batches until a short batch.
-    pub async fn run_once(&self, pool: &PgPool) -> Result<MonitorStep, MonitorError> {
+    pub async fn run_once(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
         let lost = registry::sweep_lost(pool, self.lost_after).await?;
         for uuid in &lost {
             warn!(collector.uuid = %uuid, "collector heartbeat lost");
@@ -90,7 +90,8 @@ impl Monitor {
 
     /// Runs [`Monitor::run_once`] every `interval` (jittered) until cancelled.
     /// Step failures are logged and retried on the next tick.
-    pub async fn run(&self, pool: PgPool, cancel: CancellationToken) {
+    pub async fn run(&self, pool: impl Into<Pool>, cancel: CancellationToken) {
+        let pool = pool.into();
         loop {
             if let Err(e) = self.run_once(&pool).await {
                 warn!(error = %e, "monitor step failed; retrying next tick");

@@ -2,9 +2,10 @@
 //! failure) and expired-lease recovery over `collection_jobs`.
 //!
 //! Invariants:
-//! - the hot-path operations take any executor (`&PgPool` or a held
-//!   `&mut PgConnection`): a collector runs a job's claim, start and
-//!   finalization on one connection, saving the pool's per-checkout work;
+//! - the hot-path operations take any executor (a pool or a held
+//!   connection: `&PgPool`, `&db::Pool`, `&mut db::PoolConn`): a collector
+//!   runs a job's claim, start and finalization on one connection, saving
+//!   the pool's per-checkout work;
 //! - every operation is one transaction and writes its event(s) to
 //!   `collection_events` in that transaction, with identity snapshots;
 //! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
@@ -25,7 +26,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgExecutor, PgPool, Postgres, Transaction};
+use sqlx::{Acquire, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::config::Tuning;
@@ -893,7 +894,7 @@ struct Expired {
 /// backoff, keeping `attempt_count`, writing `lease_expired` + `reclaimed`.
 /// Safe with several recoverers at once (rows are taken with SKIP LOCKED).
 pub async fn recover_expired(
-    pool: &PgPool,
+    pool: impl Acquire<'_, Database = Postgres>,
     limit: i64,
     policy: &Policy,
 ) -> Result<Vec<Recovered>, QueueError> {
@@ -996,7 +997,7 @@ pub async fn recover_expired(
 /// The earliest `eligible_at` among pending jobs of `lane`, for sleeping
 /// until a backed-off job becomes claimable.
 pub async fn next_eligible_at(
-    pool: &PgPool,
+    pool: impl PgExecutor<'_>,
     lane: Lane,
 ) -> Result<Option<DateTime<Utc>>, QueueError> {
     sqlx::query_scalar(

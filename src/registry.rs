@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::PgExecutor;
 use uuid::Uuid;
 
 use crate::db::ms;
@@ -119,7 +119,7 @@ struct Registered {
 /// or drained and idle (a clean shutdown); otherwise
 /// [`RegistryError::NameInUse`].
 pub async fn register(
-    pool: &PgPool,
+    pool: impl PgExecutor<'_>,
     reg: &Registration,
     lost_after: Duration,
 ) -> Result<CollectorId, RegistryError> {
@@ -183,7 +183,10 @@ pub enum HeartbeatReply {
 /// Routine: updates `last_heartbeat_at` only. After an outage (`lost`):
 /// writes exactly one `heartbeat_restored` carrying the outage boundary, then
 /// clears `heartbeat_lost_at`.
-pub async fn heartbeat(pool: &PgPool, id: &CollectorId) -> Result<HeartbeatReply, RegistryError> {
+pub async fn heartbeat(
+    pool: impl PgExecutor<'_>,
+    id: &CollectorId,
+) -> Result<HeartbeatReply, RegistryError> {
     let (retired, claimable, restored): (bool, bool, bool) = sqlx::query_as(
         "SELECT retired, claimable, restored FROM bf4ps_collector_heartbeat($1, $2)",
     )
@@ -205,7 +208,10 @@ pub async fn heartbeat(pool: &PgPool, id: &CollectorId) -> Result<HeartbeatReply
 /// Marks healthy, non-drained collectors silent for longer than `threshold`
 /// as lost, writing one `heartbeat_lost` each. Returns their UUIDs. Safe with
 /// several sweepers: the row lock and the state re-check make it once only.
-pub async fn sweep_lost(pool: &PgPool, threshold: Duration) -> Result<Vec<Uuid>, RegistryError> {
+pub async fn sweep_lost(
+    pool: impl PgExecutor<'_>,
+    threshold: Duration,
+) -> Result<Vec<Uuid>, RegistryError> {
     sqlx::query_scalar(
         "WITH lost AS (
             UPDATE collectors
@@ -263,7 +269,7 @@ pub struct CollectorRow {
 
 /// Lists collectors, non-retired first by lane and name.
 pub async fn list(
-    pool: &PgPool,
+    pool: impl PgExecutor<'_>,
     include_retired: bool,
 ) -> Result<Vec<CollectorRow>, RegistryError> {
     sqlx::query_as(
@@ -294,7 +300,11 @@ pub enum Control {
 }
 
 /// Applies `action` to the non-retired collector named `name`. Returns its UUID.
-pub async fn control(pool: &PgPool, name: &str, action: Control) -> Result<Uuid, RegistryError> {
+pub async fn control(
+    pool: impl PgExecutor<'_>,
+    name: &str,
+    action: Control,
+) -> Result<Uuid, RegistryError> {
     let query = match action {
         Control::Drain => sqlx::query_scalar::<_, Uuid>(
             "UPDATE collectors SET drained = true, updated_at = now()
@@ -328,7 +338,10 @@ pub async fn control(pool: &PgPool, name: &str, action: Control) -> Result<Uuid,
 /// Marks this incarnation drained (clean shutdown; SQL
 /// `bf4ps_collector_stopped`), so it is neither swept to lost nor blocks a
 /// restart under the same name.
-pub async fn mark_drained(pool: &PgPool, id: &CollectorId) -> Result<(), RegistryError> {
+pub async fn mark_drained(
+    pool: impl PgExecutor<'_>,
+    id: &CollectorId,
+) -> Result<(), RegistryError> {
     sqlx::query("SELECT bf4ps_collector_stopped($1, $2)")
         .bind(id.uuid)
         .bind(id.secret.0)

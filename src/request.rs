@@ -18,8 +18,6 @@
 
 use std::time::Duration;
 
-use sqlx::PgPool;
-
 /// A request that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -129,7 +127,10 @@ impl Published {
 
 /// Writes `settings` into `scheduling_settings`, where
 /// `bf4ps_request_refresh` reads them. `serve`'s feeder calls it at start.
-pub async fn publish_settings(pool: &PgPool, settings: &Published) -> Result<(), sqlx::Error> {
+pub async fn publish_settings(
+    pool: impl sqlx::PgExecutor<'_>,
+    settings: &Published,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO scheduling_settings AS s \
              (singleton, eta_window, egress_rate, max_pending_interactive, updated_at) \

@@ -9,18 +9,22 @@
 //!   retention lock), and the row is read `FOR KEY SHARE`, which never
 //!   blocks the projector's checkpoint update;
 //! - one runner at a time per database (session advisory lock
-//!   [`LOCK_KEY`]); a second runner returns [`RetentionError::Busy`];
+//!   [`LOCK_KEY`], held on a [`LockConnection`] to the direct target: a
+//!   session lock cannot live behind a transaction pooler); a second runner
+//!   returns [`RetentionError::Busy`], and a run whose lock connection dies
+//!   stops before its next batch ([`RetentionError::LockLost`]);
+//! - the work itself runs through the pool, each statement and batch its
+//!   own transaction (pinned behind a transaction pooler);
 //! - every run is recorded in `retention_runs` (dry runs too, with
 //!   `deleted = 0` and `eligible` = what would go).
 
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-use sqlx::PgPool;
-use sqlx::pool::PoolConnection;
-
+use crate::db::{DbError, DbTarget, Pooled};
+use crate::locks::LockConnection;
 use crate::metrics::Registry;
 use crate::projector::CHECKPOINT;
+use chrono::{DateTime, Utc};
 
 /// Session advisory lock serializing retention runs ("bf4psret").
 pub const LOCK_KEY: i64 = 0x6266_3470_7372_6574;
@@ -31,9 +35,17 @@ pub enum RetentionError {
     /// A query failed; batches committed before it stay deleted.
     #[error("retention query failed: {0}")]
     Db(#[from] sqlx::Error),
+    /// The lock connection could not be opened.
+    #[error("retention lock: {0}")]
+    Lock(#[from] DbError),
     /// Another runner holds the retention lock.
     #[error("another retention run is in progress (retention lock held); try again later")]
     Busy,
+    /// The lock connection died mid-run; batches committed before stay deleted.
+    #[error(
+        "the retention lock's connection was lost; the run stopped (batches committed so far stay deleted)"
+    )]
+    LockLost,
 }
 
 /// What one run should do.
@@ -100,38 +112,35 @@ pub fn register_series(registry: &Registry) {
     let _ = registry.counter("bf4ps_retention_deleted_events_total", &[]);
 }
 
-/// One retention run. `registry` (if any) gets
-/// `bf4ps_retention_deleted_events_total` bumped after each batch commit;
-/// `progress` is called after each batch.
+/// `application_name` of the retention lock's connection.
+const LOCK_APPLICATION: &str = "bf4ps-ops retention";
+
+/// One retention run: takes the retention lock on a dedicated connection
+/// to `lock_target` (the direct target), then deletes through `pool`.
+/// `registry` (if any) gets `bf4ps_retention_deleted_events_total` bumped
+/// after each batch commit; `progress` is called after each batch.
 pub async fn run_once(
-    pool: &PgPool,
+    pool: impl Pooled<'_>,
+    lock_target: &DbTarget,
     settings: &RetentionSettings,
     registry: Option<&Registry>,
     mut progress: impl FnMut(RetentionProgress),
 ) -> Result<RetentionReport, RetentionError> {
-    let mut conn = pool.acquire().await?;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(LOCK_KEY)
-        .fetch_one(&mut *conn)
-        .await?;
-    if !locked {
+    let lock =
+        LockConnection::connect(lock_target, LOCK_APPLICATION, Duration::from_secs(1)).await?;
+    if !lock.try_lock(LOCK_KEY).await? {
         return Err(RetentionError::Busy);
     }
-    let result = locked_run(&mut conn, settings, registry, &mut progress).await;
-    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(LOCK_KEY)
-        .execute(&mut *conn)
-        .await;
-    if unlocked.is_err() {
-        // Never hand a connection that may still hold the lock back to the
-        // pool: closing it ends the session and releases the lock.
-        drop(conn.detach());
-    }
+    let result = locked_run(pool, &lock, settings, registry, &mut progress).await;
+    // Dropping the connection would release the lock too, but only once
+    // the server notices; a run right after this one must find it free.
+    let _ = lock.unlock(LOCK_KEY).await;
     result
 }
 
 async fn locked_run(
-    conn: &mut PoolConnection<sqlx::Postgres>,
+    pool: impl Pooled<'_>,
+    lock: &LockConnection,
     settings: &RetentionSettings,
     registry: Option<&Registry>,
     progress: &mut impl FnMut(RetentionProgress),
@@ -144,7 +153,7 @@ async fn locked_run(
     .bind(settings.now)
     .bind(settings.retention.as_secs_f64())
     .bind(settings.dry_run)
-    .fetch_one(&mut **conn)
+    .fetch_one(pool)
     .await?;
     let mut report = RetentionReport {
         run_id,
@@ -160,7 +169,7 @@ async fn locked_run(
         let (eligible, unprojected): (i64, i64) = sqlx::query_as(COUNT_ELIGIBLE)
             .bind(cutoff)
             .bind(CHECKPOINT)
-            .fetch_one(&mut **conn)
+            .fetch_one(pool)
             .await?;
         report.eligible = Some(eligible as u64);
         report.unprojected_old = unprojected as u64;
@@ -168,8 +177,11 @@ async fn locked_run(
         let counter = registry.map(|r| r.counter("bf4ps_retention_deleted_events_total", &[]));
         let limit = i64::from(settings.batch.max(1));
         loop {
+            if lock.lost().is_cancelled() {
+                return Err(RetentionError::LockLost);
+            }
             let started = Instant::now();
-            let mut tx = sqlx::Connection::begin(&mut **conn).await?;
+            let mut tx = pool.begin().await?;
             let n = sqlx::query(DELETE_BATCH)
                 .bind(cutoff)
                 .bind(limit)
@@ -198,7 +210,7 @@ async fn locked_run(
         let (_, unprojected): (i64, i64) = sqlx::query_as(COUNT_ELIGIBLE)
             .bind(cutoff)
             .bind(CHECKPOINT)
-            .fetch_one(&mut **conn)
+            .fetch_one(pool)
             .await?;
         report.unprojected_old = unprojected as u64;
     }
@@ -209,7 +221,7 @@ async fn locked_run(
     .bind(run_id)
     .bind(report.deleted as i64)
     .bind(report.eligible.map(|e| e as i64))
-    .execute(&mut **conn)
+    .execute(pool)
     .await?;
     Ok(report)
 }

@@ -3,6 +3,12 @@
 //! (`/metrics`, `/healthz`, `/readyz`), plus any task plugged in with
 //! [`Serve::task`] (the monitor and the feeder).
 //!
+//! Connections: the pool (`DATABASE_URL`, pinned behind a transaction
+//! pooler) for every task's statements; the direct target
+//! (`BF4PS_DIRECT_DATABASE_URL`, default `DATABASE_URL`) for what needs a
+//! session of its own: migrations at start, the LISTEN connection, the
+//! projector's leader lock and retention's lock.
+//!
 //! Invariants (structured shutdown):
 //! - one root [`CancellationToken`]; every task gets a child of it;
 //! - the shutdown trigger is a parameter of [`Running::run_until`] (signals
@@ -24,12 +30,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use sqlx::PgPool;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Tuning, jittered};
-use crate::db::{self, DbError, DbTarget};
+use crate::db::{self, DbError, DbTarget, Pool};
 use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;
 use crate::listener::{Channel, Listener, ListenerSettings};
@@ -112,10 +117,10 @@ pub enum ServeError {
 /// What a plugged-in task gets.
 #[derive(Clone)]
 pub struct TaskContext {
-    /// Where the database is (for dedicated LISTEN connections).
+    /// The direct target: for dedicated (LISTEN, lock) connections.
     pub target: DbTarget,
     /// The shared pool.
-    pub pool: PgPool,
+    pub pool: Pool,
     /// This instance's metrics registry.
     pub registry: Registry,
     /// Validated tuning.
@@ -132,6 +137,7 @@ type WakeFactory = Box<dyn FnOnce(&TaskContext) -> Box<dyn Wake> + Send>;
 /// Builder of a `serve` instance.
 pub struct Serve {
     target: DbTarget,
+    direct: Option<DbTarget>,
     tuning: Tuning,
     settings: ServeSettings,
     tasks: Vec<(String, TaskFn)>,
@@ -144,6 +150,7 @@ impl Serve {
     pub fn new(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
         Serve {
             target,
+            direct: None,
             tuning,
             settings,
             tasks: Vec::new(),
@@ -210,6 +217,14 @@ impl Serve {
             })
     }
 
+    /// Where the connections that need a session of their own go
+    /// (migrations, LISTEN, the projector's and retention's locks) when
+    /// `target` is a transaction pooler. Default: `target` itself.
+    pub fn direct(mut self, direct: DbTarget) -> Serve {
+        self.direct = Some(direct);
+        self
+    }
+
     /// Overrides the projector loop settings (tests: faster lock retry).
     pub fn projector_settings(mut self, settings: LoopSettings) -> Serve {
         self.loop_settings = Some(settings);
@@ -218,8 +233,9 @@ impl Serve {
 
     /// Migrates, binds the HTTP address and starts every task.
     pub async fn start(self) -> Result<Running, ServeError> {
-        let pool = self.target.connect(10).await?;
-        let report = db::migrate(&pool).await?;
+        let direct = self.direct.unwrap_or_else(|| self.target.clone());
+        let report = direct.migrate().await?;
+        let pool = self.target.open(10).await?;
         if !report.applied.is_empty() {
             tracing::info!(applied = ?report.applied, "migrations applied");
         }
@@ -249,7 +265,7 @@ impl Serve {
 
         let cancel = CancellationToken::new();
         let ctx = TaskContext {
-            target: self.target.clone(),
+            target: direct.clone(),
             pool: pool.clone(),
             registry: registry.clone(),
             tuning: tuning.clone(),
@@ -266,7 +282,7 @@ impl Serve {
         };
         let loop_settings = self.loop_settings.unwrap_or_default();
         {
-            let lock_config = self.target.clone();
+            let lock_config = direct.clone();
             let c = cancel.child_token();
             tasks.spawn("projector", async move {
                 projector.run(lock_config, wake, loop_settings, c).await;
@@ -297,7 +313,7 @@ impl Serve {
 
         // Retention.
         {
-            let pool = pool.clone();
+            let (pool, direct) = (pool.clone(), direct.clone());
             let registry = registry.clone();
             let c = cancel.child_token();
             let settings = RetentionSettings {
@@ -308,7 +324,7 @@ impl Serve {
             };
             let interval = tuning.retention_interval;
             tasks.spawn("retention", async move {
-                retention_loop(pool, registry, settings, interval, c).await;
+                retention_loop(pool, direct, registry, settings, interval, c).await;
                 Ok(())
             });
         }
@@ -356,7 +372,7 @@ impl Serve {
 pub struct Running {
     addr: SocketAddr,
     registry: Registry,
-    pool: PgPool,
+    pool: Pool,
     projector: ProjectorState,
     cancel: CancellationToken,
     tasks: Tasks,
@@ -489,7 +505,8 @@ impl Tasks {
 }
 
 async fn retention_loop(
-    pool: PgPool,
+    pool: Pool,
+    lock_target: DbTarget,
     registry: Registry,
     settings: RetentionSettings,
     interval: Duration,
@@ -503,7 +520,7 @@ async fn retention_loop(
             _ = tokio::time::sleep(delay) => {}
         }
         delay = jittered(interval);
-        let run = retention::run_once(&pool, &settings, Some(&registry), |_| {});
+        let run = retention::run_once(&pool, &lock_target, &settings, Some(&registry), |_| {});
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = run => r,
@@ -523,7 +540,7 @@ async fn retention_loop(
 
 #[derive(Clone)]
 struct AppState {
-    pool: PgPool,
+    pool: Pool,
     registry: Registry,
     projector: ProjectorState,
     alive_within: Duration,

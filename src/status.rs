@@ -29,7 +29,9 @@
 
 use chrono::{DateTime, Utc};
 use serde::ser::{Serialize, SerializeMap, Serializer};
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
+
+use crate::db::Pool;
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
 use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
@@ -348,11 +350,12 @@ pub struct RetentionRun {
 }
 
 /// Reads the status as of `at` (default: the database's `now()`).
-pub async fn gather(pool: &PgPool, at: Option<DateTime<Utc>>) -> Result<Status, StatusError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .execute(&mut *tx)
-        .await?;
+pub async fn gather(
+    pool: impl Into<Pool>,
+    at: Option<DateTime<Utc>>,
+) -> Result<Status, StatusError> {
+    let pool: Pool = pool.into();
+    let mut tx = pool.begin_snapshot().await?;
     let at: DateTime<Utc> = sqlx::query_scalar("SELECT coalesce($1::timestamptz, now())")
         .bind(at)
         .fetch_one(&mut *tx)

@@ -1,6 +1,8 @@
 //! Database access basics: where the database is ([`DbTarget`], TLS,
-//! redaction), opening connections, translating failures into actionable
-//! errors, and applying migrations under PostgreSQL's advisory lock.
+//! redaction), opening connections, how statements are sent ([`Pool`]:
+//! directly, or pinned behind a transaction pooler), translating failures
+//! into actionable errors, and applying migrations under PostgreSQL's
+//! advisory lock.
 //!
 //! Invariants:
 //! - released migrations are never edited: a changed checksum is
@@ -13,6 +15,7 @@
 //!   before it is handed out (a dead one is replaced transparently); a busy
 //!   connection is not, so the hot path pays no extra round trip per query.
 
+mod pool;
 mod target;
 
 use std::time::Duration;
@@ -20,9 +23,10 @@ use std::time::Duration;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 
+pub use pool::{Acquired, PINNED_BEGIN, Pool, PoolConn, Pooled};
 pub use target::{
-    DbTarget, RootCert, SslMode, Tls, TlsInputs, check_key_permissions, read_password_file, redact,
-    resolve_tls,
+    DbTarget, Pooling, RootCert, SslMode, Tls, TlsInputs, check_key_permissions,
+    read_password_file, redact, resolve_tls,
 };
 
 /// Pooled connections idle longer than this are checked with a ping before use.
@@ -41,8 +45,10 @@ pub enum DbError {
     )]
     MissingUrl,
     /// The URL does not parse.
-    #[error("DATABASE_URL {url:?} is not a valid PostgreSQL URL: {reason}")]
+    #[error("{setting} {url:?} is not a valid PostgreSQL URL: {reason}")]
     InvalidUrl {
+        /// The setting it came from (`DATABASE_URL`).
+        setting: &'static str,
         /// The URL with any password removed.
         url: String,
         /// The parser's complaint.
@@ -129,6 +135,33 @@ pub enum DbError {
         /// The server's message.
         reason: String,
     },
+    /// A direct-only use of a target behind a transaction pooler.
+    #[error(
+        "{what} cannot go through a transaction pooler (BF4PS_DATABASE_POOLING=transaction): \
+         set BF4PS_DIRECT_DATABASE_URL (--direct-database-url) to a URL that reaches PostgreSQL \
+         directly (or through a session-mode pool)"
+    )]
+    NeedsDirect {
+        /// What needed a session of its own.
+        what: &'static str,
+    },
+    /// A URL used as a direct one reaches a transaction pooler.
+    #[error(
+        "{setting} ({addr}) reaches a transaction pooler: two of our connections were served by \
+         the same PostgreSQL session (pid {pid}). LISTEN, session advisory locks, migrations and \
+         sqlx's prepared statements need a session of their own: point {setting} at PostgreSQL \
+         directly (or a session-mode pool), or, for DATABASE_URL of serve and collectors, set \
+         BF4PS_DATABASE_POOLING=transaction and BF4PS_DIRECT_DATABASE_URL (see the README, \
+         \"Behind PgBouncer\")"
+    )]
+    SharedSessions {
+        /// The setting the URL came from.
+        setting: &'static str,
+        /// host:port.
+        addr: String,
+        /// The server process both connections reported.
+        pid: i32,
+    },
     /// Any other database error.
     #[error("database error: {0}")]
     Other(#[source] sqlx::Error),
@@ -159,6 +192,7 @@ pub(crate) fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -
             reason: "timed out waiting for a connection".into(),
         },
         sqlx::Error::Configuration(e) => DbError::InvalidUrl {
+            setting: "DATABASE_URL",
             url: addr.to_owned(),
             reason: e.to_string(),
         },
@@ -246,20 +280,39 @@ pub async fn migrate(pool: &PgPool) -> Result<MigrateReport, DbError> {
     let opts = pool.connect_options();
     let addr = addr_of(&opts);
     let mut conn = pool.acquire().await.map_err(|e| explain(e, &addr, &opts))?;
+    migrate_on(&mut conn, &addr, &opts).await
+}
+
+impl DbTarget {
+    /// [`migrate`] on a dedicated connection to this target (a direct one:
+    /// the advisory lock is a session lock), closed afterwards.
+    pub async fn migrate(&self) -> Result<MigrateReport, DbError> {
+        let mut conn = self.connect_dedicated("bf4ps-ops migrate").await?;
+        let report = migrate_on(&mut conn, &self.addr(), &self.options).await;
+        let _ = sqlx::Connection::close(conn).await;
+        report
+    }
+}
+
+async fn migrate_on(
+    conn: &mut sqlx::PgConnection,
+    addr: &str,
+    opts: &PgConnectOptions,
+) -> Result<MigrateReport, DbError> {
     // Held for the whole run so "what was applied by us" is exact; sqlx's
     // migrator takes its own (re-entrant) lock inside.
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(MIGRATE_LOCK_KEY)
         .execute(&mut *conn)
         .await
-        .map_err(|e| explain(e, &addr, &opts))?;
+        .map_err(|e| explain(e, addr, opts))?;
     let result = async {
-        let before = applied_versions(&mut conn, &addr, &opts).await?;
+        let before = applied_versions(conn, addr, opts).await?;
         MIGRATOR
             .run(&mut *conn)
             .await
-            .map_err(|e| explain_migrate(e, &addr, &opts))?;
-        let after = applied_versions(&mut conn, &addr, &opts).await?;
+            .map_err(|e| explain_migrate(e, addr, opts))?;
+        let after = applied_versions(conn, addr, opts).await?;
         Ok(MigrateReport {
             applied: after
                 .iter()
@@ -279,7 +332,7 @@ pub async fn migrate(pool: &PgPool) -> Result<MigrateReport, DbError> {
 }
 
 /// Whether every known migration is applied with its original checksum.
-pub async fn migrations_current(pool: &PgPool) -> Result<bool, DbError> {
+pub async fn migrations_current<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, DbError> {
     let applied: Vec<(i64, Vec<u8>)> = match sqlx::query_as(
         "SELECT version, checksum FROM _sqlx_migrations WHERE success ORDER BY version",
     )

@@ -1,6 +1,9 @@
 //! Where the database is: `DATABASE_URL` (and an optional password file)
 //! parsed into the connection options every connection uses, with libpq's
 //! TLS semantics; and the one redaction used wherever a URL is printed.
+//! A target also says how it reaches PostgreSQL ([`Pooling`]): directly
+//! (or through a session-mode pool), or through a transaction pooler, where
+//! only pinned pools ([`DbTarget::open`]) may be used.
 //!
 //! Invariants:
 //! - a URL reaches a message or a log only through [`redact`]: the
@@ -9,7 +12,11 @@
 //! - pools and dedicated (LISTEN, lock) connections are opened from the same
 //!   [`DbTarget::options`], so they share one TLS configuration;
 //! - `sslmode` means what it means to libpq (see [`resolve_tls`]); a setting
-//!   that cannot be honoured is an error at start, never a silent downgrade.
+//!   that cannot be honoured is an error at start, never a silent downgrade;
+//! - a target behind a transaction pooler opens pinned pools only: its
+//!   unpinned pools, LISTEN and dedicated (lock, migration) connections are
+//!   refused ([`DbError::NeedsDirect`]), because a transaction pooler gives
+//!   them no session of their own.
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -18,7 +25,51 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgSslMode};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 
+use super::pool::Pool;
 use super::{DbError, PING_AFTER_IDLE, explain};
+
+/// How a URL reaches PostgreSQL (`BF4PS_DATABASE_POOLING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Pooling {
+    /// Every connection is a PostgreSQL session of its own: a direct
+    /// connection, or a session-mode pool.
+    #[default]
+    Session,
+    /// A transaction pooler (e.g. PgBouncer with `pool_mode = transaction`):
+    /// a connection has a server session only while in a transaction.
+    Transaction,
+}
+
+impl Pooling {
+    /// The setting's spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Pooling::Session => "session",
+            Pooling::Transaction => "transaction",
+        }
+    }
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Pooling {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Pooling, String> {
+        match s.trim() {
+            "session" => Ok(Pooling::Session),
+            "transaction" => Ok(Pooling::Transaction),
+            other => Err(format!(
+                "unknown pooling {other:?} (expected session: direct or a session-mode pool, \
+                 or transaction: a transaction pooler such as PgBouncer in pool_mode = \
+                 transaction)"
+            )),
+        }
+    }
+}
 
 /// Query parameters bf4ps-ops accepts in `DATABASE_URL` (libpq's names).
 const PARAMETERS: &[&str] = &[
@@ -94,6 +145,10 @@ pub struct DbTarget {
     pub options: PgConnectOptions,
     /// The URL for messages, secrets hidden ([`redact`]).
     pub display: String,
+    /// The setting the URL came from, for messages (`DATABASE_URL`).
+    pub setting: &'static str,
+    /// How the URL reaches PostgreSQL.
+    pub pooling: Pooling,
 }
 
 impl std::fmt::Debug for DbTarget {
@@ -114,12 +169,23 @@ impl DbTarget {
         url: Option<&str>,
         password: Option<&str>,
     ) -> Result<DbTarget, DbError> {
+        Self::parse_setting("DATABASE_URL", url, password)
+    }
+
+    /// [`DbTarget::parse_with_password`] for the URL of `setting` (named in
+    /// errors), e.g. `BF4PS_DIRECT_DATABASE_URL`.
+    pub fn parse_setting(
+        setting: &'static str,
+        url: Option<&str>,
+        password: Option<&str>,
+    ) -> Result<DbTarget, DbError> {
         let url = url
             .map(str::trim)
             .filter(|u| !u.is_empty())
             .ok_or(DbError::MissingUrl)?;
         let display = redact(url);
         let invalid = |reason: String| DbError::InvalidUrl {
+            setting,
             url: display.clone(),
             reason,
         };
@@ -179,7 +245,36 @@ impl DbTarget {
         Ok(DbTarget {
             options: tls.apply(options),
             display,
+            setting,
+            pooling: Pooling::Session,
         })
+    }
+
+    /// The same target, reached through `pooling`. A transaction pooler
+    /// passes no startup `options` on to the server, so a URL with the
+    /// `options` parameter is refused there.
+    pub fn with_pooling(mut self, pooling: Pooling) -> Result<DbTarget, DbError> {
+        if pooling == Pooling::Transaction && self.options.get_options().is_some() {
+            return Err(DbError::InvalidUrl {
+                setting: self.setting,
+                url: self.display,
+                reason: "the options parameter cannot be used through a transaction pooler \
+                         (BF4PS_DATABASE_POOLING=transaction): it would not reach the server \
+                         sessions; set such options on the role or database instead \
+                         (ALTER ROLE … SET …)"
+                    .into(),
+            });
+        }
+        self.pooling = pooling;
+        Ok(self)
+    }
+
+    /// Refuses `what` (a direct-only use) on a transaction-pooled target.
+    fn require_direct(&self, what: &'static str) -> Result<(), DbError> {
+        match self.pooling {
+            Pooling::Session => Ok(()),
+            Pooling::Transaction => Err(DbError::NeedsDirect { what }),
+        }
     }
 
     /// The same server, another database (scratch databases for benches and tests).
@@ -187,6 +282,7 @@ impl DbTarget {
         DbTarget {
             options: self.options.clone().database(database),
             display: format!("{} (database {database})", self.display),
+            ..self.clone()
         }
     }
 
@@ -196,6 +292,7 @@ impl DbTarget {
         DbTarget {
             options: self.options.clone().ssl_mode(mode.pg()),
             display: format!("{} (sslmode={})", self.display, mode.as_str()),
+            ..self.clone()
         }
     }
 
@@ -204,8 +301,38 @@ impl DbTarget {
         super::addr_of(&self.options)
     }
 
-    /// Opens a pool and checks that a connection can be made now.
+    /// Opens a pool of direct connections and checks that a connection can
+    /// be made now (refused behind a transaction pooler: use [`DbTarget::open`]).
     pub async fn connect(&self, max_connections: u32) -> Result<PgPool, DbError> {
+        self.require_direct("an unpinned connection pool")?;
+        self.pool(max_connections, self.options.clone()).await
+    }
+
+    /// Opens the pool of a `serve` or a collector: direct (the fast path) or,
+    /// behind a transaction pooler, pinned ([`Pool`]: every statement in a
+    /// transaction of its own, sqlx's statement cache off, and no
+    /// `extra_float_digits` startup parameter, which PgBouncer refuses).
+    pub async fn open(&self, max_connections: u32) -> Result<Pool, DbError> {
+        match self.pooling {
+            Pooling::Session => Ok(Pool::from(
+                self.pool(max_connections, self.options.clone()).await?,
+            )),
+            Pooling::Transaction => {
+                let options = self
+                    .options
+                    .clone()
+                    .statement_cache_capacity(0)
+                    .extra_float_digits(None);
+                Ok(Pool::pinned(self.pool(max_connections, options).await?))
+            }
+        }
+    }
+
+    async fn pool(
+        &self,
+        max_connections: u32,
+        options: PgConnectOptions,
+    ) -> Result<PgPool, DbError> {
         PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
@@ -221,7 +348,7 @@ impl DbTarget {
                     Ok(true)
                 })
             })
-            .connect_with(self.options.clone())
+            .connect_with(options)
             .await
             .map_err(|e| self.explain(e))
     }
@@ -229,6 +356,7 @@ impl DbTarget {
     /// One dedicated connection (not from a pool), named `application_name`
     /// in `pg_stat_activity`: for session advisory locks.
     pub async fn connect_dedicated(&self, application_name: &str) -> Result<PgConnection, DbError> {
+        self.require_direct("a session advisory lock (a dedicated connection)")?;
         let options = self
             .options
             .clone()
@@ -247,6 +375,7 @@ impl DbTarget {
     /// `application_name`. It does not reconnect by itself: when it is lost,
     /// [`PgListener::try_recv`] returns `None` and the caller reconnects.
     pub async fn listen(&self, application_name: &str) -> Result<PgListener, DbError> {
+        self.require_direct("LISTEN")?;
         let options = self
             .options
             .clone()
@@ -271,6 +400,61 @@ impl DbTarget {
     /// Translates a sqlx error into an operator-facing [`DbError`].
     pub fn explain(&self, error: sqlx::Error) -> DbError {
         explain(error, &self.addr(), &self.options)
+    }
+
+    /// Refuses a target that reaches a transaction pooler although it is
+    /// used as a direct one. Two connections are opened one after the other
+    /// (the first kept open) and each asks for its server process id, as a
+    /// simple query (safe through any pooler). Directly, or through a
+    /// session-mode pool, two open connections are two server sessions; a
+    /// transaction pooler hands the first one's idle server session to the
+    /// second — LIFO, so nearly always when it is not busy. Equal ids prove
+    /// a transaction pooler ([`DbError::SharedSessions`]); different ids
+    /// prove nothing, so this is a best-effort guard against a silently
+    /// wrong configuration, run once at start.
+    pub async fn check_own_sessions(&self) -> Result<(), DbError> {
+        let options = self
+            .options
+            .clone()
+            .application_name("bf4ps-ops session check")
+            .disable_statement_logging()
+            .extra_float_digits(None);
+        let pid = async |conn: &mut PgConnection| -> Result<Option<i32>, DbError> {
+            let row = sqlx::raw_sql("SELECT pg_backend_pid()")
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(|e| self.explain(e))?;
+            Ok(row.and_then(|r| {
+                use sqlx::Row;
+                // Simple-query results are text.
+                r.try_get_unchecked::<String, _>(0)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+            }))
+        };
+        let connect = || async {
+            tokio::time::timeout(Duration::from_secs(10), options.connect())
+                .await
+                .map_err(|_| DbError::Unreachable {
+                    addr: self.addr(),
+                    reason: "timed out connecting".into(),
+                })?
+                .map_err(|e| self.explain(e))
+        };
+        let mut first = connect().await?;
+        let first_pid = pid(&mut first).await?;
+        let mut second = connect().await?;
+        let second_pid = pid(&mut second).await?;
+        let _ = second.close().await;
+        let _ = first.close().await;
+        match (first_pid, second_pid) {
+            (Some(a), Some(b)) if a == b => Err(DbError::SharedSessions {
+                setting: self.setting,
+                addr: self.addr(),
+                pid: a,
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -648,6 +832,33 @@ mod tests {
         assert!(r(inputs(Some("require"), Some("system")), &none).is_err());
         let e = r(inputs(Some("verify-ca"), Some("/missing.crt")), &none).unwrap_err();
         assert!(e.contains("/missing.crt does not exist"), "{e}");
+    }
+
+    #[test]
+    fn pooling_parses_and_refuses_with_the_choices() {
+        assert_eq!("session".parse::<Pooling>(), Ok(Pooling::Session));
+        assert_eq!(" transaction ".parse::<Pooling>(), Ok(Pooling::Transaction));
+        let e = "statement".parse::<Pooling>().unwrap_err();
+        assert!(
+            e.contains("\"statement\"") && e.contains("transaction"),
+            "{e}"
+        );
+        assert_eq!(Pooling::Transaction.to_string(), "transaction");
+    }
+
+    #[test]
+    fn a_transaction_pooled_target_refuses_startup_options() {
+        let t = DbTarget::parse(Some(
+            "postgres://u@h/db?options=-c%20statement_timeout%3D5s",
+        ))
+        .unwrap();
+        let e = t.clone().with_pooling(Pooling::Transaction).unwrap_err();
+        assert!(e.to_string().contains("options parameter"), "{e}");
+        assert!(t.with_pooling(Pooling::Session).is_ok());
+        let plain = DbTarget::parse(Some("postgres://u@h/db")).unwrap();
+        let pooled = plain.with_pooling(Pooling::Transaction).unwrap();
+        assert_eq!(pooled.pooling, Pooling::Transaction);
+        assert_eq!(pooled.setting, "DATABASE_URL");
     }
 
     #[test]

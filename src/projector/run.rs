@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::jittered;
-use crate::db::DbTarget;
+use crate::db::{DbTarget, Pool};
 use crate::locks::{self, LockConnection};
 use crate::metrics::Registry;
 
@@ -92,7 +92,7 @@ impl Default for LoopSettings {
 
 /// The projector: one per `serve` instance; only the lock holder projects.
 pub struct Projector {
-    pool: PgPool,
+    pool: Pool,
     registry: Registry,
     batch: u32,
     progress: watch::Sender<Progress>,
@@ -128,10 +128,10 @@ impl ProjectorState {
 
 impl Projector {
     /// A projector writing to `pool` and counting into `registry`.
-    pub fn new(pool: PgPool, registry: Registry, batch: u32) -> Projector {
+    pub fn new(pool: impl Into<Pool>, registry: Registry, batch: u32) -> Projector {
         let (progress, _) = watch::channel(Progress::default());
         Projector {
-            pool,
+            pool: pool.into(),
             registry,
             batch: batch.max(1),
             progress,

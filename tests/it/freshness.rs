@@ -178,6 +178,7 @@ async fn the_rollup_equals_a_full_scan_after_every_kind_of_write(
     let before = rolled_up(p, Utc::now()).await;
     bf4ps_ops::retention::run_once(
         p,
+        &db.target,
         &bf4ps_ops::retention::RetentionSettings {
             retention: Duration::from_secs(3600),
             batch: 100,

@@ -17,6 +17,7 @@ mod import;
 mod layering;
 mod listener;
 mod observability;
+mod pgbouncer;
 mod pgcluster;
 mod projector;
 mod prometheus_e2e;

@@ -18,26 +18,21 @@
 //!   moved egress key, so the old series must vanish through serve's gauge
 //!   idle timeout (3 × `BF4PS_GAUGE_INTERVAL`).
 //!
-//! Everything runs as child processes killed on drop ([`Proc`]); the
+//! Everything runs as child processes killed on drop (`support::Proc`); the
 //! Prometheus data directory lives under `target/tmp` and is removed.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, BufReader};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::observability::{self, DashboardQuery};
 use crate::projector::{Ev, insert};
-use crate::support::{ChildGuard, TestDb, bin, eventually, exec};
+use crate::support::{Proc, TempDir, TestDb, bin, eventually, exec, free_port, metrics_addr};
 
 /// What `$__rate_interval` becomes: at least 4 scrape intervals (Grafana's
 /// rule), long enough that one-off bumps (retention, heartbeat loss) stay
@@ -194,130 +189,6 @@ fn zero_rule(q: &DashboardQuery) -> Option<Zero> {
 
 // ------------------------------------------------------------- processes
 
-/// A child process whose stderr is kept (last lines) for diagnostics. It is
-/// killed (SIGKILL, through [`ChildGuard`]) when dropped, and its log tail
-/// is printed if the test is failing.
-struct Proc {
-    name: String,
-    log: Arc<Mutex<VecDeque<String>>>,
-    child: ChildGuard,
-}
-
-impl Proc {
-    fn spawn(name: &str, mut cmd: Command) -> Proc {
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = ChildGuard(
-            cmd.spawn()
-                .unwrap_or_else(|e| panic!("cannot spawn {name}: {e}")),
-        );
-        let stderr = child.stderr.take().expect("piped stderr");
-        let log = Arc::new(Mutex::new(VecDeque::new()));
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Ok(mut l) = sink.lock() {
-                    if l.len() >= 400 {
-                        l.pop_front();
-                    }
-                    l.push_back(line);
-                }
-            }
-        });
-        Proc {
-            name: name.to_owned(),
-            log,
-            child,
-        }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(self.child.id() as i32)
-    }
-
-    /// Fails the test if the process has exited (its log is printed).
-    fn assert_running(&mut self) {
-        if let Some(status) = self.child.try_wait().expect("try_wait") {
-            panic!("{} exited unexpectedly ({status})", self.name);
-        }
-    }
-
-    /// The first stderr line containing `marker`, waiting up to `deadline`.
-    async fn wait_for_log(&mut self, marker: &str, deadline: Duration) -> String {
-        let start = Instant::now();
-        loop {
-            let found = self
-                .log
-                .lock()
-                .ok()
-                .and_then(|l| l.iter().find(|l| l.contains(marker)).cloned());
-            if let Some(line) = found {
-                return line;
-            }
-            self.assert_running();
-            assert!(
-                start.elapsed() < deadline,
-                "{}: no log line with {marker:?} within {deadline:?}",
-                self.name
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGKILL by PID, then reap (without blocking the test's runtime).
-    async fn sigkill(&mut self) {
-        kill(self.pid(), Signal::SIGKILL).expect("SIGKILL");
-        let name = self.name.clone();
-        eventually(Duration::from_secs(10), &format!("{name} to die"), || {
-            let gone = matches!(self.child.try_wait(), Ok(Some(_)));
-            async move { gone.then_some(()) }
-        })
-        .await;
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let tail = self
-                .log
-                .lock()
-                .map(|l| {
-                    let skip = l.len().saturating_sub(40);
-                    l.iter().skip(skip).cloned().collect::<Vec<_>>().join("\n")
-                })
-                .unwrap_or_default();
-            eprintln!(
-                "---- {} (pid {}), last stderr lines ----\n{tail}",
-                self.name,
-                self.child.id()
-            );
-        }
-    }
-}
-
-/// A directory under `target/tmp`, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(prefix: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("{prefix}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// `bf4ps-ops ARGS` against `db`, with only this test's `BF4PS_*` settings.
 fn bf4ps(db: &TestDb, args: &[&str]) -> Command {
     let mut cmd = bin();
@@ -333,15 +204,6 @@ fn bf4ps(db: &TestDb, args: &[&str]) -> Command {
     }
     cmd.envs(TUNING_ENV.iter().copied());
     cmd
-}
-
-/// The address in a log line `... http://ADDR/metrics`.
-fn metrics_addr(line: &str) -> SocketAddr {
-    line.split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .and_then(|a| a.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no address in log line {line:?}"))
 }
 
 /// A background collector process serving its metrics on `listen`; returns
@@ -391,13 +253,6 @@ fn require_prometheus() {
         Ok(out) => panic!("`prometheus --version` failed ({}); {HOW}", out.status),
         Err(e) => panic!("cannot run `prometheus` ({e}); {HOW}"),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
 }
 
 /// The rules file with every group evaluated each second and every `for:`

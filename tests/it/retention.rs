@@ -118,7 +118,7 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
         now: Some(now),
     };
     let mut seen = Vec::new();
-    let report = retention::run_once(&db.pool, &settings, Some(&registry), |p| {
+    let report = retention::run_once(&db.pool, &db.target, &settings, Some(&registry), |p| {
         seen.push(p.deleted)
     })
     .await
@@ -153,7 +153,7 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
 
     // Once projected, the remaining old ones go too; nothing else.
     project_until(&p, 4).await;
-    let report = retention::run_once(&db.pool, &settings, None, |_| {})
+    let report = retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
         .await
         .unwrap();
     assert_eq!(report.deleted, 4);
@@ -175,7 +175,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         dry_run: false,
         now: None,
     };
-    let r = retention::run_once(&db.pool, &settings, None, |_| {}).await;
+    let r = retention::run_once(&db.pool, &db.target, &settings, None, |_| {}).await;
     assert!(matches!(r, Err(RetentionError::Busy)), "{r:?}");
     let out = run_bin(&["retention", "run"], Some(&db.url));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -190,7 +190,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         .await
         .unwrap();
     drop(holder);
-    retention::run_once(&db.pool, &settings, None, |_| {})
+    retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
         .await
         .unwrap();
 }

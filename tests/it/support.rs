@@ -3,10 +3,17 @@
 
 #![allow(dead_code)]
 
+use std::collections::VecDeque;
 use std::future::Future;
-use std::time::Duration;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bf4ps_ops::db::DbTarget;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -153,6 +160,152 @@ impl Drop for ChildGuard {
         }
         let _ = self.0.wait();
     }
+}
+
+/// A child process whose stderr is kept (last lines) for diagnostics. It is
+/// killed (SIGKILL, through [`ChildGuard`]) when dropped, and its log tail
+/// is printed if the test is failing.
+pub struct Proc {
+    name: String,
+    log: Arc<Mutex<VecDeque<String>>>,
+    child: ChildGuard,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = ChildGuard(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot spawn {name}: {e}")),
+        );
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(mut l) = sink.lock() {
+                    if l.len() >= 400 {
+                        l.pop_front();
+                    }
+                    l.push_back(line);
+                }
+            }
+        });
+        Proc {
+            name: name.to_owned(),
+            log,
+            child,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Fails the test if the process has exited (its log is printed).
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("try_wait") {
+            panic!("{} exited unexpectedly ({status})", self.name);
+        }
+    }
+
+    /// The first stderr line containing `marker`, waiting up to `deadline`.
+    pub async fn wait_for_log(&mut self, marker: &str, deadline: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let found = self
+                .log
+                .lock()
+                .ok()
+                .and_then(|l| l.iter().find(|l| l.contains(marker)).cloned());
+            if let Some(line) = found {
+                return line;
+            }
+            self.assert_running();
+            assert!(
+                start.elapsed() < deadline,
+                "{}: no log line with {marker:?} within {deadline:?}",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL by PID, then reap (without blocking the test's runtime).
+    pub async fn sigkill(&mut self) {
+        kill(self.pid(), Signal::SIGKILL).expect("SIGKILL");
+        let name = self.name.clone();
+        eventually(Duration::from_secs(10), &format!("{name} to die"), || {
+            let gone = matches!(self.child.try_wait(), Ok(Some(_)));
+            async move { gone.then_some(()) }
+        })
+        .await;
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let tail = self
+                .log
+                .lock()
+                .map(|l| {
+                    let skip = l.len().saturating_sub(40);
+                    l.iter().skip(skip).cloned().collect::<Vec<_>>().join("\n")
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "---- {} (pid {}), last stderr lines ----\n{tail}",
+                self.name,
+                self.child.id()
+            );
+        }
+    }
+}
+
+/// A directory under `target/tmp`, removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("{prefix}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// The address in a log line `... http://ADDR/metrics`.
+pub fn metrics_addr(line: &str) -> std::net::SocketAddr {
+    line.split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split("/metrics").next())
+        .and_then(|a| a.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no address in log line {line:?}"))
 }
 
 /// Channel of the marker [`Notifications::drain`] sends.

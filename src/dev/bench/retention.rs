@@ -39,7 +39,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         now: None,
     };
     let start = Instant::now();
-    let report = retention::run_once(&db.pool, &settings, None, |p| {
+    let report = retention::run_once(&db.pool, &db.target, &settings, None, |p| {
         if p.batches % 50 == 0 {
             eprintln!("deleted {} events", p.deleted);
         }

@@ -131,7 +131,7 @@ async fn measure(
         now: None,
     };
     let start = Instant::now();
-    let deleted = retention::run_once(&db.pool, &settings, None, |_| {})
+    let deleted = retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
         .await
         .map_err(other)?;
     let retention_s = start.elapsed().as_secs_f64();

@@ -1,0 +1,462 @@
+//! How statements reach the database: [`Pool`] (and [`PoolConn`], one
+//! connection checked out of it) sends them straight to PostgreSQL, or —
+//! behind a transaction-pooling proxy such as PgBouncer in
+//! `pool_mode = transaction` — pins each of them to one server connection.
+//!
+//! Why pinning: sqlx runs a statement with bind parameters in two protocol
+//! round trips, each closed by a `Sync` (Parse/Describe, then
+//! Bind/Execute). A transaction pooler hands the server connection back
+//! after every `Sync` that leaves it outside a transaction, so the Bind may
+//! reach another server connection: one without the statement ("prepared
+//! statement does not exist"), or one where another client prepared a
+//! statement of the same name — which then runs *that* statement with our
+//! parameters. Turning sqlx's statement cache off does not help (sqlx then
+//! still names its statements `sqlx_s_N`, counting from 1 on every client),
+//! nor do unnamed statements (another client's unnamed statement runs).
+//! PgBouncer before 1.21 (Debian 12 ships 1.18) tracks no prepared
+//! statements at all.
+//!
+//! Invariants (pinned mode):
+//! - every statement runs inside a transaction opened by a simple-query
+//!   `BEGIN; DEALLOCATE ALL`: the pooler keeps the server connection linked
+//!   from `BEGIN` to `COMMIT`, so Parse and Bind meet on the same server,
+//!   and the server holds no other client's statements while we use it;
+//! - a statement sent on its own ([`Pool`] or [`PoolConn`] as the executor)
+//!   is its own transaction, committed before its result is returned:
+//!   autocommit semantics, three extra round trips;
+//! - [`Pool::begin`] (and `Acquire::begin`) open the same pinned
+//!   transaction; `Acquire::acquire` on a pinned [`Pool`] yields a READ ONLY
+//!   pinned transaction (rolled back when dropped), so nothing can be
+//!   written on a connection that is not pinned or silently rolled back;
+//! - the statement cache is off (the pool's options): a cached name would
+//!   outlive the server connection it was prepared on.
+//!
+//! Direct mode delegates every call to sqlx unchanged (the fast path:
+//! cached named statements, one round trip per statement).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use sqlx::error::BoxDynError;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgArguments, PgQueryResult, PgRow, PgStatement, PgTypeInfo};
+use sqlx::{
+    Acquire, Connection, Describe, Either, Error, Execute, Executor, PgConnection, PgPool,
+    Postgres, SqlStr, Transaction,
+};
+
+/// How every transaction begins behind a transaction pooler: one simple
+/// query, so the pooler links a server connection for the whole
+/// transaction, which then holds no prepared statement of another client.
+pub const PINNED_BEGIN: &str = "BEGIN; DEALLOCATE ALL";
+
+/// [`PINNED_BEGIN`] for connections handed out by `Acquire::acquire`.
+const PINNED_BEGIN_READ_ONLY: &str = "BEGIN READ ONLY; DEALLOCATE ALL";
+
+/// What pooled data access takes: `&PgPool` (always direct) or `&Pool`
+/// (direct or pinned). Copy, so one function can run several statements.
+pub trait Pooled<'a>:
+    Executor<'a, Database = Postgres> + Acquire<'a, Database = Postgres> + Copy + Send + Sync
+{
+}
+
+impl<'a, T> Pooled<'a> for T where
+    T: Executor<'a, Database = Postgres> + Acquire<'a, Database = Postgres> + Copy + Send + Sync
+{
+}
+
+/// A connection pool and how statements must be sent on it.
+#[derive(Clone)]
+pub struct Pool {
+    pool: PgPool,
+    pinned: bool,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("pinned", &self.pinned)
+            .field("size", &self.pool.size())
+            .finish()
+    }
+}
+
+/// A pool of direct connections (the fast path), from a borrowed sqlx pool.
+impl From<&PgPool> for Pool {
+    fn from(pool: &PgPool) -> Pool {
+        Pool::from(pool.clone())
+    }
+}
+
+impl From<&Pool> for Pool {
+    fn from(pool: &Pool) -> Pool {
+        pool.clone()
+    }
+}
+
+/// A pool of direct connections (the fast path).
+impl From<PgPool> for Pool {
+    fn from(pool: PgPool) -> Pool {
+        Pool {
+            pool,
+            pinned: false,
+        }
+    }
+}
+
+impl Pool {
+    /// A pool whose connections reach a transaction pooler (`pool` must be
+    /// opened with the statement cache off: [`super::DbTarget::open`]).
+    pub(crate) fn pinned(pool: PgPool) -> Pool {
+        Pool { pool, pinned: true }
+    }
+
+    /// Whether statements are pinned (the pool reaches a transaction pooler).
+    pub fn is_pinned(&self) -> bool {
+        self.pinned
+    }
+
+    /// Begins a transaction (pinned: with [`PINNED_BEGIN`]).
+    pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
+        if self.pinned {
+            self.pool.begin_with(PINNED_BEGIN).await
+        } else {
+            self.pool.begin().await
+        }
+    }
+
+    /// Begins a read-only REPEATABLE READ transaction: one snapshot for
+    /// several reads (`status`, the gauges). Pinned, the isolation level is
+    /// part of the `BEGIN`, before `DEALLOCATE ALL`.
+    pub async fn begin_snapshot(&self) -> Result<Transaction<'static, Postgres>, Error> {
+        if self.pinned {
+            self.pool
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; DEALLOCATE ALL")
+                .await
+        } else {
+            self.pool
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .await
+        }
+    }
+
+    /// Checks one connection out (a collector runs a job's steps on it).
+    pub async fn conn(&self) -> Result<PoolConn, Error> {
+        Ok(PoolConn {
+            conn: self.pool.acquire().await?,
+            pinned: self.pinned,
+        })
+    }
+
+    /// Closes every connection (waits for checked-out ones).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// One connection checked out of a [`Pool`]; statements on it follow the
+/// pool's mode. Deliberately no `Deref` to `PgConnection`: that would be a
+/// way around pinning.
+pub struct PoolConn {
+    conn: PoolConnection<Postgres>,
+    pinned: bool,
+}
+
+impl fmt::Debug for PoolConn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolConn")
+            .field("pinned", &self.pinned)
+            .finish()
+    }
+}
+
+/// The connection `Acquire::acquire` hands out.
+pub enum Acquired<'c> {
+    /// A direct pool's connection.
+    Pooled(PoolConnection<Postgres>),
+    /// A direct checked-out connection, borrowed.
+    Borrowed(&'c mut PgConnection),
+    /// Pinned: a READ ONLY transaction, rolled back when dropped.
+    ReadOnly(Transaction<'c, Postgres>),
+}
+
+impl fmt::Debug for Acquired<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Acquired::Pooled(_) => "Acquired::Pooled",
+            Acquired::Borrowed(_) => "Acquired::Borrowed",
+            Acquired::ReadOnly(_) => "Acquired::ReadOnly",
+        })
+    }
+}
+
+impl Deref for Acquired<'_> {
+    type Target = PgConnection;
+    fn deref(&self) -> &PgConnection {
+        match self {
+            Acquired::Pooled(c) => c,
+            Acquired::Borrowed(c) => c,
+            Acquired::ReadOnly(t) => t,
+        }
+    }
+}
+
+impl DerefMut for Acquired<'_> {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        match self {
+            Acquired::Pooled(c) => c,
+            Acquired::Borrowed(c) => c,
+            Acquired::ReadOnly(t) => t,
+        }
+    }
+}
+
+/// A query run as an unnamed statement (never cached, nothing left behind
+/// on the server connection).
+struct Unnamed<Q>(Q);
+
+impl<'q, Q: Execute<'q, Postgres>> Execute<'q, Postgres> for Unnamed<Q> {
+    fn sql(self) -> SqlStr {
+        self.0.sql()
+    }
+
+    fn statement(&self) -> Option<&PgStatement> {
+        self.0.statement()
+    }
+
+    fn take_arguments(&mut self) -> Result<Option<PgArguments>, BoxDynError> {
+        self.0.take_arguments()
+    }
+
+    fn persistent(&self) -> bool {
+        false
+    }
+}
+
+type Item = Either<PgQueryResult, PgRow>;
+
+/// One statement as its own pinned transaction on `conn`; everything it
+/// returned, after the commit.
+async fn pinned_run<'q, Q>(conn: &mut PgConnection, query: Q) -> Result<Vec<Item>, Error>
+where
+    Q: Execute<'q, Postgres> + 'q,
+{
+    let mut tx = conn.begin_with(PINNED_BEGIN).await?;
+    let items: Result<Vec<Item>, Error> = (&mut *tx).fetch_many(Unnamed(query)).try_collect().await;
+    match items {
+        Ok(items) => {
+            tx.commit().await?;
+            Ok(items)
+        }
+        Err(e) => {
+            // At once, so the pooler gets its server connection back now.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+/// Prepares `sql` inside a pinned transaction, then rolls it back.
+async fn pinned_prepare(
+    conn: &mut PgConnection,
+    sql: SqlStr,
+    parameters: &[PgTypeInfo],
+) -> Result<PgStatement, Error> {
+    let mut tx = conn.begin_with(PINNED_BEGIN).await?;
+    let out = (&mut *tx).prepare_with(sql, parameters).await;
+    let _ = tx.rollback().await;
+    out
+}
+
+/// Describes `sql` inside a pinned transaction, then rolls it back.
+async fn pinned_describe(
+    conn: &mut PgConnection,
+    sql: SqlStr,
+) -> Result<Describe<Postgres>, Error> {
+    let mut tx = conn.begin_with(PINNED_BEGIN).await?;
+    let out = (&mut *tx).describe(sql).await;
+    let _ = tx.rollback().await;
+    out
+}
+
+/// A stream of what `collect` returns (pinned statements are collected
+/// before they are returned: their results are bounded here).
+fn replay<'e>(
+    collect: impl Future<Output = Result<Vec<Item>, Error>> + Send + 'e,
+) -> BoxStream<'e, Result<Item, Error>> {
+    stream::once(collect)
+        .map(|r| match r {
+            Ok(items) => stream::iter(items.into_iter().map(Ok)).left_stream(),
+            Err(e) => stream::once(async move { Err(e) }).right_stream(),
+        })
+        .flatten()
+        .boxed()
+}
+
+fn first_row(items: Vec<Item>) -> Option<PgRow> {
+    items.into_iter().find_map(|i| match i {
+        Either::Right(row) => Some(row),
+        Either::Left(_) => None,
+    })
+}
+
+impl<'p> Executor<'p> for &'_ Pool {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pinned {
+            return (&self.pool).fetch_many(query);
+        }
+        let pool = self.pool.clone();
+        replay(async move { pinned_run(&mut *pool.acquire().await?, query).await })
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Option<PgRow>, Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pinned {
+            return (&self.pool).fetch_optional(query);
+        }
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let items = pinned_run(&mut *pool.acquire().await?, query).await?;
+            Ok(first_row(items))
+        })
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement, Error>>
+    where
+        'p: 'e,
+    {
+        if !self.pinned {
+            return (&self.pool).prepare_with(sql, parameters);
+        }
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            pinned_prepare(&mut conn, sql, parameters).await
+        })
+    }
+
+    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, Error>>
+    where
+        'p: 'e,
+    {
+        if !self.pinned {
+            return (&self.pool).describe(sql);
+        }
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let mut conn = pool.acquire().await?;
+            pinned_describe(&mut conn, sql).await
+        })
+    }
+}
+
+impl<'a> Acquire<'a> for &'_ Pool {
+    type Database = Postgres;
+    type Connection = Acquired<'static>;
+
+    fn acquire(self) -> BoxFuture<'a, Result<Acquired<'static>, Error>> {
+        let (pool, pinned) = (self.pool.clone(), self.pinned);
+        Box::pin(async move {
+            if pinned {
+                let tx = pool.begin_with(PINNED_BEGIN_READ_ONLY).await?;
+                Ok(Acquired::ReadOnly(tx))
+            } else {
+                Ok(Acquired::Pooled(pool.acquire().await?))
+            }
+        })
+    }
+
+    fn begin(self) -> BoxFuture<'a, Result<Transaction<'a, Postgres>, Error>> {
+        let pool = self.clone();
+        Box::pin(async move { pool.begin().await })
+    }
+}
+
+impl<'c> Executor<'c> for &'c mut PoolConn {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(self, query: E) -> BoxStream<'e, Result<Item, Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pinned {
+            return (&mut *self.conn).fetch_many(query);
+        }
+        replay(pinned_run(&mut self.conn, query))
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Option<PgRow>, Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        if !self.pinned {
+            return (&mut *self.conn).fetch_optional(query);
+        }
+        Box::pin(async move { Ok(first_row(pinned_run(&mut self.conn, query).await?)) })
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement, Error>>
+    where
+        'c: 'e,
+    {
+        if !self.pinned {
+            return (&mut *self.conn).prepare_with(sql, parameters);
+        }
+        Box::pin(pinned_prepare(&mut self.conn, sql, parameters))
+    }
+
+    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Postgres>, Error>>
+    where
+        'c: 'e,
+    {
+        if !self.pinned {
+            return (&mut *self.conn).describe(sql);
+        }
+        Box::pin(pinned_describe(&mut self.conn, sql))
+    }
+}
+
+impl<'c> Acquire<'c> for &'c mut PoolConn {
+    type Database = Postgres;
+    type Connection = Acquired<'c>;
+
+    fn acquire(self) -> BoxFuture<'c, Result<Acquired<'c>, Error>> {
+        Box::pin(async move {
+            if self.pinned {
+                let tx = self.conn.begin_with(PINNED_BEGIN_READ_ONLY).await?;
+                Ok(Acquired::ReadOnly(tx))
+            } else {
+                Ok(Acquired::Borrowed(&mut self.conn))
+            }
+        })
+    }
+
+    fn begin(self) -> BoxFuture<'c, Result<Transaction<'c, Postgres>, Error>> {
+        if self.pinned {
+            Box::pin(self.conn.begin_with(PINNED_BEGIN))
+        } else {
+            Box::pin(self.conn.begin())
+        }
+    }
+}
