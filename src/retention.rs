@@ -61,6 +61,19 @@ pub struct RetentionSettings {
     pub now: Option<DateTime<Utc>>,
 }
 
+impl RetentionSettings {
+    /// A run with the retention period and batch of `tuning`, on the
+    /// database's clock.
+    pub fn from_tuning(tuning: &crate::config::Tuning, dry_run: bool) -> RetentionSettings {
+        RetentionSettings {
+            retention: tuning.retention,
+            batch: tuning.retention_batch,
+            dry_run,
+            now: None,
+        }
+    }
+}
+
 /// Progress after each batch (for stderr in the CLI).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RetentionProgress {

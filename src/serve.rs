@@ -316,12 +316,7 @@ impl Serve {
             let (pool, direct) = (pool.clone(), direct.clone());
             let registry = registry.clone();
             let c = cancel.child_token();
-            let settings = RetentionSettings {
-                retention: tuning.retention,
-                batch: tuning.retention_batch,
-                dry_run: false,
-                now: None,
-            };
+            let settings = RetentionSettings::from_tuning(&tuning, false);
             let interval = tuning.retention_interval;
             tasks.spawn("retention", async move {
                 retention_loop(pool, direct, registry, settings, interval, c).await;

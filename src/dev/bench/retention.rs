@@ -32,12 +32,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         .execute(&db.pool)
         .await?;
     let tuning = Tuning::default();
-    let settings = RetentionSettings {
-        retention: tuning.retention,
-        batch: tuning.retention_batch,
-        dry_run: false,
-        now: None,
-    };
+    let settings = RetentionSettings::from_tuning(&tuning, false);
     let start = Instant::now();
     let report = retention::run_once(&db.pool, &db.target, &settings, None, |p| {
         if p.batches % 50 == 0 {

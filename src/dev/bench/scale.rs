@@ -124,12 +124,7 @@ async fn measure(
 
     // 4. Retention of the day older than 180 days.
     let tuning = Tuning::default();
-    let settings = RetentionSettings {
-        retention: tuning.retention,
-        batch: tuning.retention_batch,
-        dry_run: false,
-        now: None,
-    };
+    let settings = RetentionSettings::from_tuning(&tuning, false);
     let start = Instant::now();
     let deleted = retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
         .await

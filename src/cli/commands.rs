@@ -1,0 +1,429 @@
+//! One function per command: what `bf4ps-ops COMMAND` does once its
+//! arguments are parsed (`super::run` dispatches here). Errors go back to
+//! `main` with context, printed on one line.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+
+use super::{CollectorArgs, CollectorsCommand, DbArgs};
+use crate::collector::{Collector, CollectorMetrics};
+use crate::config::{Tuning, fmt_duration};
+use crate::db::{self, DbTarget, Pooling};
+use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::registry::{self, Control, Registration};
+use crate::upstream::Upstream;
+
+/// Applies pending migrations (`migrate`).
+pub async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
+    let target = db.checked_direct_target("migrate").await?;
+    let report = target.migrate().await?;
+    if report.applied.is_empty() {
+        crate::outln!("database is up to date (migration {})", report.current);
+    } else {
+        let list: Vec<String> = report.applied.iter().map(|v| format!("{v:04}")).collect();
+        crate::outln!(
+            "applied migration(s) {}; database is at migration {}",
+            list.join(", "),
+            report.current
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a benchmark (`bench`).
+pub async fn bench(db: &DbArgs, name: &str, json: bool, quick: bool) -> anyhow::Result<ExitCode> {
+    let ctx = crate::dev::bench::Ctx {
+        target: db.target()?,
+        database_url: db.database_url.clone(),
+        quick,
+    };
+    crate::dev::bench::run(&ctx, name, json).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the demo (`demo`).
+pub async fn demo(db: &DbArgs, args: crate::dev::demo::DemoArgs) -> anyhow::Result<ExitCode> {
+    let json = args.json;
+    let (interrupt, abort) = (CancellationToken::new(), CancellationToken::new());
+    crate::shutdown::on_signals(interrupt.clone(), abort.clone());
+    tokio::spawn(async move {
+        abort.cancelled().await;
+        eprintln!("second signal: exiting now (a private cluster is cleaned up by the next run)");
+        std::process::exit(130);
+    });
+    let summary = crate::dev::demo::run(db.database_url.as_deref(), args, interrupt).await?;
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        crate::out!("{}", summary.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Lists or controls collectors (`collectors …`).
+pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Result<ExitCode> {
+    let pool = db
+        .checked_direct_target("`collectors`")
+        .await?
+        .connect(2)
+        .await?;
+    let (name, control) = match action {
+        CollectorsCommand::List { all, json } => {
+            let rows = registry::list(&pool, all).await?;
+            print_collectors(&rows, json)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        CollectorsCommand::Drain { name } => (name, Control::Drain),
+        CollectorsCommand::Enable { name } => (name, Control::Enable),
+        CollectorsCommand::Disable { name } => (name, Control::Disable),
+        CollectorsCommand::Retire { name } => (name, Control::Retire),
+    };
+    let uuid = registry::control(&pool, &name, control).await?;
+    let done = match control {
+        Control::Drain => "drained (finishes its current job, then claims nothing)",
+        Control::Enable => "enabled",
+        Control::Disable => "disabled (claims nothing until enabled)",
+        Control::Retire => "retired (it stops at its next heartbeat; the name is free)",
+    };
+    crate::outln!("collector {name} ({uuid}) {done}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Serves the fake Battlelog until a signal (`fake-battlelog`).
+pub async fn fake_battlelog(
+    listen: &str,
+    settings: crate::dev::fake_battlelog::FakeSettings,
+) -> anyhow::Result<ExitCode> {
+    crate::dev::fake_battlelog::run_cli(listen, settings).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Asks for an interactive refresh (`request`).
+pub async fn request(
+    db: &DbArgs,
+    platform: &str,
+    persona_id: i64,
+    resources: &[String],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let pool = db
+        .checked_direct_target("`request`")
+        .await?
+        .connect(2)
+        .await?;
+    let rows = crate::request::request_refresh(&pool, platform, persona_id, resources).await?;
+    crate::out!("{}", crate::request::render(&rows, json));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Imports soldiers from CSV (`soldiers import`).
+pub async fn import(
+    db: &DbArgs,
+    file: &Path,
+    skip_invalid: bool,
+    batch_rows: u32,
+    workers: u32,
+) -> anyhow::Result<ExitCode> {
+    use crate::import::{ImportError, ImportOptions, import_file, invalid_lines};
+    use sqlx::ConnectOptions;
+    // Temporary tables: a session of its own.
+    let mut target = db.checked_direct_target("`soldiers import`").await?;
+    // Batches take seconds by design: no slow-statement warnings.
+    target.options = target.options.disable_statement_logging();
+    let opts = ImportOptions {
+        skip_invalid,
+        progress: true,
+        batch_rows: batch_rows as usize,
+        workers: workers as usize,
+    };
+    let pool = target.connect(workers + 1).await?;
+    match import_file(&pool, file, opts).await {
+        Ok(report) => {
+            for l in report.problems() {
+                eprintln!("{l}");
+            }
+            crate::outln!("{}", report.summary());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            if let ImportError::Invalid { invalid, .. } = &e {
+                for l in invalid_lines(invalid, "invalid") {
+                    eprintln!("{l}");
+                }
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Prints the status (`status`).
+pub async fn status(db: &DbArgs, json: bool) -> anyhow::Result<ExitCode> {
+    let target = db.checked_direct_target("`status`").await?;
+    let pool = target.connect(2).await?;
+    require_migrated(&pool, &target).await?;
+    let status = crate::status::gather(&pool, None).await?;
+    if json {
+        crate::out!("{}", status.to_json());
+    } else {
+        crate::out!("{}", status.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the control plane until a signal (`serve`).
+pub async fn serve(
+    db: &DbArgs,
+    settings: crate::serve::ServeSettings,
+    tuning: Tuning,
+) -> anyhow::Result<ExitCode> {
+    tuning.validate()?;
+    settings.validate()?;
+    let target = db.target()?;
+    let direct = db
+        .checked_direct_target(
+            "serve's LISTEN connection, leader and retention locks and migrations",
+        )
+        .await?;
+    if target.pooling == Pooling::Session && db.direct_database_url.is_some() {
+        target.check_own_sessions().await?;
+    }
+    let running = crate::serve::Serve::standard(target, tuning, settings)
+        .direct(direct)
+        .start()
+        .await?;
+    running.run_until(crate::serve::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One retention run (`retention run`).
+pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Result<ExitCode> {
+    tuning.validate()?;
+    let target = db
+        .checked_direct_target("`retention run` (its lock is a session lock)")
+        .await?;
+    let pool = target.connect(2).await?;
+    let settings = crate::retention::RetentionSettings::from_tuning(&tuning, dry_run);
+    let report = crate::retention::run_once(&pool, &target, &settings, None, |p| {
+        eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
+    })
+    .await?;
+    let cutoff = report.cutoff.to_rfc3339();
+    if dry_run {
+        crate::outln!(
+            "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
+                 {} older event(s) are kept until projected",
+            report.eligible.unwrap_or(0),
+            fmt_duration(tuning.retention),
+            report.unprojected_old
+        );
+    } else {
+        crate::outln!(
+            "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
+                 longest batch {} ms; {} older event(s) kept until projected",
+            report.deleted,
+            fmt_duration(tuning.retention),
+            report.batches,
+            report.longest_batch.as_millis(),
+            report.unprojected_old
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replays the retained events into fresh rollups (`projector rebuild`).
+pub async fn rebuild(
+    db: &DbArgs,
+    wait: std::time::Duration,
+    batch: u32,
+) -> anyhow::Result<ExitCode> {
+    if batch == 0 {
+        anyhow::bail!("invalid --batch (BF4PS_PROJECTOR_BATCH): must be at least 1");
+    }
+    let target = db
+        .checked_direct_target("`projector rebuild` (its locks are session locks)")
+        .await?;
+    let pool = target.connect(2).await?;
+    target.migrate().await?;
+    eprintln!("taking the projector lock…");
+    let report = crate::projector::rebuild(&pool, &target, batch, wait, |n| {
+        eprintln!("replayed {n} event(s)");
+    })
+    .await?;
+    crate::outln!(
+        "rebuilt rollups from {} retained event(s) into {} row(s); checkpoint at tx {} event {}",
+        report.events,
+        report.rollup_rows,
+        report.checkpoint.tx_id,
+        report.checkpoint.event_id
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Validates and prints the tuning (`config`).
+pub fn config(tuning: &Tuning, json: bool) -> anyhow::Result<ExitCode> {
+    tuning.validate()?;
+    print_config(tuning, json).context("printing configuration")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Commands that only read and write through the current schema refuse an
+/// older (or newer) one instead of migrating it behind the operator's back.
+async fn require_migrated(
+    pool: impl sqlx::PgExecutor<'_>,
+    target: &DbTarget,
+) -> anyhow::Result<()> {
+    if !db::migrations_current(pool).await? {
+        anyhow::bail!(
+            "database {} is not migrated to this version: run `bf4ps-ops migrate` (or start `serve`) first",
+            target.display
+        );
+    }
+    Ok(())
+}
+
+/// Runs one collector until drained or retired (`collector`).
+pub async fn collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<ExitCode> {
+    args.tuning.validate()?;
+    let upstream = Arc::new(Upstream::new(&args.upstream)?);
+    let target = db_args.target()?;
+    let listen_target = match args.poll_only {
+        true => None,
+        false => Some(db_args.direct_target(
+            "a collector's LISTEN connection (or run the collector with --poll-only)",
+        )?),
+    };
+    // A transaction pooler where sessions are expected would be silently
+    // wrong: refuse it (best effort, see check_own_sessions).
+    if target.pooling == Pooling::Session {
+        target.check_own_sessions().await?;
+    }
+    if let Some(direct) = &listen_target
+        && db_args.direct_database_url.is_some()
+    {
+        direct.check_own_sessions().await?;
+    }
+    let pool = target.open(4).await?;
+    require_migrated(&pool, &target).await?;
+    let hostname = match args.hostname {
+        Some(h) => h,
+        None => gethostname::gethostname().to_string_lossy().into_owned(),
+    };
+    let root = CancellationToken::new();
+    let registry = crate::metrics::Registry::new();
+    registry.set_build_info();
+    // Bound now, so a taken address is a startup error; served once registered.
+    let metrics_socket = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on --metrics-listen {addr}"))?,
+        ),
+        None => None,
+    };
+    let metrics = CollectorMetrics::register(&registry, args.lane, &args.egress_key);
+    let registration = Registration {
+        name: args.name,
+        hostname,
+        lane: args.lane,
+        egress_key: args.egress_key,
+        software_version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    let collector =
+        Collector::register(pool, &registration, upstream, args.tuning.clone(), metrics).await?;
+    // Registered: only now start background work (a refused registration
+    // leaves nothing running and prints nothing else).
+    if let Some(socket) = metrics_socket {
+        tracing::info!("serving metrics at http://{}/metrics", socket.local_addr()?);
+        tokio::spawn(crate::metrics::serve_exposition(
+            socket,
+            registry.clone(),
+            root.clone(),
+        ));
+    }
+    let listener = Listener::spawn(
+        listen_target.unwrap_or_else(|| target.clone()),
+        &[Channel::Jobs(args.lane)],
+        ListenerSettings {
+            enabled: !args.poll_only,
+            ..ListenerSettings::new(args.tuning.poll_interval)
+        },
+        registry.counter(
+            "bf4ps_listener_reconnects_total",
+            &[("process", "collector")],
+        ),
+        root.clone(),
+    );
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    crate::shutdown::on_signals(drain.clone(), abort.clone());
+    let result = collector.run(listener, drain, abort).await;
+    root.cancel();
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Result<()> {
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    crate::outln!(
+        "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  STATE",
+        "NAME",
+        "UUID",
+        "LANE",
+        "EGRESS",
+        "HEALTH",
+        "HEARTBEAT",
+        "JOB"
+    );
+    for r in rows {
+        let age = r
+            .heartbeat_age_s
+            .map(|a| format!("{a:.0}s ago"))
+            .unwrap_or_else(|| "never".into());
+        let job = r
+            .current_job_id
+            .map(|j| j.to_string())
+            .unwrap_or_else(|| "-".into());
+        let state = match (r.retired_at.is_some(), r.enabled, r.drained) {
+            (true, _, _) => "retired",
+            (false, false, _) => "disabled",
+            (false, true, true) => "drained",
+            (false, true, false) => "active",
+        };
+        crate::outln!(
+            "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  {state}",
+            r.collector_name,
+            r.collector_uuid,
+            r.lane,
+            r.egress_key,
+            r.heartbeat_state,
+            age,
+            job
+        );
+    }
+    if rows.is_empty() {
+        crate::outln!("(no collectors)");
+    }
+    Ok(())
+}
+
+fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
+    let rows = t.values();
+    if json {
+        let map: serde_json::Map<String, serde_json::Value> = rows
+            .into_iter()
+            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v)))
+            .collect();
+        crate::outln!("{}", serde_json::to_string_pretty(&map)?);
+    } else {
+        for (def, v) in rows {
+            crate::outln!("{:<30} {v}", def.env);
+        }
+    }
+    Ok(())
+}

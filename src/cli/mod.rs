@@ -1,0 +1,406 @@
+//! Command-line interface: the clap definitions and the dispatch from a
+//! parsed command to its function in [`commands`]. `main` stays thin.
+//! (Field docs here are clap help text; the CLI is documented by `--help`.)
+#![allow(missing_docs)]
+
+mod commands;
+
+use std::process::ExitCode;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Tuning;
+use crate::db::{self, DbError, DbTarget, Pooling};
+
+/// PostgreSQL-coordinated stat collection for BF4PS.
+#[derive(Debug, Parser)]
+#[command(name = "bf4ps-ops", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub db: DbArgs,
+
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `bf4ps_ops=debug`).
+    #[arg(
+        long,
+        env = "BF4PS_LOG",
+        default_value = DEFAULT_LOG,
+        global = true
+    )]
+    pub log: String,
+
+    /// Log line format: `text` (coloured only on a terminal, never with NO_COLOR) or
+    /// `json` (one object per line, span fields such as collector, lane and job as keys).
+    #[arg(
+        long,
+        env = "BF4PS_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    pub log_format: crate::telemetry::LogFormat,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Default of `--log`.
+pub const DEFAULT_LOG: &str = "info,sqlx=warn";
+
+impl Cli {
+    /// The log filter to install: the demo keeps its live screen clean
+    /// (warnings only) unless a filter was chosen explicitly.
+    pub fn log_filter(&self) -> &str {
+        match self.command {
+            Command::Demo(_) if self.log == DEFAULT_LOG => "warn",
+            _ => &self.log,
+        }
+    }
+}
+
+/// The database connection, shared by every subcommand.
+#[derive(Clone, Args)]
+pub struct DbArgs {
+    /// PostgreSQL URL, e.g. postgres://bf4ps@db.example:5432/bf4ps?sslmode=verify-full&sslrootcert=/etc/bf4ps/db-ca.crt
+    /// (libpq parameters: sslmode, sslrootcert, sslcert, sslkey, ...).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub database_url: Option<String>,
+
+    /// PostgreSQL URL for what needs a session of its own and cannot go through a transaction
+    /// pooler: LISTEN, session advisory locks (projector, retention), migrations and the
+    /// one-off commands (default: DATABASE_URL). Same parameters and password file.
+    #[arg(
+        long,
+        env = "BF4PS_DIRECT_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub direct_database_url: Option<String>,
+
+    /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
+    /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
+    /// serve's and collectors' statements are then pinned, each in a transaction of its own).
+    #[arg(
+        long,
+        env = "BF4PS_DATABASE_POOLING",
+        default_value = "session",
+        global = true
+    )]
+    pub database_pooling: Pooling,
+
+    /// Read the database password from this file (first line), e.g. a systemd
+    /// credential; the URL must not carry one then.
+    #[arg(
+        long,
+        env = "BF4PS_DATABASE_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub database_password_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for DbArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DbArgs")
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(db::redact),
+            )
+            .field(
+                "direct_database_url",
+                &self.direct_database_url.as_deref().map(db::redact),
+            )
+            .field("database_pooling", &self.database_pooling)
+            .field("database_password_file", &self.database_password_file)
+            .finish()
+    }
+}
+
+impl DbArgs {
+    /// The target of `serve`'s and the collectors' pools: `DATABASE_URL`,
+    /// reached as `BF4PS_DATABASE_POOLING` says; or a clear error when
+    /// missing or malformed.
+    pub fn target(&self) -> Result<DbTarget, DbError> {
+        DbTarget::parse_with_password(self.database_url.as_deref(), self.password()?.as_deref())?
+            .with_pooling(self.database_pooling)
+    }
+
+    /// The direct target, for `needs` (named in the error when there is
+    /// none): `BF4PS_DIRECT_DATABASE_URL`, else `DATABASE_URL` unless that
+    /// goes through a transaction pooler.
+    pub fn direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+        let password = self.password()?;
+        let direct = self
+            .direct_database_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty());
+        match (direct, self.database_pooling) {
+            (Some(url), pooling) => {
+                if pooling == Pooling::Transaction
+                    && self.database_url.as_deref().map(str::trim) == Some(url)
+                {
+                    return Err(DbError::InvalidUrl {
+                        setting: "BF4PS_DIRECT_DATABASE_URL",
+                        url: db::redact(url),
+                        reason: "it is DATABASE_URL, which goes through the transaction pooler \
+                                 (BF4PS_DATABASE_POOLING=transaction); it must reach PostgreSQL \
+                                 directly"
+                            .into(),
+                    });
+                }
+                DbTarget::parse_setting("BF4PS_DIRECT_DATABASE_URL", Some(url), password.as_deref())
+            }
+            (None, Pooling::Session) => {
+                DbTarget::parse_with_password(self.database_url.as_deref(), password.as_deref())
+            }
+            (None, Pooling::Transaction) => Err(DbError::NeedsDirect { what: needs }),
+        }
+    }
+
+    /// [`DbArgs::direct_target`], checked to really be direct
+    /// ([`DbTarget::check_own_sessions`]).
+    pub async fn checked_direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+        let target = self.direct_target(needs)?;
+        target.check_own_sessions().await?;
+        Ok(target)
+    }
+
+    fn password(&self) -> Result<Option<String>, DbError> {
+        self.database_password_file
+            .as_deref()
+            .map(db::read_password_file)
+            .transpose()
+    }
+}
+
+/// Subcommands. (Parsed once per process, so variant size does not matter.)
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum Command {
+    /// Apply pending database migrations (advisory-locked, idempotent).
+    Migrate,
+    /// Validate the tuning configuration and print every effective value.
+    Config {
+        #[command(flatten)]
+        tuning: Tuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the control plane: projector, gauges, retention and HTTP /metrics, /healthz, /readyz.
+    Serve {
+        #[command(flatten)]
+        settings: crate::serve::ServeSettings,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+    /// Event retention.
+    Retention {
+        #[command(subcommand)]
+        command: RetentionCommand,
+    },
+    /// Projector maintenance.
+    Projector {
+        #[command(subcommand)]
+        command: ProjectorCommand,
+    },
+    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
+    Bench {
+        /// Benchmark name, or `all`.
+        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::dev::bench::names()))]
+        name: String,
+        /// One JSON object per line and scenario.
+        #[arg(long)]
+        json: bool,
+        /// Smaller samples (smoke runs).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
+    /// fake Battlelog, and watch it work.
+    Demo(crate::dev::demo::DemoArgs),
+    /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
+    Collector(CollectorArgs),
+    /// List collectors, or drain/enable/disable/retire one by name.
+    Collectors {
+        #[command(subcommand)]
+        action: CollectorsCommand,
+    },
+    /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
+    FakeBattlelog {
+        /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
+        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::dev::fake_battlelog::DEFAULT_LISTEN)]
+        listen: String,
+        #[command(flatten)]
+        settings: crate::dev::fake_battlelog::FakeSettings,
+    },
+    /// Ask for an interactive refresh of one soldier (creates it if unknown);
+    /// prints each resource's job, state, queue position and ETA.
+    Request {
+        /// Platform: pc, ps4 or xboxone.
+        #[arg(long)]
+        platform: String,
+        /// Battlelog persona id.
+        #[arg(long)]
+        persona_id: i64,
+        /// A resource to refresh (repeatable; default: all four).
+        #[arg(long = "resource", value_name = "RESOURCE")]
+        resources: Vec<String>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage tracked soldiers.
+    Soldiers {
+        #[command(subcommand)]
+        command: SoldiersCommand,
+    },
+    /// Collectors, queue, freshness, projector and retention at a glance.
+    Status {
+        /// Print JSON (stable field names, see README) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `bf4ps-ops collector` settings.
+#[derive(Debug, Args)]
+pub struct CollectorArgs {
+    /// Collector name (unique among active collectors, case-insensitive).
+    #[arg(long, env = "BF4PS_COLLECTOR_NAME")]
+    pub name: String,
+    /// Lane to claim from: background or interactive.
+    #[arg(long, env = "BF4PS_LANE")]
+    pub lane: crate::domain::Lane,
+    /// Egress key: collectors sharing it share the request rate (e.g. the outbound IP).
+    #[arg(long, env = "BF4PS_EGRESS_KEY", default_value = "default")]
+    pub egress_key: String,
+    /// Host name recorded for operators (default: this machine's name).
+    #[arg(long, env = "BF4PS_HOSTNAME")]
+    pub hostname: Option<String>,
+    /// Don't LISTEN for notifications; poll only (e.g. behind PgBouncer transaction pooling).
+    #[arg(long, env = "BF4PS_POLL_ONLY", value_parser = clap::builder::BoolishValueParser::new())]
+    pub poll_only: bool,
+    /// Serve this process's metrics at http://ADDR/metrics (e.g. 127.0.0.1:9641).
+    #[arg(long, env = "BF4PS_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub upstream: crate::upstream::UpstreamArgs,
+    #[command(flatten)]
+    pub tuning: Tuning,
+}
+
+/// `bf4ps-ops collectors …`.
+#[derive(Debug, Subcommand)]
+pub enum CollectorsCommand {
+    /// Show collectors: name, uuid, lane, egress, health, heartbeat age, current job.
+    List {
+        /// Include retired incarnations.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finish the current job, then claim nothing more.
+    Drain { name: String },
+    /// Claim again (clears drained and disabled).
+    Enable { name: String },
+    /// Claim nothing until enabled.
+    Disable { name: String },
+    /// Retire the incarnation (it stops; the name becomes reusable).
+    Retire { name: String },
+}
+
+/// `soldiers` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum SoldiersCommand {
+    /// Import soldiers from CSV `platform,persona_id,name` (header optional).
+    /// Every row is validated first; one invalid row imports nothing unless
+    /// --skip-invalid.
+    Import {
+        /// The CSV file.
+        file: PathBuf,
+        /// Import the valid rows and report the invalid ones.
+        #[arg(long)]
+        skip_invalid: bool,
+        /// Rows per transaction.
+        #[arg(long, default_value_t = crate::import::DEFAULT_BATCH_ROWS as u32,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        batch_rows: u32,
+        /// Batches loaded at once, each on its own connection.
+        #[arg(long, default_value_t = crate::import::DEFAULT_WORKERS as u32,
+              value_parser = clap::value_parser!(u32).range(1..=32))]
+        workers: u32,
+    },
+}
+
+/// `retention` subcommands.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum RetentionCommand {
+    /// Delete projected events older than the retention period (BF4PS_RETENTION).
+    Run {
+        /// Only count what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        tuning: Tuning,
+    },
+}
+
+/// `projector` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ProjectorCommand {
+    /// Replay the retained events into empty rollups and reset the checkpoint (one transaction).
+    Rebuild {
+        /// How long to wait for the projector lock (held by a running serve).
+        #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
+        wait: std::time::Duration,
+        /// Events per replay batch.
+        #[arg(long, env = crate::config::tuning::env::projector_batch,
+              default_value = crate::config::tuning::default::projector_batch)]
+        batch: u32,
+    },
+}
+
+/// Runs a parsed command. Errors are returned with context for `main` to print.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let db = &cli.db;
+    match cli.command {
+        Command::Migrate => commands::migrate(db).await,
+        Command::Config { tuning, json } => commands::config(&tuning, json),
+        Command::Serve { settings, tuning } => commands::serve(db, settings, tuning).await,
+        Command::Retention {
+            command: RetentionCommand::Run { dry_run, tuning },
+        } => commands::retention(db, dry_run, tuning).await,
+        Command::Projector {
+            command: ProjectorCommand::Rebuild { wait, batch },
+        } => commands::rebuild(db, wait, batch).await,
+        Command::Bench { name, json, quick } => commands::bench(db, &name, json, quick).await,
+        Command::Demo(args) => commands::demo(db, args).await,
+        Command::Collector(args) => commands::collector(db, args).await,
+        Command::Collectors { action } => commands::collectors(db, action).await,
+        Command::FakeBattlelog { listen, settings } => {
+            commands::fake_battlelog(&listen, settings).await
+        }
+        Command::Request {
+            platform,
+            persona_id,
+            resources,
+            json,
+        } => commands::request(db, &platform, persona_id, &resources, json).await,
+        Command::Soldiers {
+            command:
+                SoldiersCommand::Import {
+                    file,
+                    skip_invalid,
+                    batch_rows,
+                    workers,
+                },
+        } => commands::import(db, &file, skip_invalid, batch_rows, workers).await,
+        Command::Status { json } => commands::status(db, json).await,
+    }
+}
