@@ -16,7 +16,7 @@
 //! - every section is read in ONE read-only REPEATABLE READ transaction, so
 //!   the numbers are one consistent snapshot, and every age is measured
 //!   from the same instant (`generated_at`; injectable for tests);
-//! - the JSON field names are a stable interface (documented in README.md,
+//! - the JSON field names are a stable interface (documented in docs/operations.md,
 //!   `format` is bumped on any incompatible change); every lane, status,
 //!   class, resource and band is always present, with 0 when empty;
 //! - one source of truth per figure: projector lag and horizon come from

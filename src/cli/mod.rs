@@ -259,7 +259,7 @@ pub enum Command {
     },
     /// Collectors, queue, freshness, projector and retention at a glance.
     Status {
-        /// Print JSON (stable field names, see README) instead of a table.
+        /// Print JSON (stable field names, see docs/operations.md) instead of a table.
         #[arg(long)]
         json: bool,
     },

@@ -151,7 +151,7 @@ pub enum DbError {
          the same PostgreSQL session (pid {pid}). LISTEN, session advisory locks, migrations and \
          sqlx's prepared statements need a session of their own: point {setting} at PostgreSQL \
          directly (or a session-mode pool), or, for DATABASE_URL of serve and collectors, set \
-         BF4PS_DATABASE_POOLING=transaction and BF4PS_DIRECT_DATABASE_URL (see the README, \
+         BF4PS_DATABASE_POOLING=transaction and BF4PS_DIRECT_DATABASE_URL (see docs/operations.md, \
          \"Behind PgBouncer\")"
     )]
     SharedSessions {

@@ -1,10 +1,14 @@
-//! Keeps README.md and `deploy/` honest against the product:
-//! - every `BF4PS_*` variable they name exists (a clap `env = "…"` in `src/`),
-//!   and every SQL setting they `SET` is one the migrations read;
-//! - every variable in `src/` is documented in README.md, in a row that also
-//!   shows the default `--help` prints for it;
-//! - every subcommand (and sub-subcommand) of `bf4ps-ops --help` is mentioned;
-//! - every in-page link of README.md points at a heading.
+//! Keeps the README, `docs/` and `deploy/` honest against the product:
+//! - the README's first screen says what the project is and gives the two
+//!   commands, and links the operator reference in `docs/`;
+//! - every `BF4PS_*` variable they name exists (it is in some `--help`), and
+//!   every SQL setting they `SET` is one the migrations read;
+//! - every variable of `--help` is documented in `docs/configuration.md`, in a
+//!   row that also shows the default `--help` prints for it;
+//! - every subcommand (and sub-subcommand) of `bf4ps-ops --help` is mentioned
+//!   in the operator documentation;
+//! - every relative link of every Markdown file points at a file that exists
+//!   and, with a `#fragment`, at one of its headings.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -21,6 +25,29 @@ fn read(path: &Path) -> String {
 
 fn readme() -> String {
     read(&repo().join("README.md"))
+}
+
+/// The configuration reference: every setting, with its default.
+fn configuration() -> String {
+    read(&repo().join("docs/configuration.md"))
+}
+
+/// What an operator reads: the README and the operator reference in `docs/`.
+fn operator_docs() -> String {
+    ["README.md", "docs/operations.md", "docs/configuration.md"]
+        .iter()
+        .map(|name| read(&repo().join(name)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every Markdown file of the repository that people read (not `target/`).
+fn markdown_files() -> Vec<PathBuf> {
+    let mut out = vec![repo().join("README.md"), repo().join("ARCHITECTURE.md")];
+    for dir in ["docs", "deploy", "alerts", "dashboards"] {
+        out.extend(files(&repo().join(dir), ".md"));
+    }
+    out
 }
 
 /// Files under `dir` (recursively) whose name ends with `suffix`, sorted.
@@ -91,10 +118,14 @@ fn mentioned_vars(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (exact, families)
 }
 
-/// README.md and every file under `deploy/`.
+/// Every Markdown file and every file under `deploy/`.
 fn documents() -> Vec<(String, String)> {
-    let mut docs = vec![("README.md".to_owned(), readme())];
-    for path in files(&repo().join("deploy"), "") {
+    let mut paths = markdown_files();
+    paths.extend(files(&repo().join("deploy"), ""));
+    paths.sort();
+    paths.dedup();
+    let mut docs = Vec::new();
+    for path in paths {
         let name = path.strip_prefix(repo()).unwrap_or(&path);
         docs.push((name.display().to_string(), read(&path)));
     }
@@ -160,11 +191,11 @@ fn documented_sql_settings_exist_and_are_documented() {
             );
         }
     }
-    let readme = readme();
+    let docs = operator_docs();
     for setting in &read_by_migrations {
         assert!(
-            readme.contains(&format!("SET {setting} =")),
-            "README.md does not say how to set {setting}"
+            docs.contains(&format!("SET {setting} =")),
+            "the operator documentation does not say how to set {setting}"
         );
     }
 }
@@ -232,17 +263,17 @@ fn help_defaults(help: &str, into: &mut BTreeMap<String, String>) {
 
 #[test]
 fn every_variable_is_documented_with_its_default() {
-    let readme = readme();
-    let (documented, _) = mentioned_vars(&readme);
+    let reference = configuration();
+    let (documented, _) = mentioned_vars(&reference);
     let missing: Vec<String> = source_env_vars()
         .into_iter()
         .filter(|v| v != "DATABASE_URL" && !documented.contains(v))
         .collect();
     assert!(
         missing.is_empty(),
-        "variables defined in src/ but not documented in README.md: {missing:?}"
+        "variables of --help not documented in docs/configuration.md: {missing:?}"
     );
-    assert!(readme.contains("`DATABASE_URL`"));
+    assert!(reference.contains("`DATABASE_URL`"));
 
     let mut defaults = BTreeMap::new();
     help_defaults(&help(&[]), &mut defaults);
@@ -260,7 +291,7 @@ fn every_variable_is_documented_with_its_default() {
         let shown = default.replace(version, "<version>");
         let row = format!("`{var}`");
         let value = format!("`{shown}`");
-        if !readme
+        if !reference
             .lines()
             .any(|l| l.starts_with('|') && l.contains(&row) && l.contains(&value))
         {
@@ -269,30 +300,32 @@ fn every_variable_is_documented_with_its_default() {
     }
     assert!(
         wrong.is_empty(),
-        "README.md has no table row naming these variables with their --help default:\n{}",
+        "docs/configuration.md has no table row naming these variables with their --help \
+         default:\n{}",
         wrong.join("\n")
     );
 }
 
 #[test]
 fn every_subcommand_is_documented() {
-    let readme = readme();
+    let docs = operator_docs();
     let paths = command_paths();
     assert!(paths.len() >= 15, "found only {paths:?}");
     let mut missing = Vec::new();
     for path in paths {
         let top = &path[0];
-        if !(readme.contains(&format!("bf4ps-ops {top}")) || readme.contains(&format!("`{top}`"))) {
+        if !(docs.contains(&format!("bf4ps-ops {top}")) || docs.contains(&format!("`{top}`"))) {
             missing.push(top.clone());
         }
-        if path.len() > 1 && !readme.contains(&path.join(" ")) {
+        if path.len() > 1 && !docs.contains(&path.join(" ")) {
             missing.push(path.join(" "));
         }
     }
     missing.dedup();
     assert!(
         missing.is_empty(),
-        "subcommands of `bf4ps-ops --help` that README.md never mentions: {missing:?}"
+        "subcommands of `bf4ps-ops --help` that the operator documentation never mentions: \
+         {missing:?}"
     );
 }
 
@@ -307,12 +340,12 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-#[test]
-fn readme_links_point_at_headings() {
-    let readme = readme();
+/// The anchors of a Markdown text's headings (outside code blocks), with
+/// GitHub's `-1`, `-2` suffixes for repeated headings.
+fn heading_anchors(text: &str) -> BTreeSet<String> {
     let mut anchors = BTreeSet::new();
     let mut in_code = false;
-    for line in readme.lines() {
+    for line in text.lines() {
         if line.starts_with("```") {
             in_code = !in_code;
         }
@@ -326,18 +359,73 @@ fn readme_links_point_at_headings() {
             }
         }
     }
-    let broken: Vec<&str> = readme
-        .match_indices("](#")
+    anchors
+}
+
+/// The targets of a Markdown text's inline links, `[text](target)`.
+fn link_targets(text: &str) -> Vec<&str> {
+    text.match_indices("](")
         .map(|(i, _)| {
-            let rest = &readme[i + 3..];
+            let rest = &text[i + 2..];
             &rest[..rest.find(')').unwrap_or(rest.len())]
         })
-        .filter(|target| !anchors.contains(*target))
-        .collect();
-    assert!(
-        broken.is_empty(),
-        "README.md links to missing headings: {broken:?}"
-    );
+        .collect()
+}
+
+#[test]
+fn links_point_at_files_and_headings() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for doc in markdown_files() {
+        let text = read(&doc);
+        let dir = doc.parent().expect("a file has a directory");
+        for target in link_targets(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, fragment) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() {
+                doc.clone()
+            } else {
+                dir.join(file)
+            };
+            let name = doc.strip_prefix(repo()).unwrap_or(&doc).display();
+            if !path.exists() {
+                broken.push(format!("{name}: {target} (no such file)"));
+            } else if !fragment.is_empty()
+                && !(path.is_file() && heading_anchors(&read(&path)).contains(fragment))
+            {
+                broken.push(format!("{name}: {target} (no such heading)"));
+            }
+        }
+    }
+    assert!(checked > 40, "the link scanner found only {checked} links");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The README's first screen: what the project is, then the two commands
+/// that do everything on a fresh machine; the reference lives in `docs/`.
+#[test]
+fn readme_starts_with_the_two_commands() {
+    let readme = readme();
+    let first_screen: Vec<&str> = readme.lines().take(24).collect();
+    for command in ["cargo run --release -- demo", "scripts/test"] {
+        assert!(
+            first_screen.iter().any(|l| l.starts_with(command)),
+            "the README's first 24 lines do not give `{command}`"
+        );
+    }
+    for doc in [
+        "docs/configuration.md",
+        "docs/operations.md",
+        "docs/troubleshooting.md",
+    ] {
+        assert!(
+            readme.contains(&format!("]({doc})")),
+            "the README does not link {doc}"
+        );
+    }
 }
 
 #[test]
