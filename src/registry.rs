@@ -286,6 +286,15 @@ pub async fn list(
     .map_err(db("list collectors"))
 }
 
+/// The egress keys of the non-retired collectors (`serve` registers their
+/// series at start).
+pub async fn egress_keys(pool: impl PgExecutor<'_>) -> Result<Vec<String>, RegistryError> {
+    sqlx::query_scalar("SELECT DISTINCT egress_key FROM collectors WHERE retired_at IS NULL")
+        .fetch_all(pool)
+        .await
+        .map_err(db("list egress keys"))
+}
+
 /// Operator actions on a collector by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Control {

@@ -77,9 +77,9 @@ pub enum ServeError {
     /// Connecting or migrating failed at start.
     #[error(transparent)]
     Db(#[from] DbError),
-    /// A start-up query failed.
-    #[error("serve start-up query failed: {0}")]
-    Query(#[from] sqlx::Error),
+    /// Reading the collectors at start failed.
+    #[error("serve start-up: {0}")]
+    Registry(#[from] crate::registry::RegistryError),
     /// The HTTP address could not be bound.
     #[error(
         "cannot listen on {addr}: {source} (is another serve running? set --listen/BF4PS_LISTEN)"
@@ -242,11 +242,7 @@ impl Serve {
         let tuning = self.tuning;
         let expiry = (tuning.gauge_interval * 3).max(Duration::from_millis(500));
         let registry = Registry::with_gauge_expiry(expiry);
-        let egress_keys: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT egress_key FROM collectors WHERE retired_at IS NULL",
-        )
-        .fetch_all(&pool)
-        .await?;
+        let egress_keys = crate::registry::egress_keys(&pool).await?;
         projector::register_series(&registry, &egress_keys);
         retention::register_series(&registry);
         let _ = registry.counter("bf4ps_listener_reconnects_total", &[("process", "serve")]);
@@ -555,7 +551,7 @@ async fn healthz() -> impl IntoResponse {
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let timeout = Duration::from_secs(2);
     let database = matches!(
-        tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&s.pool)).await,
+        tokio::time::timeout(timeout, db::ping(&s.pool)).await,
         Ok(Ok(_))
     );
     let migrations = database

@@ -331,6 +331,11 @@ async fn migrate_on(
     result
 }
 
+/// One round trip: whether the database answers at all (`/readyz`).
+pub async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT 1").execute(pool).await.map(drop)
+}
+
 /// Whether every known migration is applied with its original checksum.
 pub async fn migrations_current<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, DbError> {
     let applied: Vec<(i64, Vec<u8>)> = match sqlx::query_as(

@@ -8,12 +8,7 @@ use sqlx::PgPool;
 use crate::db::DbTarget;
 use crate::locks::{self, LockConnection};
 
-use super::{
-    CHECKPOINT, Position, ProjectorError,
-    batch::{Batch, EventRow},
-    run::LOCK_APPLICATION,
-    store::{READ_BATCH, upsert_rollups},
-};
+use super::{Position, ProjectorError, batch::Batch, run::LOCK_APPLICATION, store};
 
 /// Waits a little for an advisory lock, or fails naming its holder.
 pub(super) async fn busy_or_wait(
@@ -73,39 +68,18 @@ pub async fn rebuild(
         busy_or_wait(pool, locks::RETENTION, deadline).await?;
     }
     let mut tx = pool.begin().await?;
-    let horizon: String = sqlx::query_scalar("SELECT bf4ps_projection_horizon()::text")
-        .fetch_one(&mut *tx)
-        .await?;
-    let reset = sqlx::query(
-        "UPDATE projector_checkpoint SET tx_id = '0', event_id = 0, projected_events = 0, \
-         last_event_at = NULL, updated_at = now() WHERE projector = $1",
-    )
-    .bind(CHECKPOINT)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    if reset != 1 {
-        return Err(ProjectorError::MissingCheckpoint);
-    }
-    sqlx::query("DELETE FROM event_rollup_hourly")
-        .execute(&mut *tx)
-        .await?;
+    let horizon = store::horizon(&mut tx).await?;
+    store::reset(&mut tx).await?;
     let mut cursor = Position::default();
     let mut events = 0u64;
     let mut max_at: Option<DateTime<Utc>> = None;
     loop {
-        let rows: Vec<EventRow> = sqlx::query_as(READ_BATCH)
-            .bind(cursor.tx_id.to_string())
-            .bind(cursor.event_id)
-            .bind(i64::from(batch.max(1)))
-            .bind(Some(horizon.clone()))
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = store::read_batch(&mut tx, cursor, batch.max(1), Some(&horizon)).await?;
         if rows.is_empty() {
             break;
         }
         let b = Batch::from_rows(&rows)?;
-        upsert_rollups(&mut tx, &b.rollups).await?;
+        store::upsert_rollups(&mut tx, &b.rollups).await?;
         events += b.count;
         cursor = b.last;
         if b.max_occurred_at > max_at {
@@ -116,20 +90,8 @@ pub async fn rebuild(
             break;
         }
     }
-    sqlx::query(
-        "UPDATE projector_checkpoint SET tx_id = $1::text::xid8, event_id = $2, \
-         projected_events = $3, last_event_at = $4, updated_at = now() WHERE projector = $5",
-    )
-    .bind(cursor.tx_id.to_string())
-    .bind(cursor.event_id)
-    .bind(events as i64)
-    .bind(max_at)
-    .bind(CHECKPOINT)
-    .execute(&mut *tx)
-    .await?;
-    let rollup_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM event_rollup_hourly")
-        .fetch_one(&mut *tx)
-        .await?;
+    store::set_checkpoint(&mut tx, cursor, events, max_at).await?;
+    let rollup_rows = store::rollup_rows(&mut tx).await?;
     if lock.lost().is_cancelled() {
         return Err(ProjectorError::LeadershipLost);
     }
@@ -137,7 +99,7 @@ pub async fn rebuild(
     lock.release().await?;
     Ok(RebuildReport {
         events,
-        rollup_rows: rollup_rows as u64,
+        rollup_rows,
         checkpoint: cursor,
     })
 }

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-
+use chrono::Utc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -18,10 +17,10 @@ use crate::locks::{self, LockConnection};
 use crate::metrics::Registry;
 
 use super::{
-    CHECKPOINT, Progress, ProjectorError, Step,
-    batch::{Batch, EventRow},
+    Progress, ProjectorError, Step,
+    batch::Batch,
     checkpoint,
-    store::{CAS_CHECKPOINT, READ_BATCH, held_back, upsert_rollups},
+    store::{self, held_back, upsert_rollups},
     unix_seconds,
 };
 
@@ -171,13 +170,7 @@ impl Projector {
     async fn step(&self, lease: Option<&CancellationToken>) -> Result<Step, ProjectorError> {
         let mut tx = self.pool.begin().await?;
         let from = checkpoint(&mut *tx).await?;
-        let rows: Vec<EventRow> = sqlx::query_as(READ_BATCH)
-            .bind(from.tx_id.to_string())
-            .bind(from.event_id)
-            .bind(i64::from(self.batch))
-            .bind(None::<String>)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = store::read_batch(&mut tx, from, self.batch, None).await?;
         if rows.is_empty() {
             let held = held_back(&mut *tx).await?;
             tx.rollback().await?;
@@ -199,25 +192,21 @@ impl Projector {
         let batch = Batch::from_rows(&rows)?;
         // The checkpoint's newest event time over every projector that ever
         // led: the last-event gauge shows it, never this batch's own maximum.
-        let moved: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(CAS_CHECKPOINT)
-            .bind(from.tx_id.to_string())
-            .bind(from.event_id)
-            .bind(batch.last.tx_id.to_string())
-            .bind(batch.last.event_id)
-            .bind(batch.count as i64)
-            .bind(batch.max_occurred_at)
-            .bind(CHECKPOINT)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some((last_event_at,)) = moved else {
+        let moved = store::advance_checkpoint(
+            &mut tx,
+            from,
+            batch.last,
+            batch.count,
+            batch.max_occurred_at,
+        )
+        .await?;
+        let Some(last_event_at) = moved else {
             tx.rollback().await?;
             return Err(ProjectorError::CheckpointMoved);
         };
         upsert_rollups(&mut tx, &batch.rollups).await?;
         if let Some(hook) = &self.hook {
-            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&mut *tx)
-                .await?;
+            let pid = store::backend_pid(&mut tx).await?;
             hook(pid).await;
         }
         if lease.is_some_and(|l| l.is_cancelled()) {

@@ -1,17 +1,21 @@
-//! The projector's SQL: reading a batch below the horizon, the checkpoint
-//! compare-and-set, the rollup upserts.
+//! The projector's SQL, all of it: reading a batch below the horizon, the
+//! checkpoint (read, compare-and-set, reset by a rebuild), the rollup
+//! upserts. The loop (`run`) and `rebuild` call these and hold no SQL.
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
 use super::{
     CHECKPOINT, Position, ProjectorError, RollupDelta,
-    batch::{RollupKey, parse_tx},
+    batch::{EventRow, RollupKey, parse_tx},
 };
 
 /// Commit-safe read of the next batch. `$4` fixes the horizon (rebuild);
 /// NULL means `bf4ps_projection_horizon()` of this statement's snapshot
 /// (the oldest transaction of this database still in progress).
-pub(super) const READ_BATCH: &str = concat!(
+const READ_BATCH: &str = concat!(
     "SELECT event_id, tx_id::text AS tx_text, occurred_at, event_type, lane, resource, ",
     "egress_key_snapshot, result, duration_ms, http_status, error_class, ",
     "metadata->>'previous_success_at' AS previous_success_at ",
@@ -58,13 +62,117 @@ pub(super) const UPSERT_ROLLUPS: &str = concat!(
     "updated_at = now()"
 );
 
-pub(super) const CAS_CHECKPOINT: &str = concat!(
+const CAS_CHECKPOINT: &str = concat!(
     "UPDATE projector_checkpoint SET tx_id = $3::text::xid8, event_id = $4, ",
     "projected_events = projected_events + $5, ",
     "last_event_at = greatest(last_event_at, $6), updated_at = now() ",
     "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2 ",
     "RETURNING last_event_at"
 );
+
+/// The next `limit` events after `from` in commit order, below `horizon`
+/// (a rebuild's fixed one) or, when `None`, below this statement's own.
+pub(super) async fn read_batch(
+    conn: &mut PgConnection,
+    from: Position,
+    limit: u32,
+    horizon: Option<&str>,
+) -> Result<Vec<EventRow>, sqlx::Error> {
+    sqlx::query_as(READ_BATCH)
+        .bind(from.tx_id.to_string())
+        .bind(from.event_id)
+        .bind(i64::from(limit))
+        .bind(horizon)
+        .fetch_all(conn)
+        .await
+}
+
+/// Moves the checkpoint from `from` to `to` (counting `events` more), only
+/// if it still is at `from`. `None`: another projector moved it; else the
+/// checkpoint's newest event time over every projector that ever led.
+pub(super) async fn advance_checkpoint(
+    conn: &mut PgConnection,
+    from: Position,
+    to: Position,
+    events: u64,
+    max_occurred_at: Option<DateTime<Utc>>,
+) -> Result<Option<Option<DateTime<Utc>>>, sqlx::Error> {
+    let moved: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(CAS_CHECKPOINT)
+        .bind(from.tx_id.to_string())
+        .bind(from.event_id)
+        .bind(to.tx_id.to_string())
+        .bind(to.event_id)
+        .bind(events as i64)
+        .bind(max_occurred_at)
+        .bind(CHECKPOINT)
+        .fetch_optional(conn)
+        .await?;
+    Ok(moved.map(|(at,)| at))
+}
+
+/// The horizon of this transaction's snapshot, as text (a rebuild reads
+/// every batch below it).
+pub(super) async fn horizon(conn: &mut PgConnection) -> Result<String, sqlx::Error> {
+    sqlx::query_scalar("SELECT bf4ps_projection_horizon()::text")
+        .fetch_one(conn)
+        .await
+}
+
+/// Empties the rollups and puts the checkpoint back at the start (a
+/// rebuild, inside its transaction).
+pub(super) async fn reset(conn: &mut PgConnection) -> Result<(), ProjectorError> {
+    let reset = sqlx::query(
+        "UPDATE projector_checkpoint SET tx_id = '0', event_id = 0, projected_events = 0, \
+         last_event_at = NULL, updated_at = now() WHERE projector = $1",
+    )
+    .bind(CHECKPOINT)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if reset != 1 {
+        return Err(ProjectorError::MissingCheckpoint);
+    }
+    sqlx::query("DELETE FROM event_rollup_hourly")
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Sets the checkpoint outright (a rebuild's end, inside its transaction).
+pub(super) async fn set_checkpoint(
+    conn: &mut PgConnection,
+    at: Position,
+    events: u64,
+    last_event_at: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE projector_checkpoint SET tx_id = $1::text::xid8, event_id = $2, \
+         projected_events = $3, last_event_at = $4, updated_at = now() WHERE projector = $5",
+    )
+    .bind(at.tx_id.to_string())
+    .bind(at.event_id)
+    .bind(events as i64)
+    .bind(last_event_at)
+    .bind(CHECKPOINT)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Rollup rows.
+pub(super) async fn rollup_rows(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM event_rollup_hourly")
+        .fetch_one(conn)
+        .await?;
+    Ok(n as u64)
+}
+
+/// This connection's server process (the tests' hook names it).
+pub(super) async fn backend_pid(conn: &mut PgConnection) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(conn)
+        .await
+}
 
 /// Reads the checkpoint row.
 pub async fn checkpoint<'e, E>(executor: E) -> Result<Position, ProjectorError>
@@ -99,8 +207,9 @@ where
     .await
 }
 
+/// Adds a batch's deltas to the hourly rollups.
 pub(super) async fn upsert_rollups(
-    tx: &mut sqlx::PgConnection,
+    tx: &mut PgConnection,
     rollups: &BTreeMap<RollupKey, RollupDelta>,
 ) -> Result<(), sqlx::Error> {
     if rollups.is_empty() {

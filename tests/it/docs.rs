@@ -391,11 +391,11 @@ fn links_point_at_files_and_headings() {
                 dir.join(file)
             };
             let name = doc.strip_prefix(repo()).unwrap_or(&doc).display();
+            let heading_found =
+                || path.is_file() && heading_anchors(&read(&path)).contains(fragment);
             if !path.exists() {
                 broken.push(format!("{name}: {target} (no such file)"));
-            } else if !fragment.is_empty()
-                && !(path.is_file() && heading_anchors(&read(&path)).contains(fragment))
-            {
+            } else if !fragment.is_empty() && !heading_found() {
                 broken.push(format!("{name}: {target} (no such heading)"));
             }
         }

@@ -1,6 +1,10 @@
-//! Layering rules of ARCHITECTURE.md, checked on the sources: the runtime
-//! (every module outside `src/dev/`) never imports the development tooling
-//! in `src/dev/`; only the command line (`cli.rs`) dispatches to it.
+//! Layering rules of ARCHITECTURE.md, checked on the sources:
+//! - the runtime (every module outside `src/dev/`) never imports the
+//!   development tooling in `src/dev/`; only the command line (`src/cli/`)
+//!   dispatches to it;
+//! - the runtime's SQL lives in the data-access modules: the control
+//!   modules (collector, serve, monitor, gauges, the projector's loop, the
+//!   command line, …) call them and run no query of their own.
 
 use std::path::{Path, PathBuf};
 
@@ -15,17 +19,28 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn the_runtime_never_imports_the_tooling() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The runtime's modules: everything under `src/` but the tooling.
+fn runtime_files() -> Vec<PathBuf> {
+    let src = src();
     let mut files = Vec::new();
     rust_files(&src, &mut files);
-    let dev = src.join("dev");
-    let edge = [src.join("cli.rs"), src.join("lib.rs"), src.join("main.rs")];
+    files.retain(|f| !f.starts_with(src.join("dev")));
+    files.sort();
+    files
+}
+
+#[test]
+fn the_runtime_never_imports_the_tooling() {
+    let src = src();
+    let edge = [src.join("lib.rs"), src.join("main.rs")];
     let mut offenders = Vec::new();
     let mut runtime = 0;
-    for file in files {
-        if file.starts_with(&dev) || edge.contains(&file) {
+    for file in runtime_files() {
+        if file.starts_with(src.join("cli")) || edge.contains(&file) {
             continue;
         }
         runtime += 1;
@@ -43,6 +58,89 @@ fn the_runtime_never_imports_the_tooling() {
     assert!(
         offenders.is_empty(),
         "runtime modules import src/dev/:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The modules that may run SQL, relative to `src/`. A directory entry
+/// (ending in `/`) covers every file in it.
+const DATA_ACCESS: &[&str] = &[
+    "db/",
+    "locks.rs",
+    "listener.rs",
+    "queue.rs",
+    "registry.rs",
+    "egress.rs",
+    "feeder.rs",
+    "request.rs",
+    "import.rs",
+    "status.rs",
+    "freshness.rs",
+    "retention.rs",
+    "projector/store.rs",
+    "projector/lag.rs",
+];
+
+/// A line that runs SQL through sqlx.
+fn runs_sql(line: &str) -> bool {
+    [
+        "sqlx::query",
+        "sqlx::raw_sql",
+        "query_as(",
+        "query_scalar(",
+        "query_as_with(",
+    ]
+    .iter()
+    .any(|p| line.contains(p))
+}
+
+#[test]
+fn sql_lives_in_the_data_access_modules() {
+    let src = src();
+    let mut offenders = Vec::new();
+    let mut with_sql = 0;
+    for file in runtime_files() {
+        let relative = file
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let allowed = DATA_ACCESS.iter().any(|m| {
+            if m.ends_with('/') {
+                relative.starts_with(m)
+            } else {
+                relative == *m
+            }
+        });
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<(usize, &str)> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| runs_sql(l) && !l.trim_start().starts_with("//"))
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        with_sql += 1;
+        if !allowed {
+            for (n, line) in lines {
+                offenders.push(format!("src/{relative}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    // Every data-access module still exists and still runs SQL: the list
+    // cannot silently go stale.
+    assert!(
+        with_sql >= DATA_ACCESS.len(),
+        "found SQL in only {with_sql} modules"
+    );
+    for m in DATA_ACCESS {
+        assert!(src.join(m).exists(), "src/{m} is listed but does not exist");
+    }
+    assert!(
+        offenders.is_empty(),
+        "SQL outside the data-access modules (move it into one, or list a new one here \
+         and in ARCHITECTURE.md):\n{}",
         offenders.join("\n")
     );
 }
