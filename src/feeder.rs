@@ -62,9 +62,6 @@ use crate::domain::{EVENTS_CHANNEL, Resource};
 /// The ageing reference: `priority_value` counts minutes of due time from here.
 pub const AGING_EPOCH: &str = "2025-01-01 00:00:00+00";
 
-/// Advisory lock serializing feed cycles across processes ("bf4psfed").
-const FEED_LOCK_KEY: i64 = 0x6266_3470_7366_6564;
-
 /// A feed cycle failed (the loop logs it and tries again next tick).
 #[derive(Debug, thiserror::Error)]
 pub enum FeederError {
@@ -253,7 +250,7 @@ impl Feeder {
     pub async fn run_once(&self) -> Result<CycleReport, FeederError> {
         let mut tx = self.pool.begin().await?;
         let (locked, notify_events): (bool, bool) = sqlx::query_as(LOCK_CYCLE_SQL)
-            .bind(FEED_LOCK_KEY)
+            .bind(crate::locks::FEEDER)
             .fetch_one(&mut *tx)
             .await?;
         if !locked {

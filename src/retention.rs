@@ -9,7 +9,7 @@
 //!   retention lock), and the row is read `FOR KEY SHARE`, which never
 //!   blocks the projector's checkpoint update;
 //! - one runner at a time per database (session advisory lock
-//!   [`LOCK_KEY`], held on a [`LockConnection`] to the direct target: a
+//!   [`locks::RETENTION`], held on a [`LockConnection`] to the direct target: a
 //!   session lock cannot live behind a transaction pooler); a second runner
 //!   returns [`RetentionError::Busy`], and a run whose lock connection dies
 //!   stops before its next batch ([`RetentionError::LockLost`]);
@@ -21,13 +21,10 @@
 use std::time::{Duration, Instant};
 
 use crate::db::{DbError, DbTarget, Pooled};
-use crate::locks::LockConnection;
+use crate::locks::{self, LockConnection};
 use crate::metrics::Registry;
 use crate::projector::CHECKPOINT;
 use chrono::{DateTime, Utc};
-
-/// Session advisory lock serializing retention runs ("bf4psret").
-pub const LOCK_KEY: i64 = 0x6266_3470_7372_6574;
 
 /// A retention failure.
 #[derive(Debug, thiserror::Error)]
@@ -141,13 +138,13 @@ pub async fn run_once(
 ) -> Result<RetentionReport, RetentionError> {
     let lock =
         LockConnection::connect(lock_target, LOCK_APPLICATION, Duration::from_secs(1)).await?;
-    if !lock.try_lock(LOCK_KEY).await? {
+    if !lock.try_lock(locks::RETENTION).await? {
         return Err(RetentionError::Busy);
     }
     let result = locked_run(pool, &lock, settings, registry, &mut progress).await;
     // Dropping the connection would release the lock too, but only once
     // the server notices; a run right after this one must find it free.
-    let _ = lock.unlock(LOCK_KEY).await;
+    let _ = lock.unlock(locks::RETENTION).await;
     result
 }
 

@@ -270,9 +270,6 @@ pub struct MigrateReport {
     pub current: i64,
 }
 
-/// Advisory lock key serializing whole `migrate` runs ("bf4psmig").
-const MIGRATE_LOCK_KEY: i64 = 0x6266_3470_736d_6967;
-
 /// Applies pending migrations under an advisory lock. Safe to run from several
 /// processes at once (the later ones wait, then find nothing to do); a no-op
 /// when up to date.
@@ -302,7 +299,7 @@ async fn migrate_on(
     // Held for the whole run so "what was applied by us" is exact; sqlx's
     // migrator takes its own (re-entrant) lock inside.
     sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(MIGRATE_LOCK_KEY)
+        .bind(crate::locks::MIGRATE)
         .execute(&mut *conn)
         .await
         .map_err(|e| explain(e, addr, opts))?;
@@ -325,7 +322,7 @@ async fn migrate_on(
     .await;
     // Closing the session releases the lock even if the unlock fails.
     let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(MIGRATE_LOCK_KEY)
+        .bind(crate::locks::MIGRATE)
         .execute(&mut *conn)
         .await;
     result

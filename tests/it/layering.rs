@@ -4,7 +4,8 @@
 //!   dispatches to it;
 //! - the runtime's SQL lives in the data-access modules: the control
 //!   modules (collector, serve, monitor, gauges, the projector's loop, the
-//!   command line, …) call them and run no query of their own.
+//!   command line, …) call them and run no query of their own;
+//! - every advisory lock key is declared once, in `src/locks.rs`.
 
 use std::path::{Path, PathBuf};
 
@@ -142,5 +143,26 @@ fn sql_lives_in_the_data_access_modules() {
         "SQL outside the data-access modules (move it into one, or list a new one here \
          and in ARCHITECTURE.md):\n{}",
         offenders.join("\n")
+    );
+}
+
+#[test]
+fn advisory_lock_keys_are_declared_only_in_locks() {
+    let src = src();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    // Every key spells "bf4ps" in its high bytes (see locks.rs).
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| **f != src.join("locks.rs"))
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.contains("0x6266_3470") || text.contains("0x62663470")
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "advisory lock keys declared outside src/locks.rs: {offenders:?}"
     );
 }

@@ -165,7 +165,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let mut holder = db.pool.acquire().await.unwrap();
     sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(retention::LOCK_KEY)
+        .bind(bf4ps_ops::locks::RETENTION)
         .execute(&mut *holder)
         .await
         .unwrap();
@@ -185,7 +185,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         "{stderr}"
     );
     sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(retention::LOCK_KEY)
+        .bind(bf4ps_ops::locks::RETENTION)
         .execute(&mut *holder)
         .await
         .unwrap();
