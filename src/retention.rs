@@ -101,12 +101,19 @@ pub struct RetentionReport {
     pub unprojected_old: u64,
 }
 
+/// One batch: the oldest eligible events, found through
+/// `ix_collection_events_time`, deleted by their row addresses (a TID scan).
+/// Joining on `event_id` instead let the planner hash-join against a
+/// sequential scan of the whole table for every batch (`tests/it/plans.rs`).
+/// Row addresses are stable here: the statement reads and deletes in one
+/// snapshot, events are never updated, and only retention (one runner)
+/// deletes them.
 const DELETE_BATCH: &str = concat!(
     "WITH cp AS (SELECT tx_id, event_id FROM projector_checkpoint WHERE projector = $3 FOR KEY SHARE), ",
-    "doomed AS (SELECT e.event_id FROM collection_events e, cp ",
+    "doomed AS (SELECT e.ctid FROM collection_events e, cp ",
     "  WHERE e.occurred_at < $1 AND (e.tx_id, e.event_id) <= (cp.tx_id, cp.event_id) ",
     "  ORDER BY e.occurred_at LIMIT $2) ",
-    "DELETE FROM collection_events d USING doomed WHERE d.event_id = doomed.event_id"
+    "DELETE FROM collection_events WHERE ctid = ANY (ARRAY(SELECT ctid FROM doomed))"
 );
 
 const COUNT_ELIGIBLE: &str = concat!(

@@ -19,6 +19,7 @@ mod listener;
 mod observability;
 mod pgbouncer;
 mod pgcluster;
+mod plans;
 mod projector;
 mod prometheus_e2e;
 mod queue;
