@@ -353,15 +353,25 @@ impl DbTarget {
             .map_err(|e| self.explain(e))
     }
 
+    /// Options of a connection of its own, named `application_name` in
+    /// `pg_stat_activity`; its housekeeping statements are not logged.
+    fn session_options(&self, application_name: &str) -> PgConnectOptions {
+        self.options
+            .clone()
+            .application_name(application_name)
+            .disable_statement_logging()
+    }
+
     /// One dedicated connection (not from a pool), named `application_name`
     /// in `pg_stat_activity`: for session advisory locks.
     pub async fn connect_dedicated(&self, application_name: &str) -> Result<PgConnection, DbError> {
         self.require_direct("a session advisory lock (a dedicated connection)")?;
-        let options = self
-            .options
-            .clone()
-            .application_name(application_name)
-            .disable_statement_logging();
+        self.connect_one(&self.session_options(application_name))
+            .await
+    }
+
+    /// One connection with `options`, within 10 s.
+    async fn connect_one(&self, options: &PgConnectOptions) -> Result<PgConnection, DbError> {
         tokio::time::timeout(Duration::from_secs(10), options.connect())
             .await
             .map_err(|_| DbError::Unreachable {
@@ -376,11 +386,7 @@ impl DbTarget {
     /// [`PgListener::try_recv`] returns `None` and the caller reconnects.
     pub async fn listen(&self, application_name: &str) -> Result<PgListener, DbError> {
         self.require_direct("LISTEN")?;
-        let options = self
-            .options
-            .clone()
-            .application_name(application_name)
-            .disable_statement_logging();
+        let options = self.session_options(application_name);
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .min_connections(0)
@@ -414,10 +420,7 @@ impl DbTarget {
     /// wrong configuration, run once at start.
     pub async fn check_own_sessions(&self) -> Result<(), DbError> {
         let options = self
-            .options
-            .clone()
-            .application_name("bf4ps-ops session check")
-            .disable_statement_logging()
+            .session_options("bf4ps-ops session check")
             .extra_float_digits(None);
         let pid = async |conn: &mut PgConnection| -> Result<Option<i32>, DbError> {
             let row = sqlx::raw_sql("SELECT pg_backend_pid()")
@@ -432,18 +435,9 @@ impl DbTarget {
                     .and_then(|t| t.trim().parse().ok())
             }))
         };
-        let connect = || async {
-            tokio::time::timeout(Duration::from_secs(10), options.connect())
-                .await
-                .map_err(|_| DbError::Unreachable {
-                    addr: self.addr(),
-                    reason: "timed out connecting".into(),
-                })?
-                .map_err(|e| self.explain(e))
-        };
-        let mut first = connect().await?;
+        let mut first = self.connect_one(&options).await?;
         let first_pid = pid(&mut first).await?;
-        let mut second = connect().await?;
+        let mut second = self.connect_one(&options).await?;
         let second_pid = pid(&mut second).await?;
         let _ = second.close().await;
         let _ = first.close().await;

@@ -994,21 +994,41 @@ fn profile(who: Identity, p: ProfileData) -> Result<Profile, BodyError> {
 // ---------------------------------------------------------------------------
 // weapons and vehicles
 
-/// Sorts by guid and rejects a guid listed twice (the message never quotes it).
-fn sorted_unique<T>(
-    mut list: Vec<T>,
-    guid: impl Fn(&T) -> &str,
-    what: &str,
-) -> Result<Vec<T>, BodyError> {
-    list.sort_by(|a, b| guid(a).cmp(guid(b)));
-    if list.windows(2).any(|w| guid(&w[0]) == guid(&w[1])) {
-        return Err(parse_error(format!("a {what} guid is listed twice")));
-    }
-    Ok(list)
+/// An entry of a catalog list (`mainWeaponStats`, `mainVehicleStats`):
+/// identified by Battlelog's guid, kept only when it has any stat.
+trait CatalogEntry: Sized {
+    /// What one entry is called in messages ("weapon").
+    const WHAT: &'static str;
+    /// The list's field in the body.
+    const FIELD: &'static str;
+    /// The entry as read from the body.
+    type Wire;
+    /// The entry from its wire form, once its guid is known.
+    fn from_wire(guid: String, wire: Self::Wire) -> Self;
+    /// The wire form's guid, if it has one.
+    fn wire_guid(wire: &mut Self::Wire) -> Option<String>;
+    /// Its guid.
+    fn guid(&self) -> &str;
+    /// Its counters (an entry whose counters are all absent or 0 is dropped).
+    fn counters(&self) -> Vec<Option<i64>>;
 }
 
-fn any_stat(counters: &[Option<i64>]) -> bool {
-    counters.iter().any(|c| c.unwrap_or(0) != 0)
+/// A catalog list, normalized: every entry has a guid, sorted by guid, no
+/// guid twice (the message never quotes it), entries without stats dropped.
+fn catalog<T: CatalogEntry>(wire: Option<Vec<T::Wire>>) -> Result<Vec<T>, BodyError> {
+    let wire = wire.ok_or_else(|| missing(T::FIELD))?;
+    let mut list = Vec::with_capacity(wire.len());
+    for mut w in wire {
+        let guid = T::wire_guid(&mut w)
+            .ok_or_else(|| parse_error(format!("a {} in `{}` has no `guid`", T::WHAT, T::FIELD)))?;
+        list.push(T::from_wire(guid, w));
+    }
+    list.sort_by(|a, b| a.guid().cmp(b.guid()));
+    if list.windows(2).any(|w| w[0].guid() == w[1].guid()) {
+        return Err(parse_error(format!("a {} guid is listed twice", T::WHAT)));
+    }
+    list.retain(|e| e.counters().iter().any(|c| c.unwrap_or(0) != 0));
+    Ok(list)
 }
 
 wire!(WeaponsData {
@@ -1057,16 +1077,13 @@ pub struct Weapon {
     pub time_equipped_s: Option<i64>,
 }
 
-fn weapons(who: Identity, d: WeaponsData) -> Result<Weapons, BodyError> {
-    who.check(&[d.persona_id], &[d.platform_int])?;
-    let wire = d.list.ok_or_else(|| missing("mainWeaponStats"))?;
-    let mut list = Vec::with_capacity(wire.len());
-    for w in wire {
-        let guid = w
-            .guid
-            .0
-            .ok_or_else(|| parse_error("a weapon in `mainWeaponStats` has no `guid`"))?;
-        list.push(Weapon {
+impl CatalogEntry for Weapon {
+    const WHAT: &'static str = "weapon";
+    const FIELD: &'static str = "mainWeaponStats";
+    type Wire = WeaponWire;
+
+    fn from_wire(guid: String, w: WeaponWire) -> Weapon {
+        Weapon {
             guid,
             name: w.name.0.or(w.slug.0),
             category: w.category.0,
@@ -1075,19 +1092,33 @@ fn weapons(who: Identity, d: WeaponsData) -> Result<Weapons, BodyError> {
             shots_fired: w.shots_fired.0,
             shots_hit: w.shots_hit.0,
             time_equipped_s: w.time_equipped.0,
-        });
+        }
     }
-    let mut list = sorted_unique(list, |w| &w.guid, "weapon")?;
-    list.retain(|w| {
-        any_stat(&[
-            w.kills,
-            w.headshots,
-            w.shots_fired,
-            w.shots_hit,
-            w.time_equipped_s,
-        ])
-    });
-    Ok(Weapons { weapons: list })
+
+    fn wire_guid(w: &mut WeaponWire) -> Option<String> {
+        w.guid.0.take()
+    }
+
+    fn guid(&self) -> &str {
+        &self.guid
+    }
+
+    fn counters(&self) -> Vec<Option<i64>> {
+        vec![
+            self.kills,
+            self.headshots,
+            self.shots_fired,
+            self.shots_hit,
+            self.time_equipped_s,
+        ]
+    }
+}
+
+fn weapons(who: Identity, d: WeaponsData) -> Result<Weapons, BodyError> {
+    who.check(&[d.persona_id], &[d.platform_int])?;
+    Ok(Weapons {
+        weapons: catalog(d.list)?,
+    })
 }
 
 wire!(VehiclesData {
@@ -1130,27 +1161,40 @@ pub struct Vehicle {
     pub time_in_s: Option<i64>,
 }
 
-fn vehicles(who: Identity, d: VehiclesData) -> Result<Vehicles, BodyError> {
-    who.check(&[d.persona_id], &[d.platform_int])?;
-    let wire = d.list.ok_or_else(|| missing("mainVehicleStats"))?;
-    let mut list = Vec::with_capacity(wire.len());
-    for v in wire {
-        let guid = v
-            .guid
-            .0
-            .ok_or_else(|| parse_error("a vehicle in `mainVehicleStats` has no `guid`"))?;
-        list.push(Vehicle {
+impl CatalogEntry for Vehicle {
+    const WHAT: &'static str = "vehicle";
+    const FIELD: &'static str = "mainVehicleStats";
+    type Wire = VehicleWire;
+
+    fn from_wire(guid: String, v: VehicleWire) -> Vehicle {
+        Vehicle {
             guid,
             name: v.name.0.or(v.slug.0),
             category: v.category.0,
             kills: v.kills.0,
             destroyed: v.destroy_x_in_y.0,
             time_in_s: v.time_in.0,
-        });
+        }
     }
-    let mut list = sorted_unique(list, |v| &v.guid, "vehicle")?;
-    list.retain(|v| any_stat(&[v.kills, v.time_in_s, v.destroyed]));
-    Ok(Vehicles { vehicles: list })
+
+    fn wire_guid(v: &mut VehicleWire) -> Option<String> {
+        v.guid.0.take()
+    }
+
+    fn guid(&self) -> &str {
+        &self.guid
+    }
+
+    fn counters(&self) -> Vec<Option<i64>> {
+        vec![self.kills, self.time_in_s, self.destroyed]
+    }
+}
+
+fn vehicles(who: Identity, d: VehiclesData) -> Result<Vehicles, BodyError> {
+    who.check(&[d.persona_id], &[d.platform_int])?;
+    Ok(Vehicles {
+        vehicles: catalog(d.list)?,
+    })
 }
 
 #[cfg(test)]

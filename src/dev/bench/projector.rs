@@ -52,6 +52,27 @@ pub(crate) async fn insert_events(
     Ok(())
 }
 
+/// Projects `events` events from where the checkpoint is, batch by batch,
+/// with a projector reporting to `registry`; returns the seconds it took.
+pub(crate) async fn catch_up(
+    pool: &sqlx::PgPool,
+    registry: &Registry,
+    batch: u32,
+    events: u64,
+) -> Result<f64, BenchError> {
+    let p = Projector::new(pool.clone(), registry.clone(), batch);
+    let start = Instant::now();
+    let mut projected = 0u64;
+    while projected < events {
+        let step = p.run_once().await.map_err(other)?;
+        projected += step.projected;
+        if step.projected == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Runs the projector benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     ScratchDb::with(&ctx.target, 12, async |db| measure(ctx, db).await).await
@@ -66,17 +87,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     eprintln!("inserting {n} events…");
     insert_events(&db.pool, n, 0.0).await?;
     let registry = Registry::new();
-    let p = Projector::new(db.pool.clone(), registry.clone(), batch);
-    let start = Instant::now();
-    let mut projected = 0u64;
-    while projected < n as u64 {
-        let step = p.run_once().await.map_err(other)?;
-        projected += step.projected;
-        if step.projected == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = catch_up(&db.pool, &registry, batch, n as u64).await?;
     let counted = crate::metrics::parse_exposition(&registry.render())
         .into_iter()
         .filter(|(name, _, _)| name == "bf4ps_collection_events_total")

@@ -14,7 +14,7 @@ use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::config::Tuning;
 use crate::gauges::GaugeRefresher;
 use crate::metrics::Registry;
-use crate::projector::{self, Projector};
+use crate::projector;
 use crate::retention::{self, RetentionSettings};
 
 /// Runs the scale benchmark.
@@ -81,17 +81,7 @@ async fn measure(
 
     // 1. Catch-up: every event, from an empty checkpoint.
     let registry = Registry::new();
-    let p = Projector::new(db.pool.clone(), registry.clone(), batch);
-    let start = Instant::now();
-    let mut projected = 0u64;
-    while projected < events as u64 {
-        let step = p.run_once().await.map_err(other)?;
-        projected += step.projected;
-        if step.projected == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    let catch_up = start.elapsed().as_secs_f64();
+    let catch_up = super::projector::catch_up(&db.pool, &registry, batch, events as u64).await?;
 
     // 2. What operators read, with the whole history in place.
     let samples = ctx.size(20, 5);
