@@ -67,12 +67,21 @@ async fn start_and_succeed(
 }
 
 /// Inserts `n` pending jobs of `lane` on fresh soldiers, in one statement.
+/// Each soldier gets its four `collection_state` rows (never collected), as
+/// `soldiers import` and `bf4ps_request_refresh` give them: a finalization
+/// then updates an existing pair, as it does in production (and fires the
+/// freshness rollup's update trigger, not its insert trigger).
 async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Result<(), BenchError> {
     sqlx::query(
         "WITH s AS (
             INSERT INTO soldiers (platform, persona_id)
             SELECT 'pc', $3 + g FROM generate_series(1, $1) g
             RETURNING soldier_id
+        ), pairs AS (
+            INSERT INTO collection_state (soldier_id, resource)
+            SELECT s.soldier_id, r.resource
+            FROM s CROSS JOIN (VALUES ('detailed'), ('profile'), ('weapons'), ('vehicles'))
+                AS r (resource)
         )
         INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
                                      priority_value)
@@ -275,7 +284,7 @@ async fn claim_scenario(
     tls: bool,
 ) -> Result<Report, BenchError> {
     seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
-    sqlx::query("VACUUM ANALYZE collection_jobs")
+    sqlx::query("VACUUM ANALYZE collection_jobs, collection_state")
         .execute(&db.pool)
         .await?;
     let policy = Arc::new(Policy::default());
