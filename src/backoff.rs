@@ -8,6 +8,7 @@
 //!   `max_backoff`, ±50%;
 //! - the collector's claim errors: [`CLAIM_ERRORS`];
 //! - the collector's finalization retries: [`FINALIZE_RETRIES`];
+//! - the projector's failed steps: [`PROJECTOR_ERRORS`];
 //! - a throttled job after its egress key's pause (`queue`): [`jitter_up`].
 //!
 //! (The egress key's throttle pause doubles too, but inside the statement
@@ -103,6 +104,14 @@ pub const FINALIZE_RETRIES: Backoff = Backoff {
     spread: 0.0,
 };
 
+/// The projector's retries of a failed step: 100 ms doubling up to 5 s,
+/// ±20% (as every periodic wait in the crate).
+pub const PROJECTOR_ERRORS: Backoff = Backoff {
+    base: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+    spread: 0.2,
+};
+
 impl Backoff {
     /// The delay before retry number `attempt` (1 = the first), jittered
     /// with a fresh random unit.
@@ -141,6 +150,21 @@ mod tests {
         for errors in 1..40u32 {
             let old = Duration::from_millis(200).saturating_mul(1 << errors.min(7));
             assert_eq!(CLAIM_ERRORS.delay(errors), old, "claim error {errors}");
+        }
+        // Projector steps: 100 ms doubling up to 5 s, then ±20% as
+        // config::jittered spreads it.
+        let mut old = Duration::from_millis(100);
+        for errors in 1..40u32 {
+            for unit in [0.0, 0.25, 0.5, 0.99] {
+                let want = old.mul_f64(0.8 + 0.4 * unit);
+                let got = PROJECTOR_ERRORS.delay_with(errors, unit);
+                let diff = got.as_secs_f64() - want.as_secs_f64();
+                assert!(
+                    diff.abs() < 1e-9,
+                    "projector error {errors}: {got:?} vs {want:?}"
+                );
+            }
+            old = (old * 2).min(Duration::from_secs(5));
         }
         // Finalization: 100 ms, doubling after each retry, at most 5 s.
         let mut old = Duration::from_millis(100);
