@@ -3,8 +3,11 @@
 //!
 //! Invariants:
 //! - the hot-path operations take any executor (`&PgPool` or a held
-//!   `&mut PgConnection`): a collector runs a job's claim, start and
+//!   `&mut PgConnection`): a collector runs a job's claim-and-start and
 //!   finalization on one connection, saving the pool's per-checkout work;
+//! - a collector, its egress gate passed, claims and starts in one statement
+//!   ([`claim_and_start`]): the contract's claim and start, both events, one
+//!   round trip; [`claim`] and [`start`] remain the separate steps;
 //! - every operation is one transaction and writes its event(s) to
 //!   `collection_events` in that transaction, with identity snapshots;
 //! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
@@ -14,11 +17,12 @@
 //!   order, served by `ix_collection_jobs_claim_rank` so its cost does not
 //!   grow with the pending depth;
 //! - failures never touch `soldier_resource_current`/history (last-known-good);
-//! - relaxed commits: claim and start commit with `synchronous_commit = off`
-//!   (set inside the statement, for its own transaction only). Losing one in
-//!   a server crash is harmless: the claim (with its `claimed` event) or the
-//!   start (with `started`) vanishes as a whole, the job is pending or claimed
-//!   again, and the collector's next fenced step finds its lease gone.
+//! - relaxed commits: claim, start and claim-and-start commit with
+//!   `synchronous_commit = off` (set inside the statement, for its own
+//!   transaction only). Losing one in a server crash is harmless: the claim
+//!   (with its `claimed` event) or the start (with `started`) vanishes as a
+//!   whole, the job is pending or claimed again, and the collector's next
+//!   fenced step finds its lease gone.
 //!   Finalization, recovery and registration commit synchronously;
 //! - `parse` and transport failures are failures, never empty results.
 
