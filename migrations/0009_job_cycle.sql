@@ -6,7 +6,7 @@
 -- statement that updates the table, and preparing it inlines those SQL
 -- functions: their bodies are parsed and analysed anew each time. On the
 -- job cycle (one collection_state update per finalization) that was about
--- 70% of the trigger's cost, some 90 µs of database CPU per job
+-- two thirds of the trigger's cost, 70-90 µs of database CPU per job
 -- (docs/benchmarks.md). The WHEN clause now compares the raw columns
 -- (cheap, no function), and the function compares the slots itself: it is
 -- called for every update that changes last_success_at or resource, and
