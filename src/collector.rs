@@ -3,8 +3,9 @@
 //! renewing its lease, and finalizes — one job at a time.
 //!
 //! Invariants:
-//! - no transaction is open across the HTTP request (claim/start before,
-//!   finalize after, each its own transaction);
+//! - no transaction is open across the HTTP request (claim and start
+//!   before it, one transaction — the gate has passed, so the job starts at
+//!   once; finalize after it, its own transaction);
 //! - the lease is renewed every third of its duration while the request is
 //!   in flight; a lost lease abandons the attempt and commits nothing;
 //! - the heartbeat runs on its own task, never blocked by a slow fetch, and
@@ -16,8 +17,8 @@
 //!   throttle pause, and for the background lane the fleet budget); a
 //!   throttled answer pauses the key (in the failure's transaction) and a
 //!   later success resets the throttle streak when the gate reported one;
-//! - database errors never kill the loop: they are logged and retried with
-//!   backoff.
+//! - database errors never kill the loop: they are logged with their cause
+//!   chain and retried with backoff (`crate::backoff`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,12 +28,14 @@ use chrono::Utc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use crate::backoff::{CLAIM_ERRORS, FINALIZE_RETRIES};
 use crate::config::Tuning;
 use crate::db::{Pool, PoolConn};
 use crate::egress::{self, EgressError, Limits};
 use crate::listener::{Channel, Listener, Wake};
-use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy};
+use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy, QueueError};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
+use crate::telemetry::error_chain;
 use crate::upstream::Upstream;
 
 /// The collector could not start or stopped abnormally.
@@ -50,6 +53,32 @@ pub enum CollectorError {
         /// The abandoned job.
         job_id: i64,
     },
+}
+
+/// A claim failed; the loop logs it and retries with [`CLAIM_ERRORS`].
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    /// The egress gate could not be passed (database).
+    #[error(transparent)]
+    Egress(EgressError),
+    /// No connection for the claim.
+    #[error("no database connection for the claim")]
+    Connection(#[source] sqlx::Error),
+    /// The claim statement failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+/// A finalization attempt failed; retried with [`FINALIZE_RETRIES`] while
+/// the lease may still be valid.
+#[derive(Debug, thiserror::Error)]
+enum FinalizeError {
+    /// No connection for the finalization.
+    #[error("no database connection for the finalization")]
+    Connection(#[source] sqlx::Error),
+    /// The finalization statement or transaction failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
 }
 
 /// Counters and histograms a collector feeds (no-ops unless a registry
@@ -198,7 +227,7 @@ impl Collector {
             if result.is_ok() {
                 // Clean stop: not swept to lost, and a restart may take the name.
                 if let Err(e) = registry::mark_drained(&self.pool, &self.id).await {
-                    warn!(error = %e, "could not mark the collector drained");
+                    warn!(error = %error_chain(&e), "could not mark the collector drained");
                 }
                 info!("collector drained and stopped");
             }
@@ -263,8 +292,9 @@ impl Collector {
                     }
                     Err(e) => {
                         errors = errors.saturating_add(1);
-                        let backoff = Duration::from_millis(200).saturating_mul(1 << errors.min(7));
-                        warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "claim failed");
+                        let backoff = CLAIM_ERRORS.delay(errors);
+                        warn!(error = %error_chain(&e), retry_in_ms = backoff.as_millis() as u64,
+                              "claim failed");
                         tokio::select! {
                             _ = stopped(drain, abort) => return Ok(()),
                             _ = tokio::time::sleep(backoff) => {}
@@ -285,33 +315,32 @@ impl Collector {
         }
     }
 
-    /// Passes the egress gate, then claims one job (`None`: nothing to do).
-    /// The claim's connection is returned with the job: the start and the
-    /// finalization run on it too (one pool checkout per job). Also returns
-    /// the key's throttle streak seen by the gate.
+    /// Passes the egress gate, then claims and starts one job in one
+    /// transaction (`None`: nothing to do): the request may go at once, so
+    /// the job never waits in `claimed`. The claim's connection is returned
+    /// with the job: the finalization runs on it too (one pool checkout per
+    /// job). Also returns the key's throttle streak seen by the gate.
     async fn claim_one(
         &self,
         drain: &CancellationToken,
-    ) -> Result<Option<(ClaimedJob, PoolConn, i32)>, String> {
+    ) -> Result<Option<(ClaimedJob, PoolConn, i32)>, ClaimError> {
         let passed = match egress::pass(&self.pool, &self.id.egress_key, &self.limits, drain).await
         {
             Ok(passed) => passed,
             Err(EgressError::Cancelled) => return Ok(None),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(ClaimError::Egress(e)),
         };
         self.metrics.egress_wait.record(passed.waited.as_secs_f64());
-        let mut conn = self.pool.conn().await.map_err(|e| e.to_string())?;
-        let job = queue::claim(&mut conn, &self.id, self.policy.lease)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
+        let job = queue::claim_and_start(&mut conn, &self.id, self.policy.lease).await?;
         Ok(job.map(|job| (job, conn, passed.throttle_streak)))
     }
 
-    /// start → fetch (renewing) → finalize, for one claimed job.
+    /// fetch (renewing) → finalize, for one claimed and started job.
     async fn process(
         &self,
         job: ClaimedJob,
-        mut conn: PoolConn,
+        conn: PoolConn,
         throttle_streak: i32,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
@@ -319,15 +348,6 @@ impl Collector {
                               attempt = job.attempt_count);
         let lease = job.lease();
         let outcome = async {
-            match queue::start(&mut conn, &lease).await {
-                Ok(Fenced::Committed(_)) => {}
-                Ok(Fenced::LeaseLost) => return Ok(Outcome::LeaseLost),
-                Err(e) => {
-                    // Not started: the monitor recovers it after max_claim_to_start.
-                    warn!(error = %e, "start failed; leaving the claim to recovery");
-                    return Ok(Outcome::Error);
-                }
-            }
             let fetch = self
                 .upstream
                 .fetch(job.platform, job.persona_id, job.resource);
@@ -373,7 +393,9 @@ impl Collector {
                     match egress::reset_throttle_streak(&self.pool, &self.id.egress_key).await {
                         Ok(true) => info!("egress key no longer throttled (streak reset)"),
                         Ok(false) => {}
-                        Err(e) => warn!(error = %e, "could not reset the throttle streak"),
+                        Err(e) => {
+                            warn!(error = %error_chain(&e), "could not reset the throttle streak")
+                        }
                     }
                 }
             }
@@ -404,30 +426,31 @@ impl Collector {
         abort: &CancellationToken,
     ) -> Result<Option<Outcome>, CollectorError> {
         let deadline = Instant::now() + self.policy.lease;
-        let mut delay = Duration::from_millis(100);
+        let mut retries: u32 = 0;
         let mut conn = Some(conn);
         loop {
             let attempt = match conn.take() {
                 Some(mut c) => finish.run(&mut c, lease, &self.policy).await,
                 None => match self.pool.conn().await {
                     Ok(mut c) => finish.run(&mut c, lease, &self.policy).await,
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(FinalizeError::Connection(e)),
                 },
             };
-            match attempt {
+            let e = match attempt {
                 Ok(outcome) => return Ok(Some(outcome)),
-                Err(e) if Instant::now() + delay < deadline => {
-                    warn!(error = %e, "finalize failed; retrying");
-                    tokio::select! {
-                        _ = abort.cancelled() => return Ok(None),
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    error!(error = %e, "finalize failed; leaving the job to lease recovery");
-                    return Ok(None);
-                }
+                Err(e) => e,
+            };
+            retries = retries.saturating_add(1);
+            let delay = FINALIZE_RETRIES.delay(retries);
+            if Instant::now() + delay >= deadline {
+                error!(error = %error_chain(&e), "finalize failed; leaving the job to lease recovery");
+                return Ok(None);
+            }
+            warn!(error = %error_chain(&e), retry_in_ms = delay.as_millis() as u64,
+                  "finalize failed; retrying");
+            tokio::select! {
+                _ = abort.cancelled() => return Ok(None),
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }
@@ -446,25 +469,25 @@ impl Finish {
         conn: &mut PoolConn,
         lease: &queue::Lease,
         policy: &Policy,
-    ) -> Result<Outcome, String> {
-        let fenced = match self {
+    ) -> Result<Outcome, FinalizeError> {
+        let outcome = match self {
             Finish::Success(collected) => {
-                queue::finalize_success(&mut *conn, lease, collected, policy)
-                    .await
-                    .map(|f| {
-                        f.committed().map(|o| {
-                            debug!(changed = o.changed, "succeeded");
-                            Outcome::Succeeded
-                        })
-                    })
+                match queue::finalize_success(&mut *conn, lease, collected, policy).await? {
+                    Fenced::Committed(o) => {
+                        debug!(changed = o.changed, "succeeded");
+                        Outcome::Succeeded
+                    }
+                    Fenced::LeaseLost => Outcome::LeaseLost,
+                }
             }
-            Finish::Failure(attempt) => queue::finalize_failure(&mut *conn, lease, attempt, policy)
-                .await
-                .map(|f| f.committed().map(|_| Outcome::Failed)),
+            Finish::Failure(attempt) => {
+                match queue::finalize_failure(&mut *conn, lease, attempt, policy).await? {
+                    Fenced::Committed(_) => Outcome::Failed,
+                    Fenced::LeaseLost => Outcome::LeaseLost,
+                }
+            }
         };
-        fenced
-            .map(|o| o.unwrap_or(Outcome::LeaseLost))
-            .map_err(|e| e.to_string())
+        Ok(outcome)
     }
 }
 
@@ -501,7 +524,7 @@ async fn renewing<F: std::future::Future>(
                 Ok(Fenced::Committed(until)) => debug!(%until, "lease renewed"),
                 Ok(Fenced::LeaseLost) => return None,
                 // A failed renewal is not a lost lease: try again next tick.
-                Err(e) => warn!(error = %e, "lease renewal failed"),
+                Err(e) => warn!(error = %error_chain(&e), "lease renewal failed"),
             },
         }
     }
@@ -541,7 +564,7 @@ async fn heartbeat_loop(
                 claimable.store(false, Ordering::Release);
                 drain.cancel();
             }
-            Err(e) => warn!(error = %e, "heartbeat failed; retrying next interval"),
+            Err(e) => warn!(error = %error_chain(&e), "heartbeat failed; retrying next interval"),
         }
     }
 }

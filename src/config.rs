@@ -521,28 +521,9 @@ impl Tuning {
     }
 }
 
-/// `base` scaled by a random factor in [0.8, 1.2): every periodic task
-/// (polls, cycles, sweeps, retries) waits this way so processes sharing a
-/// database do not fall into step.
-pub fn jittered(base: Duration) -> Duration {
-    base.mul_f64(0.8 + 0.4 * fastrand::f64())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jitter_stays_within_twenty_percent() {
-        let base = Duration::from_secs(5);
-        for _ in 0..1000 {
-            let d = jittered(base);
-            assert!(
-                d >= Duration::from_secs(4) && d < Duration::from_secs(6),
-                "{d:?}"
-            );
-        }
-    }
 
     #[test]
     fn defaults_are_valid() {

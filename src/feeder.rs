@@ -56,7 +56,8 @@ use crate::db::Pool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ResourceWeights, Tuning, jittered};
+use crate::backoff::jittered;
+use crate::config::{ResourceWeights, Tuning};
 use crate::domain::{EVENTS_CHANNEL, Resource};
 
 /// The ageing reference: `priority_value` counts minutes of due time from here.

@@ -221,7 +221,7 @@ pub async fn compact_freshness(
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(crate::config::jittered(interval)) => {}
+            _ = tokio::time::sleep(crate::backoff::jittered(interval)) => {}
         }
     }
 }

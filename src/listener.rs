@@ -23,7 +23,8 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::jittered;
+use crate::backoff::Backoff;
+use crate::backoff::jittered;
 use crate::db::{DbError, DbTarget};
 use crate::domain::{EVENTS_CHANNEL, Lane};
 
@@ -216,13 +217,12 @@ async fn run(inner: Arc<Inner>, target: DbTarget, reconnects: metrics::Counter) 
     loop {
         if generation > 0 || failures > 0 {
             // 100 ms doubling per failure up to max_backoff, ±50%.
-            let delay = crate::queue::retry_delay(
-                failures.saturating_add(1),
-                Duration::from_millis(100),
-                inner.settings.max_backoff,
-                0.5,
-                fastrand::f64(),
-            );
+            let delay = Backoff {
+                base: Duration::from_millis(100),
+                max: inner.settings.max_backoff,
+                spread: 0.5,
+            }
+            .delay(failures.saturating_add(1));
             tokio::select! {
                 _ = inner.cancel.cancelled() => return,
                 _ = tokio::time::sleep(delay) => {}

@@ -11,7 +11,8 @@ use crate::db::{Pool, Pooled};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::config::{Tuning, jittered};
+use crate::backoff::jittered;
+use crate::config::Tuning;
 use crate::queue::{self, Policy, QueueError};
 use crate::registry::{self, RegistryError};
 

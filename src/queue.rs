@@ -4,8 +4,11 @@
 //! Invariants:
 //! - the hot-path operations take any executor (a pool or a held
 //!   connection: `&PgPool`, `&db::Pool`, `&mut db::PoolConn`): a collector
-//!   runs a job's claim, start and finalization on one connection, saving
-//!   the pool's per-checkout work;
+//!   runs a job's claim-and-start and finalization on one connection,
+//!   saving the pool's per-checkout work;
+//! - a collector, its egress gate passed, claims and starts in one statement
+//!   ([`claim_and_start`]): the contract's claim and start, both events, one
+//!   round trip; [`claim`] and [`start`] remain the separate steps;
 //! - every operation is one transaction and writes its event(s) to
 //!   `collection_events` in that transaction, with identity snapshots;
 //! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
@@ -15,20 +18,24 @@
 //!   order, served by `ix_collection_jobs_claim_rank` so its cost does not
 //!   grow with the pending depth;
 //! - failures never touch `soldier_resource_current`/history (last-known-good);
-//! - relaxed commits: claim and start commit with `synchronous_commit = off`
-//!   (set inside the statement, for its own transaction only). Losing one in
-//!   a server crash is harmless: the claim (with its `claimed` event) or the
-//!   start (with `started`) vanishes as a whole, the job is pending or claimed
-//!   again, and the collector's next fenced step finds its lease gone.
+//! - relaxed commits: claim, start and claim-and-start commit with
+//!   `synchronous_commit = off` (set inside the statement, for its own
+//!   transaction only). Losing one in a server crash is harmless: the claim
+//!   (with its `claimed` event) or the start (with `started`) vanishes as a
+//!   whole, the job is pending or claimed again, and the collector's next
+//!   fenced step finds its lease gone.
 //!   Finalization, recovery and registration commit synchronously;
 //! - `parse` and transport failures are failures, never empty results.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Acquire, PgExecutor, Postgres, Transaction};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::PgArguments;
+use sqlx::{Acquire, Arguments, PgExecutor, Postgres, Transaction};
 use uuid::Uuid;
 
+use crate::backoff::{self, retry_delay};
 use crate::config::Tuning;
 use crate::db::ms;
 use crate::domain::{ErrorClass, Lane, Platform, PriorityClass, Resource};
@@ -51,6 +58,13 @@ pub enum QueueError {
 
 fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> QueueError {
     move |source| QueueError::Database { op, source }
+}
+
+fn encode(op: &'static str) -> impl FnOnce(BoxDynError) -> QueueError {
+    move |e| QueueError::Database {
+        op,
+        source: sqlx::Error::Encode(e),
+    }
 }
 
 /// Outcome of a lease-fenced operation.
@@ -83,6 +97,10 @@ pub struct Lease {
     pub collector_uuid: Uuid,
     /// The attempt's token.
     pub token: Uuid,
+    /// The job's resource. [`finalize_success`] picks its statement by it
+    /// (only `detailed` appends history) and matches it too: a lease naming
+    /// another resource than the job's is not a lease of that job.
+    pub resource: Resource,
 }
 
 /// A job this collector now owns.
@@ -126,6 +144,7 @@ impl ClaimedJob {
             job_id: self.job_id,
             collector_uuid: self.collector_uuid,
             token: self.lease_token,
+            resource: self.resource,
         }
     }
 }
@@ -193,21 +212,6 @@ impl Default for Policy {
     }
 }
 
-/// Exponential backoff with jitter and a cap: `base * 2^(attempt-1)`, capped
-/// at `max`, then spread by `±jitter` using `unit` ∈ [0, 1).
-pub fn retry_delay(
-    attempt: u32,
-    base: Duration,
-    max: Duration,
-    jitter: f64,
-    unit: f64,
-) -> Duration {
-    let exp = attempt.saturating_sub(1).min(30);
-    let raw = base.saturating_mul(1u32 << exp).min(max);
-    let factor = 1.0 + jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
-    raw.mul_f64(factor.max(0.0))
-}
-
 /// Columns every job event fills; used with `concat!` so SQL stays literal.
 macro_rules! event_columns {
     () => {
@@ -217,16 +221,12 @@ macro_rules! event_columns {
     };
 }
 
-/// Claims the next eligible job of `who.lane` in the contract's order, sets
-/// `collectors.current_job_id` and writes `claimed`, in one statement. `None`
-/// when nothing is claimable or the collector may not claim (drained,
-/// disabled, retired, or already holding a job).
-pub async fn claim(
-    conn: impl PgExecutor<'_>,
-    who: &CollectorId,
-    lease: Duration,
-) -> Result<Option<ClaimedJob>, QueueError> {
-    sqlx::query_as::<_, ClaimedJob>(concat!(
+/// The claim's first CTEs, shared by [`claim`] and [`claim_and_start`]:
+/// relaxed commit, the claiming collector (`$2`) if it may claim, and the
+/// contract's candidate of lane `$1` (`FOR UPDATE SKIP LOCKED`, in the
+/// contract's order, served by `ix_collection_jobs_claim_rank`).
+macro_rules! claim_candidate {
+    () => {
         "WITH relaxed AS (
             -- Commit without waiting for the WAL flush (module doc: relaxed commits).
             SELECT set_config('synchronous_commit', 'off', true)
@@ -243,36 +243,89 @@ pub async fn claim(
             ORDER BY claim_rank, priority_value DESC, eligible_at, created_at, job_id
             FOR UPDATE SKIP LOCKED
             LIMIT 1
-        ), claimed AS (
+        )"
+    };
+}
+
+/// The lease update of a claim: the candidate to `$status` (with
+/// `started_at = $started_at`), owned by `$2` under token `$3` for `$4` ms;
+/// then `collectors.current_job_id` and the claimed row with its soldier's
+/// identity (`job`).
+macro_rules! claim_lease {
+    ($status:literal, $started_at:literal) => {
+        concat!(
+            ", claimed AS (
             UPDATE collection_jobs AS j
-            SET status = 'claimed',
+            SET status = ",
+            $status,
+            ",
                 collector_uuid = $2,
                 lease_token = $3,
                 claimed_at = now(),
+                started_at = ",
+            $started_at,
+            ",
                 lease_expires_at = now() + $4 * interval '1 millisecond',
                 attempt_count = attempt_count + 1,
                 updated_at = now()
             FROM candidate
             WHERE j.job_id = candidate.job_id
             RETURNING j.*
+        ), job AS (
+            SELECT c.*, s.persona_id, s.platform FROM claimed c JOIN soldiers s USING (soldier_id)
         ), holder AS (
             UPDATE collectors AS c
             SET current_job_id = claimed.job_id, updated_at = now()
             FROM claimed
             WHERE c.collector_uuid = $2
-        ), event AS (
-            INSERT INTO collection_events (", event_columns!(), ")
-            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
-                   c.job_id, c.soldier_id, s.persona_id, s.platform, c.resource, c.lane,
-                   'claimed', c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL,
-                   jsonb_build_object('priority_class', c.priority_class, 'reason', c.reason,
-                                      'queued_ms', floor(extract(epoch FROM now() - c.eligible_at) * 1000))
-            FROM claimed c JOIN soldiers s USING (soldier_id) CROSS JOIN me
+        )"
         )
-        SELECT c.job_id, c.soldier_id, s.persona_id, s.platform, c.resource, c.lane,
+    };
+}
+
+/// The `claimed` event's metadata, of the claimed row `c`.
+macro_rules! claimed_metadata {
+    () => {
+        "jsonb_build_object('priority_class', c.priority_class, 'reason', c.reason,
+                            'queued_ms', floor(extract(epoch FROM now() - c.eligible_at) * 1000))"
+    };
+}
+
+/// What a claim returns: [`ClaimedJob`]'s columns of `job`.
+macro_rules! claimed_job {
+    () => {
+        "SELECT c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
                c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at,
                c.claimed_at, c.created_at, c.eligible_at, c.collector_uuid
-        FROM claimed c JOIN soldiers s USING (soldier_id)"
+        FROM job c"
+    };
+}
+
+/// Claims the next eligible job of `who.lane` in the contract's order, sets
+/// `collectors.current_job_id` and writes `claimed`, in one statement. `None`
+/// when nothing is claimable or the collector may not claim (drained,
+/// disabled, retired, or already holding a job).
+pub async fn claim(
+    conn: impl PgExecutor<'_>,
+    who: &CollectorId,
+    lease: Duration,
+) -> Result<Option<ClaimedJob>, QueueError> {
+    sqlx::query_as::<_, ClaimedJob>(concat!(
+        claim_candidate!(),
+        claim_lease!("'claimed'", "NULL"),
+        ", event AS (
+            INSERT INTO collection_events (",
+        event_columns!(),
+        ")
+            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
+                   c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
+                   'claimed', c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL, ",
+        claimed_metadata!(),
+        "
+            FROM job c CROSS JOIN me
+        )
+        ",
+        claimed_job!()
     ))
     .bind(who.lane)
     .bind(who.uuid)
@@ -281,6 +334,55 @@ pub async fn claim(
     .fetch_optional(conn)
     .await
     .map_err(db("claim"))
+}
+
+/// Claims the next eligible job of `who.lane` and starts it, in one
+/// statement (one round trip, one relaxed commit): for a collector that has
+/// passed its egress gate and fetches at once. The same candidate, order and
+/// eligibility as [`claim`]; the job goes `pending → running` with
+/// `claimed_at = started_at`, `collectors.current_job_id` is set, and both
+/// events are written, `claimed` then `started` (`claim_to_start_ms` 0),
+/// with the same identity snapshots as the separate steps write.
+///
+/// The start's fence — `(job_id, collector_uuid, lease_token)` and an
+/// unexpired lease — holds by construction here: the statement wrote that
+/// lease, on a row it holds locked, at the same `now()`. A lease lost after
+/// this commit is caught by the next fenced step (renew, finalize), as after
+/// [`start`].
+pub async fn claim_and_start(
+    conn: impl PgExecutor<'_>,
+    who: &CollectorId,
+    lease: Duration,
+) -> Result<Option<ClaimedJob>, QueueError> {
+    sqlx::query_as::<_, ClaimedJob>(concat!(
+        claim_candidate!(),
+        claim_lease!("'running'", "now()"),
+        ", events AS (
+            INSERT INTO collection_events (",
+        event_columns!(),
+        ")
+            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
+                   c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
+                   e.event_type, c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL,
+                   e.metadata
+            FROM job c CROSS JOIN me CROSS JOIN LATERAL (VALUES
+                (1, 'claimed', ",
+        claimed_metadata!(),
+        "),
+                (2, 'started', jsonb_build_object('claim_to_start_ms', 0))
+            ) AS e(ord, event_type, metadata)
+            ORDER BY e.ord
+        )
+        ",
+        claimed_job!()
+    ))
+    .bind(who.lane)
+    .bind(who.uuid)
+    .bind(Uuid::new_v4())
+    .bind(ms(lease))
+    .fetch_optional(conn)
+    .await
+    .map_err(db("claim_and_start"))
 }
 
 /// `claimed → running` under the lease; writes `started`.
@@ -457,78 +559,14 @@ async fn lock_owned(
     .map_err(db(op))
 }
 
-/// Clears `current_job_id`, deletes the job and writes one event; the last
-/// step of every finalization that removes the job.
-#[allow(clippy::too_many_arguments)]
-async fn remove_job_with_event(
-    tx: &mut Transaction<'_, Postgres>,
-    lease: &Lease,
-    o: &Owned,
-    event_type: &str,
-    result: &str,
-    duration: Duration,
-    http_status: Option<u16>,
-    error: Option<(ErrorClass, &str)>,
-    metadata: serde_json::Value,
-    op: &'static str,
-) -> Result<(), QueueError> {
-    sqlx::query(concat!(
-        "WITH holder AS (
-            UPDATE collectors SET current_job_id = NULL, updated_at = now()
-            WHERE collector_uuid = $2 AND current_job_id = $1
-        ), removed AS (
-            DELETE FROM collection_jobs WHERE job_id = $1
-        )
-        INSERT INTO collection_events (", event_columns!(), ")
-        VALUES ($2, $3, $4, $5, $1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
-    ))
-    .bind(lease.job_id)
-    .bind(lease.collector_uuid)
-    .bind(&o.collector_name)
-    .bind(&o.hostname)
-    .bind(&o.egress_key)
-    .bind(o.soldier_id)
-    .bind(o.persona_id)
-    .bind(o.platform)
-    .bind(o.resource)
-    .bind(o.lane)
-    .bind(event_type)
-    .bind(o.attempt_count)
-    .bind(lease.token)
-    .bind(result)
-    .bind(ms(duration))
-    .bind(http_status.map(i32::from))
-    .bind(error.map(|(c, _)| c))
-    .bind(error.map(|(_, m)| m))
-    .bind(metadata)
-    .execute(&mut **tx)
-    .await
-    .map_err(db(op))?;
-    Ok(())
-}
-
-/// Successful finalization, the contract's eight steps in one transaction —
-/// one statement whose data-modifying CTEs all hang off the lease check:
-/// 1. verify and row-lock the owned, unexpired lease (`owned`);
-/// 2. write the current data (hash of the canonical JSONB text);
-/// 3. append `detailed` history when the hash changed;
-/// 4. update `collection_state` (success, freshness, next refresh by activity);
-/// 5. write `succeeded` (duration, HTTP status, previous success time);
-/// 6. clear `collectors.current_job_id`;
-/// 7. delete the job;
-/// 8. commit (the statement's implicit transaction).
-///
-/// When the lease is not owned every CTE is empty: nothing is written and the
-/// outcome is [`Fenced::LeaseLost`]. Any failure rolls the whole statement back.
-pub async fn finalize_success(
-    conn: impl PgExecutor<'_>,
-    lease: &Lease,
-    collected: &Collected,
-    policy: &Policy,
-) -> Result<Fenced<SuccessOutcome>, QueueError> {
-    type Row = (bool, bool, Option<DateTime<Utc>>, DateTime<Utc>);
-    let row: Option<Row> = sqlx::query_as(concat!(
-        "WITH owned AS (
+/// The successful finalization statement: the contract's eight steps as
+/// data-modifying CTEs hanging off the lease check (see [`finalize_success`]).
+/// `$hist` is the history CTE (empty for resources without history) and
+/// `$appended` whether it appended a row.
+macro_rules! finalize_success_sql {
+    ($hist:literal, $appended:literal) => {
+        concat!(
+            "WITH owned AS (
             SELECT j.job_id, j.soldier_id, s.persona_id, s.platform, j.resource, j.lane,
                    j.attempt_count, c.collector_name, c.hostname, c.egress_key,
                    st.last_success_at AS previous_success_at
@@ -538,7 +576,7 @@ pub async fn finalize_success(
             LEFT JOIN collection_state st
                    ON st.soldier_id = j.soldier_id AND st.resource = j.resource
             WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
-              AND j.status = 'running' AND j.lease_expires_at > now()
+              AND j.resource = $12 AND j.status = 'running' AND j.lease_expires_at > now()
             FOR UPDATE OF j
         ), prev AS (
             SELECT cur.content_hash
@@ -561,13 +599,9 @@ pub async fn finalize_success(
             SELECT cur.content_hash,
                    cur.content_hash IS DISTINCT FROM (SELECT content_hash FROM prev) AS changed
             FROM cur
-        ), hist AS (
-            INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data)
-            SELECT o.soldier_id, now(), chg.content_hash, $4
-            FROM owned o, chg
-            WHERE chg.changed AND o.resource = 'detailed'
-            RETURNING history_id
-        ), state AS (
+        )",
+            $hist,
+            ", state AS (
             INSERT INTO collection_state AS st
                 (soldier_id, resource, next_attempt_at, last_attempt_at, last_success_at,
                  last_changed_at, success_count)
@@ -599,35 +633,84 @@ pub async fn finalize_success(
             DELETE FROM collection_jobs WHERE job_id IN (SELECT job_id FROM owned)
         ), event AS (
             INSERT INTO collection_events (",
-        event_columns!(),
-        ")
+            event_columns!(),
+            ")
             SELECT $2, o.collector_name, o.hostname, o.egress_key, o.job_id, o.soldier_id,
                    o.persona_id, o.platform, o.resource, o.lane, 'succeeded', o.attempt_count, $3,
                    CASE WHEN chg.changed THEN 'changed' ELSE 'unchanged' END,
                    $10, $11, NULL, NULL,
                    jsonb_build_object('previous_success_at', o.previous_success_at,
                                       'changed', chg.changed,
-                                      'history_appended', EXISTS (SELECT 1 FROM hist))
+                                      'history_appended', ",
+            $appended,
+            ")
             FROM owned o, chg
         )
-        SELECT chg.changed, EXISTS (SELECT 1 FROM hist), o.previous_success_at,
+        SELECT chg.changed, ",
+            $appended,
+            ", o.previous_success_at,
                (SELECT next_attempt_at FROM state)
         FROM owned o, chg"
-    ))
-    .bind(lease.job_id)
-    .bind(lease.collector_uuid)
-    .bind(lease.token)
-    .bind(&collected.data)
-    .bind(ms(policy.active_refresh))
-    .bind(ms(policy.active_window))
-    .bind(ms(policy.recent_window))
-    .bind(ms(policy.recent_refresh))
-    .bind(ms(policy.dormant_refresh))
-    .bind(ms(collected.duration))
-    .bind(i32::from(collected.http_status))
-    .fetch_optional(conn)
-    .await
-    .map_err(db("finalize_success"))?;
+        )
+    };
+}
+
+/// Successful finalization, the contract's eight steps in one transaction —
+/// one statement whose data-modifying CTEs all hang off the lease check:
+/// 1. verify and row-lock the owned, unexpired lease (`owned`);
+/// 2. write the current data (hash of the canonical JSONB text);
+/// 3. append `detailed` history when the hash changed;
+/// 4. update `collection_state` (success, freshness, next refresh by activity);
+/// 5. write `succeeded` (duration, HTTP status, previous success time);
+/// 6. clear `collectors.current_job_id`;
+/// 7. delete the job;
+/// 8. commit (the statement's implicit transaction).
+///
+/// Step 3 exists only in the statement for `detailed` (chosen by
+/// `lease.resource`, which the lease check matches): the other resources
+/// never keep history, and an insert that can never write still costs its
+/// set-up (about 7% of a job's database CPU, docs/benchmarks.md).
+///
+/// When the lease is not owned every CTE is empty: nothing is written and the
+/// outcome is [`Fenced::LeaseLost`]. Any failure rolls the whole statement back.
+pub async fn finalize_success(
+    conn: impl PgExecutor<'_>,
+    lease: &Lease,
+    collected: &Collected,
+    policy: &Policy,
+) -> Result<Fenced<SuccessOutcome>, QueueError> {
+    type Row = (bool, bool, Option<DateTime<Utc>>, DateTime<Utc>);
+    let sql = match lease.resource {
+        Resource::Detailed => finalize_success_sql!(
+            ", hist AS (
+            INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data)
+            SELECT o.soldier_id, now(), chg.content_hash, $4
+            FROM owned o, chg
+            WHERE chg.changed
+            RETURNING history_id
+        )",
+            "EXISTS (SELECT 1 FROM hist)"
+        ),
+        Resource::Profile | Resource::Weapons | Resource::Vehicles => {
+            finalize_success_sql!("", "false")
+        }
+    };
+    let row: Option<Row> = sqlx::query_as(sql)
+        .bind(lease.job_id)
+        .bind(lease.collector_uuid)
+        .bind(lease.token)
+        .bind(&collected.data)
+        .bind(ms(policy.active_refresh))
+        .bind(ms(policy.active_window))
+        .bind(ms(policy.recent_window))
+        .bind(ms(policy.recent_refresh))
+        .bind(ms(policy.dormant_refresh))
+        .bind(ms(collected.duration))
+        .bind(i32::from(collected.http_status))
+        .bind(lease.resource)
+        .fetch_optional(conn)
+        .await
+        .map_err(db("finalize_success"))?;
     Ok(match row {
         Some((changed, history_appended, previous_success_at, next_attempt_at)) => {
             Fenced::Committed(SuccessOutcome {
@@ -639,6 +722,49 @@ pub async fn finalize_success(
         }
         None => Fenced::LeaseLost,
     })
+}
+
+/// The event identity of an owned job in `event_columns!` order up to
+/// `lane`: the placeholders [`identity_args`] binds.
+macro_rules! identity_values {
+    () => {
+        "$2, $4, $5, $6, $1, $7, $8, $9, $10, $11"
+    };
+}
+
+/// A failure's `collection_state` update (never the current data), as the
+/// first CTE, `state` (returning `next_attempt_at`): failed now with class
+/// `$13`, unavailable if `$15`, due again in `$14` ms — unless the job
+/// retries (`$retry`): then the live job carries the retry and the pair's
+/// due time stays.
+macro_rules! failure_state {
+    ($retry:literal) => {
+        concat!(
+            "WITH state AS (
+            INSERT INTO collection_state AS st
+                (soldier_id, resource, next_attempt_at, last_attempt_at, last_failure_at,
+                 last_error_class, consecutive_failures, failure_count, unavailable,
+                 unavailable_since)
+            VALUES ($7, $10, now() + $14 * interval '1 millisecond', now(), now(), $13, 1, 1,
+                    $15, CASE WHEN $15 THEN now() END)
+            ON CONFLICT (soldier_id, resource) DO UPDATE
+            SET last_attempt_at = now(),
+                last_failure_at = now(),
+                last_error_class = $13,
+                consecutive_failures = st.consecutive_failures + 1,
+                failure_count = st.failure_count + 1,
+                unavailable = st.unavailable OR $15,
+                unavailable_since = CASE WHEN $15 THEN coalesce(st.unavailable_since, now())
+                                         ELSE st.unavailable_since END,
+                next_attempt_at = CASE WHEN ",
+            $retry,
+            " THEN st.next_attempt_at
+                                       ELSE now() + $14 * interval '1 millisecond' END,
+                updated_at = now()
+            RETURNING next_attempt_at
+        )"
+        )
+    };
 }
 
 /// Failure finalization in one transaction: verifies the lease, records
@@ -672,7 +798,7 @@ pub async fn finalize_failure<'c>(
     let unavailable = !failure.class.is_retryable();
     let retry = throttled || (!unavailable && attempts < policy.max_attempts);
 
-    // Durable state (never the current data).
+    // When the pair is due again (the durable state, never the current data).
     let next_in = if unavailable {
         policy.unavailable_recheck
     } else if retry {
@@ -680,35 +806,16 @@ pub async fn finalize_failure<'c>(
     } else {
         policy.give_up_delay
     };
-    let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as(
-        "INSERT INTO collection_state AS st
-            (soldier_id, resource, next_attempt_at, last_attempt_at, last_failure_at,
-             last_error_class, consecutive_failures, failure_count, unavailable, unavailable_since)
-         VALUES ($1, $2, now() + $4 * interval '1 millisecond', now(), now(), $3, 1, 1,
-                 $5, CASE WHEN $5 THEN now() END)
-         ON CONFLICT (soldier_id, resource) DO UPDATE
-         SET last_attempt_at = now(),
-             last_failure_at = now(),
-             last_error_class = $3,
-             consecutive_failures = st.consecutive_failures + 1,
-             failure_count = st.failure_count + 1,
-             unavailable = st.unavailable OR $5,
-             unavailable_since = CASE WHEN $5 THEN coalesce(st.unavailable_since, now())
-                                      ELSE st.unavailable_since END,
-             next_attempt_at = CASE WHEN $6 THEN st.next_attempt_at
-                                    ELSE now() + $4 * interval '1 millisecond' END,
-             updated_at = now()
-         RETURNING next_attempt_at",
-    )
-    .bind(o.soldier_id)
-    .bind(o.resource)
-    .bind(failure.class)
-    .bind(ms(next_in))
-    .bind(unavailable)
-    .bind(retry)
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(db(OP))?;
+    // What both outcome statements bind after the identity (`$13`–`$18`).
+    let failed = |mut a: PgArguments| -> Result<PgArguments, BoxDynError> {
+        a.add(failure.class)?; // $13
+        a.add(ms(next_in))?; // $14
+        a.add(unavailable)?; // $15
+        a.add(ms(failure.duration))?; // $16
+        a.add(failure.http_status.map(i32::from))?; // $17
+        a.add(&message)?; // $18
+        Ok(a)
+    };
 
     // A throttle pauses the whole egress key (every collector on it).
     let pause = match (&o.egress_key, throttled) {
@@ -718,27 +825,18 @@ pub async fn finalize_failure<'c>(
 
     let outcome = if retry {
         let (delay, metadata) = match pause {
-            Some((paused_until, pause_ms)) => {
+            Some((paused_until, pause_ms)) => (
                 // After the pause, spread out (the whole key's jobs wait for it).
-                let jitter = pause_ms as f64 * policy.jitter * fastrand::f64();
-                (
-                    Duration::from_millis(pause_ms.max(0) as u64 + jitter as u64),
-                    serde_json::json!({ "egress_paused_until": paused_until }),
-                )
-            }
-            None if throttled => (
-                retry_delay(
-                    1,
-                    policy.retry_base,
-                    policy.retry_max,
+                backoff::jitter_up(
+                    Duration::from_millis(u64::try_from(pause_ms).unwrap_or(0)),
                     policy.jitter,
                     fastrand::f64(),
                 ),
-                serde_json::json!({}),
+                serde_json::json!({ "egress_paused_until": paused_until }),
             ),
             None => (
-                retry_delay(
-                    attempts,
+                backoff::retry_delay(
+                    if throttled { 1 } else { attempts },
                     policy.retry_base,
                     policy.retry_max,
                     policy.jitter,
@@ -747,14 +845,23 @@ pub async fn finalize_failure<'c>(
                 serde_json::json!({}),
             ),
         };
-        let (eligible_at,): (DateTime<Utc>,) = sqlx::query_as(concat!(
-            "WITH back AS (
+        let args = identity_args(lease, &o).and_then(failed).and_then(|mut a| {
+            a.add(ms(delay))?; // $19
+            a.add(throttled)?; // $20
+            a.add(metadata)?; // $21
+            Ok(a)
+        });
+        let args = args.map_err(encode(OP))?;
+        let (eligible_at,): (DateTime<Utc>,) = sqlx::query_as_with(
+            concat!(
+                failure_state!("true"),
+                ", back AS (
                 UPDATE collection_jobs
                 SET status = 'pending', collector_uuid = NULL, lease_token = NULL,
                     claimed_at = NULL, started_at = NULL, lease_expires_at = NULL,
-                    eligible_at = now() + $4 * interval '1 millisecond',
-                    throttled_attempts = throttled_attempts + CASE WHEN $18 THEN 1 ELSE 0 END,
-                    last_error_class = $5, last_error_at = now(), updated_at = now()
+                    eligible_at = now() + $19 * interval '1 millisecond',
+                    throttled_attempts = throttled_attempts + CASE WHEN $20 THEN 1 ELSE 0 END,
+                    last_error_class = $13, last_error_at = now(), updated_at = now()
                 WHERE job_id = $1
                 RETURNING eligible_at
             ), holder AS (
@@ -762,41 +869,27 @@ pub async fn finalize_failure<'c>(
                 WHERE collector_uuid = $2 AND current_job_id = $1
             ), events AS (
                 INSERT INTO collection_events (",
-            event_columns!(),
-            ")
-                SELECT $2, $6, $7, $8, $1, $9, $10, $11, $12, $13, e.event_type, $14, $3,
+                event_columns!(),
+                ")
+                SELECT ",
+                identity_values!(),
+                ", e.event_type, $12, $3,
                        e.result, e.duration_ms, e.http_status, e.error_class, e.error_message,
                        e.metadata
                 FROM back, LATERAL (VALUES
-                    (1, 'failed', 'retry', $15::bigint, $16::int, $5::text, $17::text, NULL::jsonb),
+                    (1, 'failed', 'retry', $16::bigint, $17::int, $13::text, $18::text,
+                        NULL::jsonb),
                     (2, 'retry_scheduled', NULL, NULL, NULL, NULL, NULL,
-                        jsonb_build_object('delay_ms', $4, 'eligible_at', back.eligible_at)
-                        || $19::jsonb)
+                        jsonb_build_object('delay_ms', $19, 'eligible_at', back.eligible_at)
+                        || $21::jsonb)
                 ) AS e(ord, event_type, result, duration_ms, http_status, error_class,
                        error_message, metadata)
                 ORDER BY e.ord
             )
             SELECT eligible_at FROM back"
-        ))
-        .bind(lease.job_id)
-        .bind(lease.collector_uuid)
-        .bind(lease.token)
-        .bind(ms(delay))
-        .bind(failure.class)
-        .bind(&o.collector_name)
-        .bind(&o.hostname)
-        .bind(&o.egress_key)
-        .bind(o.soldier_id)
-        .bind(o.persona_id)
-        .bind(o.platform)
-        .bind(o.resource)
-        .bind(o.lane)
-        .bind(o.attempt_count)
-        .bind(ms(failure.duration))
-        .bind(failure.http_status.map(i32::from))
-        .bind(&message)
-        .bind(throttled)
-        .bind(metadata)
+            ),
+            args,
+        )
         .fetch_one(&mut *tx)
         .await
         .map_err(db(OP))?;
@@ -814,19 +907,36 @@ pub async fn finalize_failure<'c>(
         } else {
             "gave_up"
         };
-        remove_job_with_event(
-            &mut tx,
-            lease,
-            &o,
-            "failed",
-            result,
-            failure.duration,
-            failure.http_status,
-            Some((failure.class, &message)),
-            serde_json::json!({ "next_attempt_at": next_attempt_at }),
-            OP,
+        let args = identity_args(lease, &o).and_then(failed).and_then(|mut a| {
+            a.add(result)?; // $19
+            Ok(a)
+        });
+        let args = args.map_err(encode(OP))?;
+        let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as_with(
+            concat!(
+                failure_state!("false"),
+                ", holder AS (
+                UPDATE collectors SET current_job_id = NULL, updated_at = now()
+                WHERE collector_uuid = $2 AND current_job_id = $1
+            ), removed AS (
+                DELETE FROM collection_jobs WHERE job_id = $1
+            ), event AS (
+                INSERT INTO collection_events (",
+                event_columns!(),
+                ")
+                SELECT ",
+                identity_values!(),
+                ", 'failed', $12, $3, $19, $16, $17, $13, $18,
+                       jsonb_build_object('next_attempt_at', state.next_attempt_at)
+                FROM state
+            )
+            SELECT next_attempt_at FROM state"
+            ),
+            args,
         )
-        .await?;
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(OP))?;
         if unavailable {
             FailureOutcome::Unavailable { next_attempt_at }
         } else {
@@ -835,6 +945,27 @@ pub async fn finalize_failure<'c>(
     };
     tx.commit().await.map_err(db(OP))?;
     Ok(Fenced::Committed(outcome))
+}
+
+/// The identity snapshot every event of an owned job carries, as `$1`–`$12`
+/// of a failure statement (`identity_values!` places `$1`–`$11`; `$12` is
+/// the attempt number, `$3` the lease token): the one list of identity
+/// binds of every failure outcome.
+fn identity_args(lease: &Lease, o: &Owned) -> Result<PgArguments, BoxDynError> {
+    let mut a = PgArguments::default();
+    a.add(lease.job_id)?; // $1
+    a.add(lease.collector_uuid)?; // $2
+    a.add(lease.token)?; // $3
+    a.add(&o.collector_name)?; // $4
+    a.add(&o.hostname)?; // $5
+    a.add(&o.egress_key)?; // $6
+    a.add(o.soldier_id)?; // $7
+    a.add(o.persona_id)?; // $8
+    a.add(o.platform)?; // $9
+    a.add(o.resource)?; // $10
+    a.add(o.lane)?; // $11
+    a.add(o.attempt_count)?; // $12
+    Ok(a)
 }
 
 /// Pauses `key` after a throttled answer: unless a pause is running already
@@ -1007,44 +1138,4 @@ pub async fn next_eligible_at(
     .fetch_one(pool)
     .await
     .map_err(db("next_eligible_at"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BASE: Duration = Duration::from_secs(10);
-    const MAX: Duration = Duration::from_secs(900);
-
-    #[test]
-    fn backoff_doubles_then_caps() {
-        let d = |a| retry_delay(a, BASE, MAX, 0.0, 0.5);
-        assert_eq!(d(1), Duration::from_secs(10));
-        assert_eq!(d(2), Duration::from_secs(20));
-        assert_eq!(d(3), Duration::from_secs(40));
-        assert_eq!(d(7), Duration::from_secs(640));
-        assert_eq!(d(8), MAX);
-        assert_eq!(d(1000), MAX);
-        assert_eq!(d(0), Duration::from_secs(10));
-    }
-
-    #[test]
-    fn backoff_properties_hold_for_all_inputs() {
-        // Property: within [raw*(1-j), raw*(1+j)], never above max*(1+j), and
-        // the jitter-free delay is non-decreasing in the attempt number.
-        let mut rng = fastrand::Rng::with_seed(7);
-        for _ in 0..20_000 {
-            let attempt = rng.u32(0..64);
-            let jitter = rng.f64() * 0.99;
-            let unit = rng.f64();
-            let base = Duration::from_millis(rng.u64(1..100_000));
-            let max = base + Duration::from_millis(rng.u64(0..10_000_000));
-            let d = retry_delay(attempt, base, max, jitter, unit);
-            let raw = retry_delay(attempt, base, max, 0.0, 0.5);
-            assert!(d.as_secs_f64() <= raw.as_secs_f64() * (1.0 + jitter) + 1e-6);
-            assert!(d.as_secs_f64() >= raw.as_secs_f64() * (1.0 - jitter) - 1e-6);
-            assert!(raw <= max && raw >= base.min(max));
-            assert!(retry_delay(attempt + 1, base, max, 0.0, 0.5) >= raw);
-        }
-    }
 }

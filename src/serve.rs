@@ -33,7 +33,8 @@ use axum::routing::get;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Tuning, jittered};
+use crate::backoff::jittered;
+use crate::config::Tuning;
 use crate::db::{self, DbError, DbTarget, Pool};
 use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;

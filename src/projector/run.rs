@@ -11,7 +11,8 @@ use chrono::Utc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::jittered;
+use crate::backoff::PROJECTOR_ERRORS;
+use crate::backoff::jittered;
 use crate::db::{DbTarget, Pool};
 use crate::locks::{self, LockConnection};
 use crate::metrics::Registry;
@@ -263,7 +264,7 @@ impl Projector {
     ) {
         let mut conn: Option<LockConnection> = None;
         let mut leading = false;
-        let mut error_backoff = Duration::from_millis(100);
+        let mut errors: u32 = 0;
         let mut held_delay = settings.held_retry;
         self.set_leader(false);
         while !cancel.is_cancelled() {
@@ -323,7 +324,7 @@ impl Projector {
             let lost = lock.lost().clone();
             match self.step(Some(&lost)).await {
                 Ok(step) => {
-                    error_backoff = Duration::from_millis(100);
+                    errors = 0;
                     if step.full {
                         held_delay = settings.held_retry;
                         tokio::task::yield_now().await;
@@ -354,12 +355,13 @@ impl Projector {
                     tracing::warn!("projector leadership lost mid-batch; batch rolled back");
                 }
                 Err(e) => {
-                    tracing::warn!("projector step failed (retrying in {error_backoff:?}): {e}");
+                    errors = errors.saturating_add(1);
+                    let delay = PROJECTOR_ERRORS.delay(errors);
+                    tracing::warn!("projector step failed (retrying in {delay:?}): {e}");
                     tokio::select! {
                         _ = cancel.cancelled() => break,
-                        _ = tokio::time::sleep(jittered(error_backoff)) => {}
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    error_backoff = (error_backoff * 2).min(Duration::from_secs(5));
                 }
             }
         }

@@ -232,3 +232,110 @@ async fn the_upgrade_fills_the_rollup_of_a_populated_database(
     assert_exact(p, "upgrade").await;
     assert_eq!(total(&rolled_up(p, Utc::now()).await), 8000);
 }
+
+async fn deltas(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM freshness_deltas")
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// Migration 0009's trigger (no function in its WHEN clause) writes a
+/// delta exactly when a pair moves between slots: not for an update within
+/// its slot, not for a failure or a reschedule; a -1/+1 pair for a success
+/// or a change of resource. The rollup stays exact throughout.
+#[sqlx::test]
+async fn only_moves_between_slots_write_deltas(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let s = soldier(p, 41).await;
+    // A success at the start of a 5-minute slot, folded into the rollup.
+    exec(
+        p,
+        &format!(
+            "INSERT INTO collection_state (soldier_id, resource, last_success_at)
+             VALUES ({s}, 'weapons',
+                     date_bin('5 minutes', now() - interval '1 hour', '2000-01-01 00:00:00+00')
+                     + interval '1 minute')"
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(freshness::compact(p).await.unwrap().is_some());
+    assert_eq!(deltas(p).await, 0);
+
+    // Within the slot: no delta.
+    exec(
+        p,
+        "UPDATE collection_state SET last_success_at = last_success_at + interval '2 minutes'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(deltas(p).await, 0, "a move within the slot wrote a delta");
+    // A reschedule: no delta.
+    exec(
+        p,
+        "UPDATE collection_state SET next_attempt_at = now() + interval '1 hour'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(deltas(p).await, 0, "a reschedule wrote a delta");
+
+    // A failure through the queue: no delta.
+    let me = collector(p, "slots", Lane::Background).await;
+    job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    let j = queue::claim_and_start(p, &me, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let failure = AttemptFailure {
+        class: ErrorClass::Server,
+        http_status: Some(503),
+        message: "test".into(),
+        duration: Duration::from_millis(5),
+    };
+    let policy = Policy {
+        retry_base: Duration::ZERO,
+        ..Policy::default()
+    };
+    queue::finalize_failure(p, &j.lease(), &failure, &policy)
+        .await
+        .unwrap()
+        .committed()
+        .unwrap();
+    assert_eq!(deltas(p).await, 0, "a failure wrote a delta");
+    assert_exact(p, "failure").await;
+
+    // A success moves the pair to now's slot: one -1/+1 pair.
+    let j = queue::claim_and_start(p, &me, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    succeed(p, &j.lease(), 1).await;
+    let moved: Vec<(String, i32)> =
+        sqlx::query_as("SELECT resource, pairs FROM freshness_deltas ORDER BY pairs")
+            .fetch_all(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        moved,
+        [("weapons".to_owned(), -1), ("weapons".to_owned(), 1)]
+    );
+    assert_exact(p, "success").await;
+
+    // A change of resource moves the pair too.
+    exec(p, "UPDATE collection_state SET resource = 'vehicles'")
+        .await
+        .unwrap();
+    assert_eq!(deltas(p).await, 2);
+    assert_exact(p, "resource change").await;
+}

@@ -14,6 +14,7 @@ mod egress;
 mod feeder;
 mod freshness;
 mod import;
+mod job_cycle;
 mod layering;
 mod listener;
 mod observability;

@@ -1,0 +1,563 @@
+//! The job cycle as collectors run it (issue 14): claim and start in one
+//! transaction (`queue::claim_and_start`) and the finalization statements.
+//! Exactly-once claims with both events and their identity snapshots, the
+//! contract's order and eligibility, and the fences: a lease lost between
+//! claim and start, or after the combined step, commits nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
+use bf4ps_ops::queue::{self, AttemptFailure, Fenced, Lease, Policy};
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Row};
+
+use crate::fixtures::*;
+use crate::support::TestDb;
+
+const LEASE: Duration = Duration::from_secs(60);
+
+/// (current data rows, history rows, succeeded + failed events of `job_id`).
+async fn written(pool: &PgPool, job_id: i64) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM soldier_resource_current),
+                (SELECT count(*) FROM soldier_detailed_history),
+                (SELECT count(*) FROM collection_events
+                 WHERE job_id = $1 AND event_type IN ('succeeded', 'failed'))",
+    )
+    .bind(job_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn claim_and_start_runs_the_job_and_writes_both_events(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let s = soldier(p, 77).await;
+    let id = job(
+        p,
+        s,
+        Resource::Weapons,
+        Lane::Background,
+        PriorityClass::Active,
+        5,
+        -10,
+    )
+    .await;
+    let me = collector(p, "combined", Lane::Background).await;
+    let j = queue::claim_and_start(p, &me, LEASE)
+        .await
+        .unwrap()
+        .expect("a claimable job");
+    assert_eq!((j.job_id, j.persona_id, j.attempt_count), (id, 77, 1));
+    assert_eq!(j.resource, Resource::Weapons);
+
+    // Running, owned, the collector holds it; claimed and started at once.
+    let row = sqlx::query(
+        "SELECT j.status, j.claimed_at = j.started_at AS same_instant, j.lease_token,
+                j.lease_expires_at > now() AS live, c.current_job_id
+         FROM collection_jobs j JOIN collectors c ON c.collector_uuid = j.collector_uuid
+         WHERE j.job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>("status"), "running");
+    assert!(row.get::<bool, _>("same_instant"));
+    assert!(row.get::<bool, _>("live"));
+    assert_eq!(row.get::<uuid::Uuid, _>("lease_token"), j.lease_token);
+    assert_eq!(row.get::<Option<i64>, _>("current_job_id"), Some(id));
+
+    // Both events, in order, with the same identity snapshot and lease.
+    type Snapshot = (
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    );
+    let events: Vec<Snapshot> = sqlx::query_as(
+        "SELECT event_type, collector_name_snapshot, hostname_snapshot, egress_key_snapshot,
+                persona_id
+         FROM collection_events WHERE job_id = $1 ORDER BY event_id",
+    )
+    .bind(id)
+    .fetch_all(p)
+    .await
+    .unwrap();
+    let snapshot = |event: &str| -> Snapshot {
+        (
+            event.to_owned(),
+            Some("combined".to_owned()),
+            Some("test-host".to_owned()),
+            Some("egress-test".to_owned()),
+            Some(77),
+        )
+    };
+    assert_eq!(events, [snapshot("claimed"), snapshot("started")]);
+    let same: (i64, bool) = sqlx::query_as(
+        "SELECT count(*), bool_and(lease_token = $2 AND attempt_number = 1 AND soldier_id = $3
+                                  AND platform = 'pc' AND resource = 'weapons'
+                                  AND lane = 'background' AND collector_uuid = $4)
+         FROM collection_events WHERE job_id = $1",
+    )
+    .bind(id)
+    .bind(j.lease_token)
+    .bind(s)
+    .bind(me.uuid)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(same, (2, true));
+    let meta: (serde_json::Value, serde_json::Value) = sqlx::query_as(
+        "SELECT (SELECT metadata FROM collection_events WHERE job_id = $1 AND event_type = 'claimed'),
+                (SELECT metadata FROM collection_events WHERE job_id = $1 AND event_type = 'started')",
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(meta.0["priority_class"], "active");
+    assert!(meta.0["queued_ms"].as_f64().unwrap() >= 10.0);
+    assert_eq!(meta.1["claim_to_start_ms"], 0);
+
+    // A started job needs no start: the separate step finds nothing to do.
+    assert_eq!(
+        queue::start(p, &j.lease()).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    succeed(p, &j.lease(), 3).await;
+    assert_eq!(
+        event_types(p, id).await,
+        ["claimed", "started", "succeeded"]
+    );
+}
+
+#[sqlx::test]
+async fn sixteen_collectors_claim_and_start_every_job_exactly_once(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let all = jobs(&db.pool, 400, Lane::Background).await;
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let pool = db.pool.clone();
+        tasks.push(tokio::spawn(async move {
+            let me = collector(&pool, &format!("worker-{i}"), Lane::Background).await;
+            let mut conn = pool.acquire().await.unwrap();
+            let mut mine = Vec::new();
+            while let Some(job) = queue::claim_and_start(&mut *conn, &me, LEASE)
+                .await
+                .unwrap()
+            {
+                queue::finalize_success(
+                    &mut *conn,
+                    &job.lease(),
+                    &collected(1),
+                    &Policy::default(),
+                )
+                .await
+                .unwrap()
+                .committed()
+                .expect("the lease is ours");
+                mine.push(job.job_id);
+            }
+            mine
+        }));
+    }
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    for t in tasks {
+        for id in t.await.unwrap() {
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), all.len());
+    assert!(seen.values().all(|n| *n == 1), "a job was claimed twice");
+    // Every job: exactly claimed, started, succeeded, in that order, under one lease.
+    let wrong: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT job_id FROM collection_events GROUP BY job_id
+             HAVING array_agg(event_type ORDER BY event_id) <> ARRAY['claimed', 'started', 'succeeded']
+                 OR count(DISTINCT lease_token) <> 1
+                 OR count(DISTINCT collector_uuid) <> 1
+                 OR bool_or(collector_name_snapshot IS NULL OR persona_id IS NULL)) AS bad",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(wrong, 0);
+    assert_eq!(events(&db.pool, "started", None).await, 400);
+    let left: (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM collection_jobs),
+                (SELECT count(*) FROM collectors WHERE current_job_id IS NOT NULL)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, (0, 0));
+}
+
+#[sqlx::test]
+async fn claim_and_start_follows_the_contract_order(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let mut rng = fastrand::Rng::with_seed(14);
+    for persona in 0..80 {
+        let s = soldier(p, 500 + persona).await;
+        for resource in [Resource::Profile, Resource::Vehicles] {
+            let lane = if rng.u8(..4) == 0 {
+                Lane::Interactive
+            } else {
+                Lane::Background
+            };
+            let eligible_in = if rng.u8(..8) == 0 {
+                60_000
+            } else {
+                -rng.i64(1..300) * 1000
+            };
+            job(
+                p,
+                s,
+                resource,
+                lane,
+                PriorityClass::ALL[rng.usize(..4)],
+                rng.i32(0..3) * 10,
+                eligible_in,
+            )
+            .await;
+        }
+    }
+    // The contract's ORDER BY, verbatim (its CASE, not our claim_rank).
+    let want: Vec<i64> = sqlx::query_scalar(
+        "SELECT job_id FROM collection_jobs
+         WHERE status = 'pending' AND lane = 'background' AND eligible_at <= now()
+         ORDER BY CASE priority_class WHEN 'interactive' THEN 1 WHEN 'active' THEN 2
+                                      WHEN 'recent' THEN 3 WHEN 'bootstrap' THEN 4 END,
+                  priority_value DESC, eligible_at, created_at, job_id",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert!(want.len() > 50);
+    let me = collector(p, "orderly", Lane::Background).await;
+    let mut got = Vec::new();
+    while let Some(j) = queue::claim_and_start(p, &me, LEASE).await.unwrap() {
+        succeed(p, &j.lease(), 1).await;
+        got.push(j.job_id);
+    }
+    assert_eq!(got, want);
+}
+
+/// Whether `who` finds nothing to claim and start.
+async fn nothing(pool: &PgPool, who: &bf4ps_ops::registry::CollectorId) -> bool {
+    queue::claim_and_start(pool, who, LEASE)
+        .await
+        .unwrap()
+        .is_none()
+}
+
+#[sqlx::test]
+async fn claim_and_start_needs_an_enabled_idle_collector_of_the_lane(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    jobs(p, 3, Lane::Background).await;
+    let me = collector(p, "busy", Lane::Background).await;
+    let first = queue::claim_and_start(p, &me, LEASE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(nothing(p, &me).await, "holds a job already");
+    succeed(p, &first.lease(), 1).await;
+    bf4ps_ops::registry::control(p, "busy", bf4ps_ops::registry::Control::Drain)
+        .await
+        .unwrap();
+    assert!(nothing(p, &me).await, "drained");
+    bf4ps_ops::registry::control(p, "busy", bf4ps_ops::registry::Control::Enable)
+        .await
+        .unwrap();
+    let interactive = collector(p, "interactive-1", Lane::Interactive).await;
+    assert!(nothing(p, &interactive).await, "wrong lane");
+    bf4ps_ops::registry::control(p, "busy", bf4ps_ops::registry::Control::Retire)
+        .await
+        .unwrap();
+    assert!(nothing(p, &me).await, "retired");
+    // Nothing was written by the refused claims.
+    assert_eq!(events(p, "claimed", None).await, 1);
+    assert_eq!(events(p, "started", None).await, 1);
+    let pending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collection_jobs WHERE status = 'pending'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(pending, 2);
+}
+
+#[sqlx::test]
+async fn a_lease_lost_after_claim_and_start_commits_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let s = soldier(p, 8).await;
+    let id = job(
+        p,
+        s,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        -10,
+    )
+    .await;
+    sqlx::query("INSERT INTO collection_state (soldier_id, resource) VALUES ($1, 'detailed')")
+        .bind(s)
+        .execute(p)
+        .await
+        .unwrap();
+    let me = collector(p, "slow", Lane::Background).await;
+    let policy = Policy {
+        retry_base: Duration::ZERO,
+        ..Policy::default()
+    };
+    let old = queue::claim_and_start(p, &me, LEASE)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease();
+    let failure = AttemptFailure {
+        class: ErrorClass::Server,
+        http_status: Some(503),
+        message: "late".into(),
+        duration: Duration::from_millis(3),
+    };
+
+    // The lease expires while the request runs: every fenced step is refused.
+    expire(p, id).await;
+    assert_eq!(
+        queue::renew(p, &old, LEASE).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(
+        queue::finalize_success(p, &old, &collected(1), &policy)
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(
+        queue::finalize_failure(p, &old, &failure, &policy)
+            .await
+            .unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(written(p, id).await, (0, 0, 0));
+    let state: (Option<DateTime<Utc>>, Option<DateTime<Utc>>, i64, i64) = sqlx::query_as(
+        "SELECT last_success_at, last_failure_at, success_count, failure_count
+         FROM collection_state WHERE soldier_id = $1",
+    )
+    .bind(s)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        state,
+        (None, None, 0, 0),
+        "a refused attempt touched the pair"
+    );
+    let holder: (String, Option<i64>) = sqlx::query_as(
+        "SELECT j.status, c.current_job_id FROM collection_jobs j
+         JOIN collectors c ON c.collector_uuid = j.collector_uuid WHERE j.job_id = $1",
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(holder, ("running".to_owned(), Some(id)));
+
+    // Recovery returns it once; the same collector takes it again under a new token.
+    assert_eq!(
+        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        1
+    );
+    assert!(
+        queue::recover_expired(p, 10, &policy)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = queue::claim_and_start(p, &me, LEASE)
+        .await
+        .unwrap()
+        .expect("recovered job claimable");
+    assert_eq!((again.job_id, again.attempt_count), (id, 2));
+    assert_ne!(again.lease_token, old.token);
+    assert_eq!(
+        queue::finalize_success(p, &old, &collected(1), &policy)
+            .await
+            .unwrap(),
+        Fenced::LeaseLost,
+        "the old token stays dead"
+    );
+    assert_eq!(written(p, id).await, (0, 0, 0));
+    succeed(p, &again.lease(), 1).await;
+    assert_eq!(written(p, id).await, (1, 1, 1));
+    assert_eq!(
+        event_types(p, id).await,
+        [
+            "claimed",
+            "started",
+            "lease_expired",
+            "reclaimed",
+            "claimed",
+            "started",
+            "succeeded"
+        ]
+    );
+}
+
+#[sqlx::test]
+async fn a_lease_lost_between_claim_and_start_starts_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let ids = jobs(p, 2, Lane::Background).await;
+    let me = collector(p, "separate", Lane::Background).await;
+    let policy = Policy {
+        retry_base: Duration::ZERO,
+        max_claim_to_start: Duration::from_secs(10),
+        ..Policy::default()
+    };
+
+    // Expired between the claim and the start.
+    let first = queue::claim(p, &me, LEASE).await.unwrap().unwrap();
+    expire(p, first.job_id).await;
+    assert_eq!(
+        queue::start(p, &first.lease()).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(events(p, "started", Some(first.job_id)).await, 0);
+    let status: String = sqlx::query_scalar("SELECT status FROM collection_jobs WHERE job_id = $1")
+        .bind(first.job_id)
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(status, "claimed", "a refused start changed the job");
+    assert_eq!(
+        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        1
+    );
+
+    // Recovered as never started (past max_claim_to_start) before the start.
+    let second = queue::claim(p, &me, LEASE).await.unwrap().unwrap();
+    sqlx::query(
+        "UPDATE collection_jobs SET claimed_at = now() - interval '11 seconds' WHERE job_id = $1",
+    )
+    .bind(second.job_id)
+    .execute(p)
+    .await
+    .unwrap();
+    assert_eq!(
+        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        1
+    );
+    assert_eq!(
+        queue::start(p, &second.lease()).await.unwrap(),
+        Fenced::LeaseLost
+    );
+    assert_eq!(events(p, "started", None).await, 0);
+    let reasons: Vec<String> = sqlx::query_scalar(
+        "SELECT metadata->>'reason' FROM collection_events WHERE event_type = 'lease_expired'
+         ORDER BY event_id",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    assert_eq!(reasons, ["lease_expired", "not_started"]);
+    let pending: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collection_jobs WHERE status = 'pending'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(pending, ids.len() as i64);
+}
+
+#[sqlx::test]
+async fn finalization_keeps_history_for_detailed_only_and_matches_the_resource(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let s = soldier(p, 9).await;
+    let me = collector(p, "history", Lane::Background).await;
+    for (resource, kills) in [
+        (Resource::Profile, 1),
+        (Resource::Profile, 2),
+        (Resource::Detailed, 1),
+        (Resource::Detailed, 2),
+        (Resource::Weapons, 1),
+    ] {
+        let id = job(
+            p,
+            s,
+            resource,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            -10,
+        )
+        .await;
+        let j = queue::claim_and_start(p, &me, LEASE)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(j.job_id, id);
+        // A lease naming another resource is not this job's lease.
+        let other = if resource == Resource::Detailed {
+            Resource::Profile
+        } else {
+            Resource::Detailed
+        };
+        let wrong = Lease {
+            resource: other,
+            ..j.lease()
+        };
+        assert_eq!(
+            queue::finalize_success(p, &wrong, &collected(kills), &Policy::default())
+                .await
+                .unwrap(),
+            Fenced::LeaseLost
+        );
+        assert_eq!(events(p, "succeeded", Some(id)).await, 0);
+        let out = succeed(p, &j.lease(), kills).await;
+        assert!(out.changed, "{resource:?} {kills}");
+        assert_eq!(out.history_appended, resource == Resource::Detailed);
+        let appended: serde_json::Value = sqlx::query_scalar(
+            "SELECT metadata->'history_appended' FROM collection_events
+             WHERE job_id = $1 AND event_type = 'succeeded'",
+        )
+        .bind(id)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(appended, resource == Resource::Detailed);
+    }
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_detailed_history")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(history, 2, "only the two changed detailed snapshots");
+}
