@@ -130,14 +130,23 @@ impl Pool {
     /// Begins a read-only REPEATABLE READ transaction: one snapshot for
     /// several reads (`status`, the gauges). Pinned, the isolation level is
     /// part of the `BEGIN`, before `DEALLOCATE ALL`.
+    ///
+    /// JIT is off in it: its reads are index probes, but the planner
+    /// estimates the projector backlog's count at a third of
+    /// `collection_events`, so from ~3 M events on that plan's cost passes
+    /// `jit_above_cost` and compiling it took 13–100 ms of a 1 ms read
+    /// (`bench scale`, docs/benchmarks.md).
     pub async fn begin_snapshot(&self) -> Result<Transaction<'static, Postgres>, Error> {
         if self.pinned {
             self.pool
-                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; DEALLOCATE ALL")
+                .begin_with(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET LOCAL jit = off; \
+                     DEALLOCATE ALL",
+                )
                 .await
         } else {
             self.pool
-                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SET LOCAL jit = off")
                 .await
         }
     }
