@@ -1,34 +1,79 @@
-//! Freshness rollups (migration 0008): pairs per resource by the age band of
-//! their last success, read from `freshness_rollup` plus the pending
-//! `freshness_deltas` — never from a scan of `collection_state` — and the
-//! compaction that folds the deltas in.
+//! Freshness rollups (migrations 0008, 0010): pairs per resource by the age
+//! band of their last success, read from `freshness_rollup`, its band
+//! totals and the pending `freshness_deltas` — never from a scan of
+//! `collection_state` — and the compaction that folds the deltas in.
 //!
 //! Invariants:
 //! - the rollup is exact at 5-minute resolution: triggers on
 //!   `collection_state` append a delta in every writer's own transaction,
-//!   and a read sums rollup and deltas in one snapshot, so compaction lag
-//!   never shows;
+//!   and a read sums what it needs of rollup, totals and deltas in one
+//!   snapshot, so compaction lag never shows;
 //! - a pair's age is read from the start of its slot (at most 5 minutes
 //!   older than the truth; slots past 8 days are whole UTC days, beyond
 //!   every band boundary but the oldest);
-//! - a read costs one row per occupied slot (a few thousand), whatever the
-//!   number of pairs; the oldest success is one index probe per resource.
+//! - `freshness_bands` holds the rollup's pairs per band as of the
+//!   compaction that wrote it, in that compaction's transaction: a read
+//!   adds to it only the rows whose band changed since (the slots between
+//!   each band threshold then and now) and the deltas, a few dozen rows
+//!   whatever the number of pairs; before the first compaction it sums the
+//!   whole rollup instead (one row per occupied slot). The oldest success
+//!   is one index probe per resource.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::PgConnection;
 
+use crate::db::Pool;
 use crate::domain::Resource;
 use crate::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use crate::status::{PerResource, ResourceFreshness};
 
-/// Folds the pending deltas into the rollup (and aged slots into days).
+/// The band of a slot at the thresholds `$1` ([`thresholds`]): the number
+/// of thresholds minus how many the slot is at or after; NULL for the
+/// never-collected slot (-infinity).
+macro_rules! band_at {
+    ($thresholds:literal) => {
+        concat!(
+            "CASE WHEN slot = '-infinity' THEN NULL ELSE cardinality(",
+            $thresholds,
+            "::timestamptz[]) - width_bucket(slot, ",
+            $thresholds,
+            "::timestamptz[]) END"
+        )
+    };
+}
+
+/// Folds the pending deltas into the rollup (and aged slots into days),
+/// then stores the band totals as of this compaction, in one transaction.
 /// Returns the delta rows folded; `None` when another compaction was
 /// running (it does the work).
-pub async fn compact(pool: impl sqlx::PgExecutor<'_>) -> Result<Option<u64>, sqlx::Error> {
+pub async fn compact(pool: impl Into<Pool>) -> Result<Option<u64>, sqlx::Error> {
+    let pool: Pool = pool.into();
+    let mut tx = pool.begin().await?;
     let folded: i64 = sqlx::query_scalar("SELECT bf4ps_freshness_compact()")
-        .fetch_one(pool)
+        .fetch_one(&mut *tx)
         .await?;
-    Ok(u64::try_from(folded).ok())
+    let Ok(folded) = u64::try_from(folded) else {
+        tx.rollback().await?;
+        return Ok(None);
+    };
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM freshness_bands")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(concat!(
+        "INSERT INTO freshness_bands (resource, band, pairs, as_of) ",
+        "SELECT resource, coalesce(",
+        band_at!("$1"),
+        ", -1), sum(pairs), $2 FROM freshness_rollup GROUP BY 1, 2"
+    ))
+    .bind(thresholds(at))
+    .bind(at)
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Some(folded))
 }
 
 /// Pairs per resource and band as of `at`, and the age of each resource's
@@ -37,22 +82,52 @@ pub async fn read(
     conn: &mut PgConnection,
     at: DateTime<Utc>,
 ) -> Result<PerResource<ResourceFreshness>, sqlx::Error> {
-    // width_bucket: 0 below the first bound … n at or above the last; the
-    // never-collected slot (-infinity) has no band.
-    let rows: Vec<(Resource, Option<i32>, i64)> = sqlx::query_as(
-        "SELECT resource, \
-                CASE WHEN slot = '-infinity' THEN NULL \
-                     ELSE width_bucket(extract(epoch FROM ($1 - slot))::float8, $2::float8[]) \
-                END AS band, \
-                sum(pairs)::bigint \
-         FROM (SELECT resource, slot, pairs FROM freshness_rollup \
-               UNION ALL SELECT resource, slot, pairs FROM freshness_deltas) AS f \
-         GROUP BY 1, 2",
-    )
-    .bind(at)
-    .bind(freshness_bounds())
-    .fetch_all(&mut *conn)
-    .await?;
+    let as_of: Option<DateTime<Utc>> = sqlx::query_scalar("SELECT max(as_of) FROM freshness_bands")
+        .fetch_one(&mut *conn)
+        .await?;
+    let rows: Vec<(Resource, Option<i32>, i64)> = match as_of {
+        // The totals, plus each row whose band differs between as_of and
+        // at (it lies between a threshold then and the same threshold now;
+        // DISTINCT: windows overlap when as_of is hours old), plus the
+        // deltas.
+        Some(as_of) => sqlx::query_as(concat!(
+            "SELECT resource, nullif(band, -1)::int, sum(pairs)::bigint FROM (",
+            "  SELECT resource, band::int, pairs FROM freshness_bands ",
+            "  UNION ALL ",
+            "  SELECT resource, moved.band, moved.pairs FROM ( ",
+            "    SELECT DISTINCT r.resource, r.slot, r.pairs ",
+            "    FROM unnest($1::timestamptz[], $2::timestamptz[]) AS w(now_t, then_t) ",
+            "    JOIN freshness_rollup r ",
+            "      ON r.slot >= least(w.now_t, w.then_t) AND r.slot < greatest(w.now_t, w.then_t) ",
+            "  ) AS f CROSS JOIN LATERAL (VALUES (",
+            band_at!("$1"),
+            ", f.pairs), (",
+            band_at!("$2"),
+            ", -f.pairs)) AS moved(band, pairs) ",
+            "  UNION ALL ",
+            "  SELECT resource, ",
+            band_at!("$1"),
+            ", pairs FROM freshness_deltas ",
+            ") AS t GROUP BY 1, 2"
+        ))
+        .bind(thresholds(at))
+        .bind(thresholds(as_of))
+        .fetch_all(&mut *conn)
+        .await?,
+        None => {
+            sqlx::query_as(concat!(
+                "SELECT resource, ",
+                band_at!("$1"),
+                " AS band, sum(pairs)::bigint ",
+                "FROM (SELECT resource, slot, pairs FROM freshness_rollup ",
+                "      UNION ALL SELECT resource, slot, pairs FROM freshness_deltas) AS f ",
+                "GROUP BY 1, 2"
+            ))
+            .bind(thresholds(at))
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    };
     let mut f = PerResource::<ResourceFreshness>::default();
     let never = FRESHNESS_BANDS.len();
     for (resource, band, n) in rows {
@@ -74,4 +149,33 @@ pub async fn read(
         f.get_mut(resource).oldest_success_age_s = age;
     }
     Ok(f)
+}
+
+/// The band thresholds at `at`, oldest first: `at - bound + 1 µs` for each
+/// bound of [`FRESHNESS_BANDS`]. A slot at or after the last one is in the
+/// youngest band; a slot exactly `bound` old is in the older band.
+fn thresholds(at: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+    freshness_bounds()
+        .into_iter()
+        .rev()
+        .map(|bound| {
+            at - TimeDelta::microseconds((bound * 1e6) as i64) + TimeDelta::microseconds(1)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thresholds_ascend_one_microsecond_after_each_bound() {
+        let at: DateTime<Utc> = "2026-12-01T18:07:30Z".parse().unwrap();
+        let t = thresholds(at);
+        assert_eq!(t.len(), freshness_bounds().len());
+        assert!(t.windows(2).all(|w| w[0] < w[1]));
+        let expect = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        assert_eq!(t[0], expect("2026-11-24T18:07:30.000001Z"));
+        assert_eq!(t[t.len() - 1], expect("2026-12-01T17:07:30.000001Z"));
+    }
 }

@@ -1,4 +1,4 @@
-//! Freshness rollups (migration 0008): after every kind of write the rollup
+//! Freshness rollups (migrations 0008, 0010): after every kind of write the rollup
 //! read by `status` and the gauges equals a full scan of `collection_state`
 //! bucketed the same way, compacted or not; and the migration fills the
 //! rollup of a database populated by the previous release.
@@ -71,6 +71,13 @@ async fn assert_exact(pool: &PgPool, when: &str) {
         .await
         .unwrap();
     assert_eq!(deltas, 0, "{when}: compaction folds every delta");
+    // Read at an instant after the compaction, as serve does: from its band
+    // totals, corrected for what changed band since.
+    let at: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let scan = scanned(pool, at).await;
     assert_eq!(rolled_up(pool, at).await, scan, "{when}: after compaction");
 }
 
@@ -119,6 +126,19 @@ async fn the_rollup_equals_a_full_scan_after_every_kind_of_write(
     .await
     .unwrap();
     assert_exact(p, "aged successes").await;
+
+    // Pairs on both sides of the 7-day boundary, 5 minutes apart.
+    exec(
+        p,
+        "UPDATE collection_state
+         SET last_success_at = now() - interval '7 days 30 minutes'
+                               + (soldier_id % 12) * interval '5 minutes'
+                               + interval '1 minute'
+         WHERE soldier_id % 3 = 1",
+    )
+    .await
+    .unwrap();
+    assert_exact(p, "the hour before 7 days").await;
 
     // Successes and failures through the queue, an unavailable verdict.
     let policy = Policy::default();
@@ -203,6 +223,62 @@ async fn the_rollup_equals_a_full_scan_after_every_kind_of_write(
     // TRUNCATE bypasses row triggers; its own trigger empties the rollup.
     exec(p, "TRUNCATE collection_state").await.unwrap();
     assert_exact(p, "truncate").await;
+}
+
+/// A read long after the last compaction (serve stopped, or `status` run
+/// with `--at`) starts from that compaction's band totals and moves every
+/// pair whose band changed since: the same figures as a scan at that
+/// instant, before and after it, across every band boundary.
+#[sqlx::test]
+async fn band_totals_are_corrected_for_the_time_since_their_compaction(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    exec(
+        p,
+        "INSERT INTO soldiers (platform, persona_id)
+         SELECT 'pc', g FROM generate_series(1, 1500) g;
+         INSERT INTO collection_state (soldier_id, resource, last_success_at)
+         SELECT s.soldier_id, r,
+                CASE WHEN s.soldier_id % 11 = 0 THEN NULL
+                     ELSE now() - (s.soldier_id * 7919 + length(r) * 104729) % 14400
+                                  * interval '1 minute' END
+         FROM soldiers s CROSS JOIN unnest(ARRAY['detailed', 'profile', 'weapons', 'vehicles']) r",
+    )
+    .await
+    .unwrap();
+    assert!(freshness::compact(p).await.unwrap().is_some());
+    let compacted: DateTime<Utc> = sqlx::query_scalar("SELECT max(as_of) FROM freshness_bands")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    // A few more successes after the compaction: deltas on top.
+    exec(
+        p,
+        "UPDATE collection_state SET last_success_at = now() - interval '50 minutes'
+         WHERE soldier_id % 13 = 0",
+    )
+    .await
+    .unwrap();
+    for minutes in [
+        -120,
+        3,
+        61,
+        7 * 60,
+        25 * 60,
+        3 * 1440,
+        7 * 1440 + 10,
+        9 * 1440,
+    ] {
+        let at = compacted + chrono::Duration::minutes(minutes);
+        assert_eq!(
+            rolled_up(p, at).await,
+            scanned(p, at).await,
+            "read {minutes} minutes after the compaction"
+        );
+    }
 }
 
 /// A database populated by the previous release (migrations up to 0007)
