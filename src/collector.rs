@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
@@ -53,6 +53,17 @@ pub enum CollectorError {
         /// The abandoned job.
         job_id: i64,
     },
+}
+
+/// A job claimed and started, with its connection and what the egress gate
+/// said.
+struct Claimed {
+    job: ClaimedJob,
+    conn: PoolConn,
+    /// The key's throttle streak seen by the gate.
+    throttle_streak: i32,
+    /// How long the gate made the claim wait (0: at once).
+    gate_waited: Duration,
 }
 
 /// A claim failed; the loop logs it and retries with [`CLAIM_ERRORS`].
@@ -142,9 +153,12 @@ pub struct Stats {
     pub lease_lost: AtomicU64,
     /// Claims made right after a NOTIFY wake.
     pub claims_after_notify: AtomicU64,
-    /// Wake-to-claim latency of the last claim made right after a wake-up,
-    /// in microseconds (claim transaction start − the job's `eligible_at`,
-    /// both on the database clock).
+    /// Wake-to-claim latency of the last claim made right after a wake-up
+    /// for a job that became eligible while this collector was idle and
+    /// that the egress gate let through at once, in microseconds (claim
+    /// transaction start − the job's `eligible_at`, both on the database
+    /// clock): the notification path, without the time a job queued behind
+    /// busy collectors or the egress spacing.
     pub last_wake_to_claim_us: AtomicU64,
 }
 
@@ -249,6 +263,8 @@ impl Collector {
         // when the last wait ended with a wake-up (NOTIFY, catch-up or a
         // passed-on wake), for the claims-after-notify statistic.
         let mut notified = false;
+        // When this collector last began to wait, idle (this host's clock).
+        let mut idle_since: Option<DateTime<Utc>> = None;
         loop {
             if drain.is_cancelled() || abort.is_cancelled() {
                 return Ok(());
@@ -258,20 +274,29 @@ impl Collector {
             let mut sleep = self.tuning.poll_interval;
             if self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
-                    Ok(Some((job, conn, throttle_streak))) => {
+                    Ok(Some(Claimed {
+                        job,
+                        conn,
+                        throttle_streak,
+                        gate_waited,
+                    })) => {
                         errors = 0;
                         waiter.pass_on();
                         if notified {
                             self.stats
                                 .claims_after_notify
                                 .fetch_add(1, Ordering::Relaxed);
-                            let waited = (job.claimed_at - job.eligible_at)
-                                .to_std()
-                                .unwrap_or_default();
-                            self.stats
-                                .last_wake_to_claim_us
-                                .store(waited.as_micros() as u64, Ordering::Relaxed);
+                            let arrived_idle = idle_since.is_some_and(|t| job.eligible_at >= t);
+                            if arrived_idle && gate_waited.is_zero() {
+                                let waited = (job.claimed_at - job.eligible_at)
+                                    .to_std()
+                                    .unwrap_or_default();
+                                self.stats
+                                    .last_wake_to_claim_us
+                                    .store(waited.as_micros() as u64, Ordering::Relaxed);
+                            }
                         }
+                        idle_since = None;
                         self.process(job, conn, throttle_streak, abort).await?;
                         // More may be waiting: rescan at once.
                         notified = false;
@@ -304,6 +329,7 @@ impl Collector {
                 }
             }
             // Sleep until notified, polled, or a backed-off job becomes eligible.
+            idle_since.get_or_insert_with(Utc::now);
             let wake = tokio::select! {
                 _ = stopped(drain, abort) => return Ok(()),
                 w = waiter.wait_at_most(sleep) => w,
@@ -319,11 +345,8 @@ impl Collector {
     /// transaction (`None`: nothing to do): the request may go at once, so
     /// the job never waits in `claimed`. The claim's connection is returned
     /// with the job: the finalization runs on it too (one pool checkout per
-    /// job). Also returns the key's throttle streak seen by the gate.
-    async fn claim_one(
-        &self,
-        drain: &CancellationToken,
-    ) -> Result<Option<(ClaimedJob, PoolConn, i32)>, ClaimError> {
+    /// job), with what the egress gate said.
+    async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<Claimed>, ClaimError> {
         let passed = match egress::pass(&self.pool, &self.id.egress_key, &self.limits, drain).await
         {
             Ok(passed) => passed,
@@ -333,7 +356,12 @@ impl Collector {
         self.metrics.egress_wait.record(passed.waited.as_secs_f64());
         let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
         let job = queue::claim_and_start(&mut conn, &self.id, self.policy.lease).await?;
-        Ok(job.map(|job| (job, conn, passed.throttle_streak)))
+        Ok(job.map(|job| Claimed {
+            job,
+            conn,
+            throttle_streak: passed.throttle_streak,
+            gate_waited: passed.waited,
+        }))
     }
 
     /// fetch (renewing) → finalize, for one claimed and started job.

@@ -125,6 +125,7 @@ pub async fn pass(
     cancel: &CancellationToken,
 ) -> Result<Passed, EgressError> {
     let started = Instant::now();
+    let mut waited_once = false;
     let mut logged_pause = false;
     loop {
         let (granted, wait_us, throttle_streak, paused): (bool, i64, i32, bool) = sqlx::query_as(
@@ -142,10 +143,15 @@ pub async fn pass(
         })?;
         if granted {
             return Ok(Passed {
-                waited: started.elapsed(),
+                waited: if waited_once {
+                    started.elapsed()
+                } else {
+                    Duration::ZERO
+                },
                 throttle_streak,
             });
         }
+        waited_once = true;
         let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));
         if paused && !logged_pause {
             logged_pause = true;
