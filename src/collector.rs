@@ -151,8 +151,11 @@ pub struct Stats {
     pub failed: AtomicU64,
     /// Attempts abandoned because the lease was lost.
     pub lease_lost: AtomicU64,
-    /// Claims made right after a NOTIFY wake.
+    /// Claims made right after a wake-up (NOTIFY, the catch-up after a
+    /// reconnect, or a wake passed on by another waiter), not a poll.
     pub claims_after_notify: AtomicU64,
+    /// Times this collector found nothing to claim and went idle.
+    pub idle_waits: AtomicU64,
     /// Wake-to-claim latency of the last claim made right after a wake-up
     /// for a job that became eligible while this collector was idle and
     /// that the egress gate let through at once, in microseconds (claim
@@ -330,6 +333,7 @@ impl Collector {
             }
             // Sleep until notified, polled, or a backed-off job becomes eligible.
             idle_since.get_or_insert_with(Utc::now);
+            self.stats.idle_waits.fetch_add(1, Ordering::Relaxed);
             let wake = tokio::select! {
                 _ = stopped(drain, abort) => return Ok(()),
                 w = waiter.wait_at_most(sleep) => w,

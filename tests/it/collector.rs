@@ -914,7 +914,9 @@ async fn interactive_work_is_claimed_while_background_is_busy(
             Platform::Pc,
             persona,
             None,
-            vec![Scripted::Delay(Duration::from_secs(3))],
+            // Longer than the interactive job can take on a loaded machine;
+            // the collectors are aborted mid-fetch at the end.
+            vec![Scripted::Delay(Duration::from_secs(60))],
         );
         bg_jobs.push(
             job(
@@ -936,24 +938,34 @@ async fn interactive_work_is_claimed_while_background_is_busy(
                 Lane::Background,
                 "bg",
                 fast(),
-                Duration::from_secs(10),
+                Duration::from_secs(120),
             )
             .await,
         );
     }
+    // No poll within the test: once idle, only a wake-up (the NOTIFY, or
+    // the catch-up after the LISTEN connection comes up) can make it claim.
+    let no_poll = Tuning {
+        poll_interval: Duration::from_secs(3600),
+        ..fast()
+    };
     let inter = start_collector(
         &db,
         &fake,
         "int-0",
         Lane::Interactive,
         "int",
-        fast(),
+        no_poll,
         Duration::from_secs(5),
     )
     .await;
     for j in &bg_jobs {
         wait_event(p, "started", *j, 1).await;
     }
+    eventually(WAIT, "the interactive collector idle", || async {
+        (inter.stats.idle_waits.load(Ordering::Relaxed) >= 1).then_some(())
+    })
+    .await;
     let s = soldier(p, 999).await;
     let j = job(
         p,
