@@ -154,7 +154,8 @@ pub struct Stats {
     /// Claims made right after a wake-up (NOTIFY, the catch-up after a
     /// reconnect, or a wake passed on by another waiter), not a poll.
     pub claims_after_notify: AtomicU64,
-    /// Times this collector found nothing to claim and went idle.
+    /// Times this collector began to wait for work: nothing was claimable,
+    /// or an operator has disabled or drained it.
     pub idle_waits: AtomicU64,
     /// Wake-to-claim latency of the last claim made right after a wake-up
     /// for a job that became eligible while this collector was idle and
