@@ -139,6 +139,22 @@ pub async fn events(pool: &PgPool, event_type: &str, job_id: Option<i64>) -> i64
     .unwrap()
 }
 
+/// What a finalization left visible: (current data rows, history rows,
+/// events of `job_id` whose type is one of `event_types`).
+pub async fn written(pool: &PgPool, job_id: i64, event_types: &[&str]) -> (i64, i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM soldier_resource_current),
+                (SELECT count(*) FROM soldier_detailed_history),
+                (SELECT count(*) FROM collection_events
+                 WHERE job_id = $1 AND event_type = ANY($2))",
+    )
+    .bind(job_id)
+    .bind(event_types)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
 /// The event types of one job, in the order they were written.
 pub async fn event_types(pool: &PgPool, job_id: i64) -> Vec<String> {
     sqlx::query_scalar(

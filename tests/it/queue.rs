@@ -184,22 +184,6 @@ async fn claim_needs_an_enabled_idle_collector(_: PgPoolOptions, opts: PgConnect
     );
 }
 
-async fn visible_success(pool: &PgPool, job_id: i64) -> (i64, i64, i64) {
-    let current: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_resource_current")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_detailed_history")
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    (
-        current,
-        history,
-        events(pool, "succeeded", Some(job_id)).await,
-    )
-}
-
 #[sqlx::test]
 async fn stale_claimants_can_neither_start_renew_nor_finalize(
     _: PgPoolOptions,
@@ -313,7 +297,7 @@ async fn stale_claimants_can_neither_start_renew_nor_finalize(
         Fenced::LeaseLost
     );
     // Nothing the stale claimant attempted is visible.
-    assert_eq!(visible_success(p, id).await, (0, 0, 0));
+    assert_eq!(written(p, id, &["succeeded"]).await, (0, 0, 0));
     assert_eq!(events(p, "failed", Some(id)).await, 0);
     let state: (Option<DateTime<Utc>>, i64) =
         sqlx::query_as("SELECT last_failure_at, failure_count FROM collection_state")
@@ -337,7 +321,7 @@ async fn stale_claimants_can_neither_start_renew_nor_finalize(
     assert!(renewed > again.lease_expires_at);
     let out = succeed(p, &again.lease(), 9).await;
     assert!(out.changed && out.history_appended);
-    assert_eq!(visible_success(p, id).await, (1, 1, 1));
+    assert_eq!(written(p, id, &["succeeded"]).await, (1, 1, 1));
 }
 
 #[sqlx::test]
@@ -467,7 +451,7 @@ async fn finalization_is_atomic(_: PgPoolOptions, opts: PgConnectOptions) {
         "the injected overflow must fail the finalization"
     );
     assert_eq!(
-        visible_success(p, id).await,
+        written(p, id, &["succeeded"]).await,
         (0, 0, 0),
         "partial success became visible"
     );
