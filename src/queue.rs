@@ -310,7 +310,7 @@ pub async fn claim(
     who: &CollectorId,
     lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
-    sqlx::query_as::<_, ClaimedJob>(concat!(
+    const SQL: &str = concat!(
         claim_candidate!(),
         claim_lease!("'claimed'", "NULL"),
         ", event AS (
@@ -326,14 +326,8 @@ pub async fn claim(
         )
         ",
         claimed_job!()
-    ))
-    .bind(who.lane)
-    .bind(who.uuid)
-    .bind(Uuid::new_v4())
-    .bind(ms(lease))
-    .fetch_optional(conn)
-    .await
-    .map_err(db("claim"))
+    );
+    claim_with(SQL, "claim", conn, who, lease).await
 }
 
 /// Claims the next eligible job of `who.lane` and starts it, in one
@@ -354,7 +348,7 @@ pub async fn claim_and_start(
     who: &CollectorId,
     lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
-    sqlx::query_as::<_, ClaimedJob>(concat!(
+    const SQL: &str = concat!(
         claim_candidate!(),
         claim_lease!("'running'", "now()"),
         ", events AS (
@@ -375,14 +369,27 @@ pub async fn claim_and_start(
         )
         ",
         claimed_job!()
-    ))
-    .bind(who.lane)
-    .bind(who.uuid)
-    .bind(Uuid::new_v4())
-    .bind(ms(lease))
-    .fetch_optional(conn)
-    .await
-    .map_err(db("claim_and_start"))
+    );
+    claim_with(SQL, "claim_and_start", conn, who, lease).await
+}
+
+/// Runs a claim statement (`$1` lane, `$2` collector, `$3` a new lease
+/// token, `$4` the lease in ms) and returns the claimed job, if any.
+async fn claim_with(
+    sql: &'static str,
+    op: &'static str,
+    conn: impl PgExecutor<'_>,
+    who: &CollectorId,
+    lease: Duration,
+) -> Result<Option<ClaimedJob>, QueueError> {
+    sqlx::query_as::<_, ClaimedJob>(sql)
+        .bind(who.lane)
+        .bind(who.uuid)
+        .bind(Uuid::new_v4())
+        .bind(ms(lease))
+        .fetch_optional(conn)
+        .await
+        .map_err(db(op))
 }
 
 /// `claimed → running` under the lease; writes `started`.
