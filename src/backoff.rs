@@ -33,18 +33,14 @@ pub fn exponential(attempt: u32, base: Duration, max: Duration) -> Duration {
 /// `delay` spread by `±spread` (a fraction, clamped to [0, 1]) using
 /// `unit` ∈ [0, 1]: `delay × (1 + spread × (2 × unit − 1))`.
 pub fn jitter(delay: Duration, spread: f64, unit: f64) -> Duration {
-    let spread = if spread.is_nan() {
-        0.0
-    } else {
-        spread.clamp(0.0, 1.0)
-    };
-    let unit = if unit.is_nan() {
-        0.5
-    } else {
-        unit.clamp(0.0, 1.0)
-    };
+    let (spread, unit) = (fraction(spread, 0.0), fraction(unit, 0.5));
     let factor = (1.0 + spread * (2.0 * unit - 1.0)).max(0.0);
     Duration::try_from_secs_f64(delay.as_secs_f64() * factor).unwrap_or(Duration::MAX)
+}
+
+/// `x` clamped to [0, 1]; `nan` when `x` is NaN.
+fn fraction(x: f64, nan: f64) -> f64 {
+    if x.is_nan() { nan } else { x.clamp(0.0, 1.0) }
 }
 
 /// `base` scaled by a random factor in [0.8, 1.2): every periodic task
@@ -58,16 +54,7 @@ pub fn jittered(base: Duration) -> Duration {
 /// `unit` ∈ [0, 1]: `delay × (1 + spread × unit)` — never shorter than
 /// `delay` (after a pause every waiter must wait it out, then spread).
 pub fn jitter_up(delay: Duration, spread: f64, unit: f64) -> Duration {
-    let spread = if spread.is_nan() {
-        0.0
-    } else {
-        spread.clamp(0.0, 1.0)
-    };
-    let unit = if unit.is_nan() {
-        0.0
-    } else {
-        unit.clamp(0.0, 1.0)
-    };
+    let (spread, unit) = (fraction(spread, 0.0), fraction(unit, 0.0));
     Duration::try_from_secs_f64(delay.as_secs_f64() * (1.0 + spread * unit))
         .unwrap_or(Duration::MAX)
         .max(delay)
