@@ -5,9 +5,20 @@
 //! File format: CSV `platform,persona_id,name`. The first line is a header
 //! when its first two fields are `platform` and `persona_id` (any case);
 //! otherwise it is data. Fields are trimmed; `platform` is case-insensitive;
-//! `name` may be empty or absent (2 fields), which keeps an existing name.
+//! `name` may be empty or absent (2 fields), which keeps an existing name;
+//! otherwise it is 1 to [`MAX_NAME_CHARS`] characters (after trimming) with
+//! no control character.
 //!
 //! Invariants:
+//! - input is bounded: no line (in fact no row: a quoted field that spans
+//!   lines counts the whole row) is longer than [`MAX_LINE_BYTES`], line
+//!   terminator excluded. A longer one stops the import at once with
+//!   [`ImportError::LineTooLong`] naming its line, also with
+//!   `--skip-invalid` (the rest of the file cannot be split into rows
+//!   reliably): nothing is imported. The file is read through
+//!   `BoundedRows`, so a row that never ends (`/dev/zero`, a FIFO) fails
+//!   after at most [`MAX_LINE_BYTES`] + 1 bytes past the last row's end, and
+//!   the reader's memory stays bounded whatever the file;
 //! - EVERY row is validated before anything is written. Invalid rows are
 //!   reported with their line number and reason; unless `--skip-invalid`,
 //!   one invalid row means nothing is imported;
@@ -52,6 +63,12 @@ pub const DEFAULT_WORKERS: usize = 2;
 /// Problems listed in full before "... and N more".
 const PROBLEMS_SHOWN: usize = 50;
 
+/// Longest line (row) accepted, in bytes, its line terminator excluded.
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// Longest soldier name accepted, in characters (after trimming).
+pub const MAX_NAME_CHARS: usize = 200;
+
 /// An import that did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
@@ -62,6 +79,22 @@ pub enum ImportError {
         path: String,
         /// The I/O or CSV reader's complaint.
         reason: String,
+    },
+    /// A line (row) is longer than [`MAX_LINE_BYTES`]: nothing was imported,
+    /// whatever `--skip-invalid` says.
+    #[error(
+        "line {line} of {path} is longer than {MAX_LINE_BYTES} bytes{}; nothing imported \
+         (expected CSV rows of platform,persona_id,name)",
+        continued_onto(*line, *through)
+    )]
+    LineTooLong {
+        /// The file.
+        path: String,
+        /// 1-based line where the overlong row starts.
+        line: u64,
+        /// 1-based line where the limit was crossed (after `line` when a
+        /// quoted field carries the row over several lines).
+        through: u64,
     },
     /// Some rows are invalid and `--skip-invalid` was not given.
     #[error(
@@ -90,6 +123,34 @@ pub enum ImportError {
         /// The failure.
         source: sqlx::Error,
     },
+}
+
+fn continued_onto(line: u64, through: u64) -> String {
+    if through > line {
+        format!(" (a quoted field carries it on to line {through})")
+    } else {
+        String::new()
+    }
+}
+
+/// Why [`parse`] could not read the rows (invalid rows are not errors:
+/// they are listed in [`Parsed::invalid`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// A line (row) is longer than [`MAX_LINE_BYTES`].
+    #[error(
+        "line {line} is longer than {MAX_LINE_BYTES} bytes{}",
+        continued_onto(*line, *through)
+    )]
+    LineTooLong {
+        /// 1-based line where the overlong row starts.
+        line: u64,
+        /// 1-based line where the limit was crossed.
+        through: u64,
+    },
+    /// The I/O or CSV reader's complaint.
+    #[error(transparent)]
+    Csv(csv::Error),
 }
 
 /// How to import.
@@ -279,11 +340,14 @@ pub async fn import_file(
         reason,
     };
     let file = std::fs::File::open(path).map_err(|e| read_err(e.to_string()))?;
-    let parsed = parse(
-        std::io::BufReader::with_capacity(1 << 16, file),
-        opts.progress,
-    )
-    .map_err(|e| read_err(e.to_string()))?;
+    let parsed = parse(file, opts.progress).map_err(|e| match e {
+        ParseError::LineTooLong { line, through } => ImportError::LineTooLong {
+            path: display.clone(),
+            line,
+            through,
+        },
+        ParseError::Csv(e) => read_err(e.to_string()),
+    })?;
     if !parsed.invalid.is_empty() && !opts.skip_invalid {
         return Err(ImportError::Invalid {
             path: display,
@@ -302,13 +366,28 @@ pub async fn import_file(
     })
 }
 
-/// Reads and validates every row (nothing is written).
-pub fn parse<R: Read>(reader: R, progress: bool) -> Result<Parsed, csv::Error> {
+/// Reads and validates every row (nothing is written). `reader` is read
+/// through [`BoundedRows`] (no row over [`MAX_LINE_BYTES`]) and buffered
+/// here: pass it unbuffered.
+pub fn parse<R: Read>(reader: R, progress: bool) -> Result<Parsed, ParseError> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
         .trim(csv::Trim::All)
-        .from_reader(reader);
+        .buffer_capacity(1 << 16)
+        .from_reader(BoundedRows::new(reader));
+    let out = parse_rows(&mut rdr, progress);
+    match (out, rdr.get_ref().too_long) {
+        (_, Some(TooLong { line, through })) => Err(ParseError::LineTooLong { line, through }),
+        (Err(e), None) => Err(ParseError::Csv(e)),
+        (Ok(parsed), None) => Ok(parsed),
+    }
+}
+
+fn parse_rows<R: Read>(
+    rdr: &mut csv::Reader<BoundedRows<R>>,
+    progress: bool,
+) -> Result<Parsed, csv::Error> {
     let mut out = Parsed::default();
     let mut seen: HashMap<(Platform, i64), usize> = HashMap::new();
     let mut record = csv::ByteRecord::new();
@@ -365,6 +444,114 @@ pub fn parse<R: Read>(reader: R, progress: bool) -> Result<Parsed, csv::Error> {
     Ok(out)
 }
 
+/// Where a row crossed [`MAX_LINE_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("line {line} is longer than {MAX_LINE_BYTES} bytes")]
+struct TooLong {
+    line: u64,
+    through: u64,
+}
+
+/// Where [`BoundedRows`] is in the CSV grammar: the states of the csv
+/// reader's own parser (`csv-core` with its defaults: `"` quotes, doubled
+/// to escape, no escape character, no comments), so a row ends exactly
+/// where the parser ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lexer {
+    /// At the start of a field (or of a row): a quote opens a quoted field.
+    FieldStart,
+    /// In an unquoted field: a quote is data.
+    Unquoted,
+    /// In a quoted field: line terminators are data.
+    Quoted,
+    /// A quote in a quoted field: another quote is an escaped one; anything
+    /// else closes the quoted field.
+    QuoteInQuoted,
+}
+
+/// A reader that refuses rows longer than [`MAX_LINE_BYTES`] (terminator
+/// excluded; a quoted field spanning lines makes one long row) with an I/O
+/// error, before handing their bytes on. It never reads further than
+/// [`MAX_LINE_BYTES`] + 1 bytes past the end of the last row, so input with
+/// no line terminator (`/dev/zero`) fails within one row's worth of reading.
+struct BoundedRows<R> {
+    inner: R,
+    lexer: Lexer,
+    /// Bytes of the current row so far (terminators outside quotes excluded).
+    row_bytes: usize,
+    /// 1-based line of the next byte.
+    line: u64,
+    /// Line where the current row started.
+    row_line: u64,
+    too_long: Option<TooLong>,
+}
+
+impl<R> BoundedRows<R> {
+    fn new(inner: R) -> BoundedRows<R> {
+        BoundedRows {
+            inner,
+            lexer: Lexer::FieldStart,
+            row_bytes: 0,
+            line: 1,
+            row_line: 1,
+            too_long: None,
+        }
+    }
+
+    /// Moves over one byte; `Err` once the row is too long.
+    fn step(&mut self, b: u8) -> Result<(), TooLong> {
+        let terminator = b == b'\n' || b == b'\r';
+        let (next, ends_row) = match (self.lexer, b) {
+            (Lexer::Quoted, b'"') => (Lexer::QuoteInQuoted, false),
+            (Lexer::Quoted, _) => (Lexer::Quoted, false),
+            (Lexer::QuoteInQuoted, b'"') => (Lexer::Quoted, false),
+            (Lexer::FieldStart, b'"') => (Lexer::Quoted, false),
+            (_, b',') => (Lexer::FieldStart, false),
+            (_, _) if terminator => (Lexer::FieldStart, true),
+            (_, _) => (Lexer::Unquoted, false),
+        };
+        self.lexer = next;
+        if ends_row {
+            self.row_bytes = 0;
+        } else {
+            if self.row_bytes == 0 {
+                self.row_line = self.line;
+            }
+            self.row_bytes += 1;
+            if self.row_bytes > MAX_LINE_BYTES {
+                return Err(TooLong {
+                    line: self.row_line,
+                    through: self.line,
+                });
+            }
+        }
+        if b == b'\n' {
+            self.line += 1;
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read> Read for BoundedRows<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(e) = self.too_long {
+            return Err(std::io::Error::other(e));
+        }
+        // Never more than the rest of a row's allowance (at least 1 byte):
+        // an endless row is refused before much more of it is read.
+        let allowance = MAX_LINE_BYTES + 1 - self.row_bytes.min(MAX_LINE_BYTES);
+        let want = buf.len().min(allowance);
+        let n = self.inner.read(&mut buf[..want])?;
+        for &b in &buf[..n] {
+            if let Err(e) = self.step(b) {
+                self.too_long = Some(e);
+                return Err(std::io::Error::other(e));
+            }
+        }
+        Ok(n)
+    }
+}
+
 fn is_header(record: &csv::ByteRecord) -> bool {
     let field = |i: usize| record.get(i).map(|f| f.to_ascii_lowercase());
     field(0).as_deref() == Some(b"platform".as_slice())
@@ -401,8 +588,15 @@ fn validate(record: &csv::ByteRecord) -> Result<(Platform, i64, Option<String>),
     } else {
         ""
     };
+    let name = name.trim();
     if name.chars().any(char::is_control) {
         return Err("name contains a control character".to_owned());
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "name is {chars} characters long (at most {MAX_NAME_CHARS})"
+        ));
     }
     let name = (!name.is_empty()).then(|| name.to_owned());
     Ok((platform, persona_id, name))
@@ -664,5 +858,85 @@ mod tests {
         assert_eq!(p.invalid.len(), 1);
         assert_eq!(p.invalid[0].line, 4);
         assert_eq!(p.data_rows, 2);
+    }
+
+    fn too_long(s: &[u8]) -> (u64, u64) {
+        match parse(s, false) {
+            Err(ParseError::LineTooLong { line, through }) => (line, through),
+            other => panic!("expected LineTooLong, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn lines_are_at_most_4_kib_without_their_terminator() {
+        let name = |n: usize| "x".repeat(n);
+        let prefix = "pc,1,".len();
+        // Exactly at the limit, with either terminator (or none at the end).
+        for end in ["\n", "\r\n", ""] {
+            let text = format!("pc,2,ok\npc,1,{}{end}", name(MAX_LINE_BYTES - prefix));
+            let p = parse(text.as_bytes(), false).unwrap();
+            assert_eq!(p.data_rows, 2, "{end:?}");
+            assert_eq!(p.invalid.len(), 1, "a 4 KiB name is too long a name");
+            assert_eq!(p.invalid[0].line, 2);
+        }
+        let text = format!("pc,2,ok\r\n\npc,1,{}\npc,3,x\n", name(MAX_LINE_BYTES - prefix + 1));
+        assert_eq!(too_long(text.as_bytes()), (3, 3));
+        // A quoted field carrying a row over lines counts the whole row.
+        let text = format!("pc,1,\"a\n{}\n{}\"\n", name(3000), name(3000));
+        assert_eq!(too_long(text.as_bytes()), (1, 3));
+        // A quote inside an unquoted field is data: later lines are rows.
+        let text = format!("pc,1,a\"b\n{}", format!("pc,2,{}\n", name(100)).repeat(100));
+        let p = parse(text.as_bytes(), false).unwrap();
+        assert_eq!((p.data_rows, p.invalid.len()), (101, 0));
+        // Doubled quotes and a closing quote followed by data, as csv reads them.
+        let p = parse_str("pc,1,\"a \"\"b\"\" c\"\npc,2,\"d\"e\n");
+        assert_eq!(p.rows[0].name.as_deref(), Some("a \"b\" c"));
+        assert_eq!(p.rows[1].name.as_deref(), Some("de"));
+    }
+
+    /// Counts the bytes read through it.
+    struct Counting<R>(R, std::rc::Rc<std::cell::Cell<u64>>);
+
+    impl<R: Read> Read for Counting<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1.set(self.1.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_endless_line_fails_within_one_line_of_reading() {
+        let head = b"platform,persona_id,name\npc,1,a\n";
+        let read = std::rc::Rc::new(std::cell::Cell::new(0));
+        let endless = Counting(head.chain(std::io::repeat(0)), read.clone());
+        let e = parse(endless, false).unwrap_err();
+        assert_eq!(e.to_string(), "line 3 is longer than 4096 bytes");
+        assert_eq!(read.get(), (head.len() + MAX_LINE_BYTES + 1) as u64);
+    }
+
+    #[test]
+    fn names_are_bounded_and_printable() {
+        let ok = "é".repeat(MAX_NAME_CHARS);
+        let long = "é".repeat(MAX_NAME_CHARS + 1);
+        let p = parse_str(&format!(
+            "pc,1, {ok} \npc,2,{long}\npc,3,a\u{1b}[2Jb\npc,4,\"a\rb\"\npc,5,\npc,6, \u{3000} \n"
+        ));
+        let invalid: Vec<(u64, &str)> = p
+            .invalid
+            .iter()
+            .map(|r| (r.line, r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            invalid,
+            vec![
+                (2, "name is 201 characters long (at most 200)"),
+                (3, "name contains a control character"),
+                (4, "name contains a control character"),
+            ]
+        );
+        assert_eq!(p.rows[0].name.as_deref(), Some(ok.as_str()));
+        // Empty (also after trimming Unicode spaces) keeps the existing name.
+        assert_eq!((p.rows[1].name.as_deref(), p.rows[2].name.as_deref()), (None, None));
     }
 }

@@ -1,9 +1,11 @@
 //! `bf4ps-ops soldiers import` against a real PostgreSQL: validate-first,
-//! `--skip-invalid`, re-import updates without duplicates, header detection.
+//! `--skip-invalid`, re-import updates without duplicates, header detection,
+//! bounded lines (also endless input) and names.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use bf4ps_ops::import::{ImportOptions, LoadCounts, import_file};
+use bf4ps_ops::import::{ImportError, ImportOptions, LoadCounts, import_file};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -282,4 +284,191 @@ async fn a_failure_mid_way_keeps_whole_batches_and_a_rerun_finishes(
     );
     assert_eq!(soldiers(&db.pool).await.len(), 4);
     assert_eq!(state_shape(&db.pool).await, (16, 0));
+}
+
+/// Runs `soldiers import FILE` and returns (success, stderr lines).
+fn import_bin(db: &TestDb, file: &std::path::Path) -> (bool, Vec<String>) {
+    let out = run_bin(
+        &["soldiers", "import", file.to_str().unwrap()],
+        Some(&db.url),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.success(),
+        err.lines().map(str::to_owned).collect(),
+    )
+}
+
+#[sqlx::test]
+async fn a_line_over_4_kib_imports_nothing_and_names_its_line(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let long = format!("pc,2,{}\n", "x".repeat(5 * 1024));
+    let file = csv_file(
+        "long.csv",
+        &format!("platform,persona_id,name\npc,1,Alpha\n{long}pc,3,Charlie\n"),
+    );
+    let (ok, err) = import_bin(&db, &file);
+    assert!(!ok, "{err:?}");
+    assert_eq!(
+        err,
+        vec![format!(
+            "error: line 3 of {} is longer than 4096 bytes; nothing imported \
+             (expected CSV rows of platform,persona_id,name)",
+            file.display()
+        )]
+    );
+    // --skip-invalid cannot skip it: the rest of the file has no reliable rows.
+    let r = import_file(
+        &db.pool,
+        &file,
+        ImportOptions {
+            skip_invalid: true,
+            ..ImportOptions::default()
+        },
+    )
+    .await;
+    assert!(
+        matches!(
+            r,
+            Err(ImportError::LineTooLong {
+                line: 3,
+                through: 3,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert!(soldiers(&db.pool).await.is_empty());
+    assert_eq!(state_shape(&db.pool).await, (0, 0));
+}
+
+#[sqlx::test]
+async fn endless_zero_bytes_fail_fast_after_reading_one_line(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use std::io::Write;
+    let db = TestDb::new(opts).await;
+
+    // /dev/zero never ends: the binary fails at once (it used to grow to GBs).
+    let started = std::time::Instant::now();
+    let (ok, err) = import_bin(&db, std::path::Path::new("/dev/zero"));
+    assert!(!ok);
+    assert_eq!(
+        err,
+        vec![
+            "error: line 1 of /dev/zero is longer than 4096 bytes; nothing imported \
+             (expected CSV rows of platform,persona_id,name)"
+                .to_owned()
+        ]
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+
+    // 100 MB of zero bytes made lazily behind a valid line, through a FIFO:
+    // the import stops after about one line's worth of them, so its memory
+    // cannot have grown with the input.
+    let fifo = csv_file("placeholder", "").with_file_name("zeros.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || -> u64 {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+            f.write_all(b"pc,1,Alpha\n").unwrap();
+            let chunk = vec![0u8; 64 * 1024];
+            let mut written = 0u64;
+            while written < 100 * 1024 * 1024 {
+                // The reader gave up: EPIPE (Rust ignores SIGPIPE).
+                if f.write_all(&chunk).is_err() {
+                    break;
+                }
+                written += chunk.len() as u64;
+            }
+            written
+        })
+    };
+    let started = std::time::Instant::now();
+    let r = import_file(&db.pool, &fifo, ImportOptions::default()).await;
+    let elapsed = started.elapsed();
+    let err = r.expect_err("100 MB of zero bytes are no CSV");
+    assert!(
+        matches!(
+            err,
+            ImportError::LineTooLong {
+                line: 2,
+                through: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with(&format!("line 2 of {} is longer than 4096 bytes", fifo.display())),
+        "{err}"
+    );
+    let written = writer.join().unwrap();
+    assert!(
+        written < 4 * 1024 * 1024,
+        "the import read on: {written} bytes written before it gave up"
+    );
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+    assert!(soldiers(&db.pool).await.is_empty());
+}
+
+#[sqlx::test]
+async fn overlong_and_control_character_names_are_invalid_rows(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let file = csv_file(
+        "names.csv",
+        &format!(
+            "platform,persona_id,name\npc,1,{}\npc,2,{}\npc,3,Evil\u{1b}[2JName\npc,4,\n",
+            "n".repeat(200),
+            "n".repeat(201)
+        ),
+    );
+    let (ok, err) = import_bin(&db, &file);
+    assert!(!ok, "{err:?}");
+    assert_eq!(
+        err,
+        vec![
+            "line 3: invalid: name is 201 characters long (at most 200)".to_owned(),
+            "line 4: invalid: name contains a control character".to_owned(),
+            format!(
+                "error: 2 invalid row(s) in {}; nothing imported (fix them or pass --skip-invalid)",
+                file.display()
+            ),
+        ]
+    );
+    assert!(soldiers(&db.pool).await.is_empty());
+    assert_eq!(state_shape(&db.pool).await, (0, 0));
+
+    // Skipping them imports the 200-character name and the nameless row.
+    let r = import_file(
+        &db.pool,
+        &file,
+        ImportOptions {
+            skip_invalid: true,
+            ..ImportOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.skipped.len(), 2);
+    assert_eq!(
+        soldiers(&db.pool).await,
+        vec![
+            ("pc".to_owned(), 1, Some("n".repeat(200))),
+            ("pc".to_owned(), 4, None),
+        ]
+    );
 }
