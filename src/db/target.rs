@@ -691,14 +691,31 @@ pub fn check_key_permissions(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Longest password file read, in bytes.
+pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+
 /// Reads a password file (e.g. a systemd credential): the first line, without
-/// its line ending. The password never appears in an error.
+/// its line ending. At most [`MAX_PASSWORD_FILE_BYTES`] are read (one more to
+/// tell a longer file, which is refused: `/dev/zero` fails at once). The
+/// password never appears in an error.
 pub fn read_password_file(path: &Path) -> Result<String, DbError> {
+    use std::io::Read;
     let fail = |reason: String| DbError::PasswordFile {
         path: path.display().to_string(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PASSWORD_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > MAX_PASSWORD_FILE_BYTES {
+        return Err(fail(format!(
+            "the file is longer than {MAX_PASSWORD_FILE_BYTES} bytes"
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| fail("the file is not valid UTF-8".into()))?;
     let password = text.lines().next().unwrap_or_default();
     if password.is_empty() {
         return Err(fail("the file is empty".into()));
@@ -762,6 +779,41 @@ mod tests {
         assert!(e.contains("password file"), "{e}");
         assert!(!e.contains(":p@"), "{e}");
         DbTarget::parse_with_password(Some("postgres://u@h/db"), Some("x")).unwrap();
+    }
+
+    #[test]
+    fn password_files_are_read_up_to_4_kib() {
+        let dir = std::env::temp_dir().join(format!(
+            "bf4ps-pwfile-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, bytes).unwrap();
+            p
+        };
+        let max = MAX_PASSWORD_FILE_BYTES as usize;
+        let at_limit = write("at-limit", format!("{}\n", "p".repeat(max - 1)).as_bytes());
+        assert_eq!(read_password_file(&at_limit).unwrap(), "p".repeat(max - 1));
+        let first = write("lines", b"s3cret\r\nsecond line\n");
+        assert_eq!(read_password_file(&first).unwrap(), "s3cret");
+        let over = write("over", "p".repeat(max + 1).as_bytes());
+        for long in [over.as_path(), Path::new("/dev/zero")] {
+            let e = read_password_file(long).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "cannot use the password file {}: the file is longer than 4096 bytes",
+                    long.display()
+                )
+            );
+        }
+        let binary = write("binary", b"\xff\xfe\n");
+        let e = read_password_file(&binary).unwrap_err().to_string();
+        assert!(e.ends_with("the file is not valid UTF-8"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -738,6 +738,21 @@ fn the_password_file_is_read_and_checked() {
     );
     let err = run(&empty, "postgres://u@127.0.0.1:1/db");
     assert!(err.contains("empty"), "{err}");
+    // Read up to 4 KiB only: a longer file (or an endless one) is refused at once.
+    let long = dir.join("long");
+    std::fs::write(&long, format!("{}\n", "p".repeat(5000))).unwrap();
+    for file in [long.as_path(), std::path::Path::new("/dev/zero")] {
+        let started = std::time::Instant::now();
+        let err = run(file, "postgres://u@127.0.0.1:1/db");
+        assert_eq!(
+            err.trim(),
+            format!(
+                "error: cannot use the password file {}: the file is longer than 4096 bytes",
+                file.display()
+            )
+        );
+        assert!(started.elapsed() < Duration::from_secs(20));
+    }
     let file = dir.join("pw");
     std::fs::write(&file, "from-file-secret\n").unwrap();
     let err = run(&file, "postgres://u:in-url@127.0.0.1:1/db");
