@@ -879,7 +879,10 @@ mod tests {
             assert_eq!(p.invalid.len(), 1, "a 4 KiB name is too long a name");
             assert_eq!(p.invalid[0].line, 2);
         }
-        let text = format!("pc,2,ok\r\n\npc,1,{}\npc,3,x\n", name(MAX_LINE_BYTES - prefix + 1));
+        let text = format!(
+            "pc,2,ok\r\n\npc,1,{}\npc,3,x\n",
+            name(MAX_LINE_BYTES - prefix + 1)
+        );
         assert_eq!(too_long(text.as_bytes()), (3, 3));
         // A quoted field carrying a row over lines counts the whole row.
         let text = format!("pc,1,\"a\n{}\n{}\"\n", name(3000), name(3000));
@@ -937,6 +940,9 @@ mod tests {
         );
         assert_eq!(p.rows[0].name.as_deref(), Some(ok.as_str()));
         // Empty (also after trimming Unicode spaces) keeps the existing name.
-        assert_eq!((p.rows[1].name.as_deref(), p.rows[2].name.as_deref()), (None, None));
+        assert_eq!(
+            (p.rows[1].name.as_deref(), p.rows[2].name.as_deref()),
+            (None, None)
+        );
     }
 }

@@ -714,8 +714,7 @@ pub fn read_password_file(path: &Path) -> Result<String, DbError> {
             "the file is longer than {MAX_PASSWORD_FILE_BYTES} bytes"
         )));
     }
-    let text = String::from_utf8(bytes)
-        .map_err(|_| fail("the file is not valid UTF-8".into()))?;
+    let text = String::from_utf8(bytes).map_err(|_| fail("the file is not valid UTF-8".into()))?;
     let password = text.lines().next().unwrap_or_default();
     if password.is_empty() {
         return Err(fail("the file is empty".into()));

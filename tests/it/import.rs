@@ -365,7 +365,11 @@ async fn endless_zero_bytes_fail_fast_after_reading_one_line(
                 .to_owned()
         ]
     );
-    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
 
     // 100 MB of zero bytes made lazily behind a valid line, through a FIFO:
     // the import stops after about one line's worth of them, so its memory
@@ -409,8 +413,10 @@ async fn endless_zero_bytes_fail_fast_after_reading_one_line(
         "{err:?}"
     );
     assert!(
-        err.to_string()
-            .starts_with(&format!("line 2 of {} is longer than 4096 bytes", fifo.display())),
+        err.to_string().starts_with(&format!(
+            "line 2 of {} is longer than 4096 bytes",
+            fifo.display()
+        )),
         "{err}"
     );
     let written = writer.join().unwrap();
