@@ -12,7 +12,8 @@
 //! Invariants: a request never duplicates a job (one live job per
 //! (soldier, resource)); calling it again changes nothing; bad input is a
 //! SQL error with SQLSTATE 22023 naming the bad value and the accepted ones,
-//! surfaced here as [`RequestError::Rejected`]; a request that would take the
+//! surfaced here as [`RequestError::Rejected`] (its text, which quotes the
+//! operator's input, shown through [`crate::output::escape`]); a request that would take the
 //! pending interactive jobs past `max_pending_interactive` writes nothing and
 //! fails with SQLSTATE 53400 ([`RequestError::Busy`]).
 
@@ -23,11 +24,11 @@ use std::time::Duration;
 pub enum RequestError {
     /// The database rejected the input (unknown platform or resource, bad
     /// persona id): the message names the value and the accepted ones.
-    #[error("{0}")]
+    #[error("{}", crate::output::escape(.0))]
     Rejected(String),
     /// Too many interactive refreshes are pending (SQLSTATE 53400): nothing
     /// was queued; retry later.
-    #[error("{0}")]
+    #[error("{}", crate::output::escape(.0))]
     Busy(String),
     /// Any other database failure.
     #[error("refresh request failed: {0}")]
@@ -164,7 +165,8 @@ pub fn fmt_eta(eta: Option<f64>) -> String {
     }
 }
 
-/// The CLI's rendering: a table, or a JSON array of [`RefreshRow`]
+/// The CLI's rendering: a table (database-held strings through
+/// [`crate::output::escape`]), or a JSON array of [`RefreshRow`]
 /// (`resource`, `job_id`, `state`, `position`, `eta_seconds`).
 pub fn render(rows: &[RefreshRow], json: bool) -> String {
     if json {
@@ -177,7 +179,7 @@ pub fn render(rows: &[RefreshRow], json: bool) -> String {
     for r in rows {
         out.push_str(&format!(
             "{:<10} {:>10} {:<9} {:>8}  {}\n",
-            r.resource,
+            crate::output::escape(&r.resource),
             r.job_id,
             r.state,
             if r.position == 0 {

@@ -25,13 +25,17 @@
 //!   instant. The database must be migrated (the CLI checks
 //!   `db::migrations_current` first);
 //! - every query is bounded by the working set, the collectors, the egress
-//!   keys or the rollups, never by the number of soldiers or events.
+//!   keys or the rollups, never by the number of soldiers or events;
+//! - [`Status::render`] prints every database-held string (collector names,
+//!   egress keys, the horizon holder's session) through
+//!   [`crate::output::escape`]: no control character reaches the terminal.
 
 use chrono::{DateTime, Utc};
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use sqlx::PgConnection;
 
 use crate::db::Pool;
+use crate::output::escape;
 
 use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
 use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
@@ -566,9 +570,9 @@ impl Status {
                 }
                 line(format!(
                     "  {:<20} {:<12} {:<12} {:<8} {:>10} {:>10}  {}",
-                    c.name,
+                    escape(&c.name),
                     c.lane.as_str(),
-                    c.egress_key,
+                    escape(&c.egress_key),
                     c.health.as_str(),
                     fmt_age(c.heartbeat_age_s),
                     c.current_job_id.map_or("-".to_owned(), |j| j.to_string()),
@@ -643,11 +647,11 @@ impl Status {
                     .as_deref()
                     .filter(|a| !a.is_empty())
                     .map_or("no application_name".to_owned(), |a| format!("{a:?}")),
-                h.state.as_deref().unwrap_or("state unknown"),
-                h.database.as_deref().unwrap_or("?"),
+                h.state.as_deref().map_or("state unknown".into(), escape),
+                h.database.as_deref().map_or("?".into(), escape),
                 h.client_addr
                     .as_deref()
-                    .map_or(String::new(), |c| format!(", from {c}")),
+                    .map_or(String::new(), |c| format!(", from {}", escape(c))),
                 fmt_age(Some(h.xact_age_seconds))
             ),
         });
@@ -658,7 +662,7 @@ impl Status {
                 e.paused_until.map(|until| {
                     format!(
                         "{} for {} (throttled {}× in a row)",
-                        e.egress_key,
+                        escape(&e.egress_key),
                         fmt_age(Some(age_s(until, self.generated_at))),
                         e.throttle_streak
                     )

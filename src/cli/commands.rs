@@ -1,6 +1,8 @@
 //! One function per command: what `bf4ps-ops COMMAND` does once its
 //! arguments are parsed (`super::run` dispatches here). Errors go back to
-//! `main` with context, printed on one line.
+//! `main` with context, printed on one line. Human (non-JSON) output
+//! prints database-held and operator-supplied strings through
+//! [`escape`].
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -14,6 +16,7 @@ use crate::collector::{Collector, CollectorMetrics};
 use crate::config::{Tuning, fmt_duration};
 use crate::db::{self, DbTarget, Pooling};
 use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::output::escape;
 use crate::registry::{self, Control, Registration};
 use crate::upstream::Upstream;
 
@@ -89,7 +92,7 @@ pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Resul
         Control::Disable => "disabled (claims nothing until enabled)",
         Control::Retire => "retired (it stops at its next heartbeat; the name is free)",
     };
-    crate::outln!("collector {name} ({uuid}) {done}");
+    crate::outln!("collector {} ({uuid}) {done}", escape(&name));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -397,10 +400,10 @@ fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Resu
         };
         crate::outln!(
             "{:<20} {:<36} {:<11} {:<14} {:<8} {:>9} {:>10}  {state}",
-            r.collector_name,
+            escape(&r.collector_name),
             r.collector_uuid,
             r.lane,
-            r.egress_key,
+            escape(&r.egress_key),
             r.heartbeat_state,
             age,
             job

@@ -397,3 +397,107 @@ async fn status_on_an_unmigrated_database_says_run_migrate(
     );
     assert!(out.stdout.is_empty());
 }
+
+/// No control character (but the line feeds ending lines) and no bidi
+/// override reaches the terminal; returns the lines.
+fn terminal_safe(what: &str, bytes: &[u8]) -> Vec<String> {
+    let text = String::from_utf8(bytes.to_vec()).expect("UTF-8 output");
+    for c in text.chars() {
+        assert!(
+            c == '\n'
+                || !(c.is_control()
+                    || ('\u{202a}'..='\u{202e}').contains(&c)
+                    || ('\u{2066}'..='\u{2069}').contains(&c)),
+            "{what}: raw {c:?} in {text:?}"
+        );
+    }
+    text.lines().map(str::to_owned).collect()
+}
+
+#[sqlx::test]
+async fn terminal_output_shows_control_characters_escaped(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    // As the table owner, so nothing on the way cleans the strings.
+    let name = "evil\u{1b}[2J\r\nFORGED LINE";
+    let egress = "key\u{1b}]0;t\u{7}\u{202e}";
+    sqlx::query(
+        "INSERT INTO collectors (collector_name, hostname, lane, egress_key, heartbeat_state, last_heartbeat_at) \
+         VALUES ($1, $2, 'interactive', $3, 'healthy', now())",
+    )
+    .bind(name)
+    .bind("host\u{1b}[2J\r\n")
+    .bind(egress)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO egress_gates (egress_key, next_slot_at, paused_until, throttle_streak) \
+         VALUES ($1, now(), now() + interval '1 hour', 2)",
+    )
+    .bind(egress)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let (shown_name, shown_egress) = (r"evil\x1b[2J\r\nFORGED LINE", r"key\x1b]0;t\x07\u{202e}");
+
+    let screen = status::gather(&db.pool, None).await.unwrap().render();
+    let lines = terminal_safe("render", screen.as_bytes());
+    assert!(!lines.iter().any(|l| l.starts_with("FORGED")), "{screen}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(shown_name) && l.contains(shown_egress)),
+        "{screen}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("EGRESS") && l.contains(shown_egress)),
+        "{screen}"
+    );
+
+    for args in [&["status"][..], &["collectors", "list", "--all"][..]] {
+        let out = run_bin(args, Some(&db.url));
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let lines = terminal_safe(&format!("{args:?}"), &out.stdout);
+        assert!(!lines.iter().any(|l| l.starts_with("FORGED")), "{lines:#?}");
+        assert!(
+            lines.iter().any(|l| l.contains(shown_name)),
+            "{args:?}: {lines:#?}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains(shown_egress)),
+            "{args:?}: {lines:#?}"
+        );
+    }
+
+    // An operator-given name is shown escaped too, and JSON keeps the bytes.
+    let out = run_bin(&["collectors", "drain", name], Some(&db.url));
+    assert!(out.status.success(), "{out:?}");
+    let lines = terminal_safe("drain", &out.stdout);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(shown_name), "{lines:?}");
+    let out = run_bin(&["collectors", "list", "--json"], Some(&db.url));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows[0]["collector_name"], name);
+    assert_eq!(rows[0]["egress_key"], egress);
+
+    // `request`: the database's refusal quotes the operator's input.
+    let out = run_bin(
+        &[
+            "request",
+            "--platform",
+            "pc\u{1b}[2J\r\nFORGED",
+            "--persona-id",
+            "1",
+        ],
+        Some(&db.url),
+    );
+    assert!(!out.status.success());
+    let lines = terminal_safe("request", &out.stderr);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(r"pc\x1b[2J\r\nFORGED"), "{lines:?}");
+}
