@@ -1,7 +1,8 @@
 //! `serve`: the control plane. Migrates, then runs the projector, the
 //! table-backed gauge refresher, the retention loop and the HTTP endpoints
-//! (`/metrics`, `/healthz`, `/readyz`), plus any task plugged in with
-//! [`Serve::task`] (the monitor and the feeder).
+//! (`/metrics`, `/healthz`, `/readyz`, served under the limits of
+//! [`http`]), plus any task plugged in with [`Serve::task`] (the monitor and
+//! the feeder).
 //!
 //! Connections: the pool (`DATABASE_URL`, pinned behind a transaction
 //! pooler) for every task's statements; the direct target
@@ -44,6 +45,8 @@ use crate::monitor::Monitor;
 use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake};
 use crate::retention::{self, RetentionError, RetentionSettings};
 
+pub mod http;
+
 crate::config::settings! {
     /// `serve`-specific settings (flags with `BF4PS_*` variables).
     pub struct ServeSettings in serve_setting {
@@ -51,6 +54,10 @@ crate::config::settings! {
         listen: SocketAddr = "127.0.0.1:9640", "listen", "BF4PS_LISTEN", "Serve";
         /// How long shutdown waits for tasks to finish before aborting them.
         shutdown_timeout: Duration = "10s", "shutdown-timeout", "BF4PS_SHUTDOWN_TIMEOUT", "Serve";
+        /// Longest wait for an HTTP request's head (also closes idle keep-alive connections).
+        http_header_timeout: Duration = "5s", "http-header-timeout", "BF4PS_HTTP_HEADER_TIMEOUT", "Serve";
+        /// HTTP connections served at once; more are closed as they arrive.
+        http_max_connections: u32 = "256", "http-max-connections", "BF4PS_HTTP_MAX_CONNECTIONS", "Serve";
     }
 }
 
@@ -65,10 +72,25 @@ impl ServeSettings {
 
     /// Checks the values; errors name the setting.
     pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
-        crate::config::positive(
-            serve_setting::label::shutdown_timeout,
-            self.shutdown_timeout,
-        )
+        use serve_setting::label;
+        crate::config::positive(label::shutdown_timeout, self.shutdown_timeout)?;
+        crate::config::positive(label::http_header_timeout, self.http_header_timeout)?;
+        if self.http_max_connections == 0 {
+            return Err(crate::config::err(
+                label::http_max_connections,
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The HTTP server's limits.
+    pub fn http_limits(&self) -> http::HttpLimits {
+        http::HttpLimits {
+            header_read_timeout: self.http_header_timeout,
+            max_connections: self.http_max_connections as usize,
+            max_connection_age: http::MAX_CONNECTION_AGE,
+        }
     }
 }
 
@@ -333,13 +355,8 @@ impl Serve {
                     projector: state.clone(),
                     alive_within: (tuning.poll_interval * 3).max(Duration::from_secs(15)),
                 });
-            let c = cancel.child_token();
-            tasks.spawn("http", async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(c.cancelled_owned())
-                    .await
-                    .map_err(|e| e.to_string())
-            });
+            let (c, limits) = (cancel.child_token(), self.settings.http_limits());
+            tasks.spawn("http", http::serve(listener, app, limits, c));
         }
 
         // Plugged-in tasks (monitor, feeder).

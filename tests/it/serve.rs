@@ -656,3 +656,229 @@ async fn cli_serve_drains_on_sigterm_and_reports_bind_errors(
     .await;
     assert!(status.success(), "{status:?}");
 }
+
+/// A raw connection that sent `head` and keeps trickling one more header
+/// byte every 300 ms; resolves with how long after `start` the server
+/// closed it (None: still open at `deadline`).
+async fn trickle(addr: SocketAddr, head: &'static [u8], deadline: Duration) -> Option<Duration> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let start = std::time::Instant::now();
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut rd, mut wr) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        if wr.write_all(head).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if wr.write_all(b"a").await.is_err() {
+                return;
+            }
+        }
+    });
+    let closed = tokio::time::timeout(deadline, async {
+        let mut buf = [0u8; 512];
+        // EOF or reset; a response (none is expected) is read past.
+        while let Ok(n) = rd.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        start.elapsed()
+    })
+    .await
+    .ok();
+    writer.abort();
+    closed
+}
+
+/// A raw keep-alive connection after one complete `/healthz`: the open
+/// connection, with the response read.
+async fn kept_alive(addr: SocketAddr) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("\"status\":\"ok\"") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("a response")
+            .unwrap();
+        assert!(n > 0, "closed before the response");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"), "{got:?}");
+    s
+}
+
+/// Resolves when the server closes `s` (EOF or reset), with how long it took.
+async fn closed_within(s: &mut tokio::net::TcpStream, deadline: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let start = std::time::Instant::now();
+    tokio::time::timeout(deadline, async {
+        let mut buf = [0u8; 64];
+        while let Ok(n) = s.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+        start.elapsed()
+    })
+    .await
+    .ok()
+}
+
+#[sqlx::test]
+async fn slow_headers_are_cut_at_the_header_timeout_and_shutdown_closes_idle_connections(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let header_timeout = Duration::from_secs(3);
+    let settings = ServeSettings {
+        http_header_timeout: header_timeout,
+        http_max_connections: 64,
+        ..local()
+    };
+    let running = Serve::new(db.target.clone(), fast_tuning(), settings)
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+
+    // 40 clients trickling a request line and headers, one byte per 300 ms.
+    let slow: Vec<_> = (0..40)
+        .map(|_| {
+            tokio::spawn(trickle(
+                addr,
+                b"GET /healthz HTTP/1.1\r\nHost: t\r\nX-Slow: ",
+                Duration::from_secs(20),
+            ))
+        })
+        .collect();
+    // Under the cap, everyone else is served meanwhile.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    for s in slow {
+        let closed = s
+            .await
+            .unwrap()
+            .expect("a trickling client is cut by the server");
+        assert!(
+            closed >= header_timeout - Duration::from_millis(500)
+                && closed <= header_timeout + Duration::from_secs(3),
+            "closed after {closed:?} (header timeout {header_timeout:?})"
+        );
+    }
+
+    // An idle keep-alive connection is closed at the header timeout too.
+    let mut idle = kept_alive(addr).await;
+    let closed = closed_within(&mut idle, Duration::from_secs(20))
+        .await
+        .expect("an idle keep-alive connection is closed");
+    assert!(
+        closed <= header_timeout + Duration::from_secs(3),
+        "{closed:?}"
+    );
+
+    // Shutdown: idle connections close at once (long before the header
+    // timeout), and serve stops cleanly with a trickler still connected.
+    let mut idle = kept_alive(addr).await;
+    let trickler = tokio::spawn(trickle(
+        addr,
+        b"GET /metrics HTTP/1.1\r\n",
+        Duration::from_secs(20),
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cancel.cancel();
+    let closed = closed_within(&mut idle, Duration::from_secs(20))
+        .await
+        .expect("closed on shutdown");
+    assert!(closed < Duration::from_secs(2), "{closed:?}");
+    let result = tokio::time::timeout(Duration::from_secs(9), serve)
+        .await
+        .expect("serve stops within its shutdown timeout")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        trickler.await.unwrap().is_some(),
+        "closed when serve stopped"
+    );
+}
+
+#[sqlx::test]
+async fn connections_beyond_the_cap_are_closed_at_once_until_slow_ones_are_cut(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    for (flag, value) in [
+        ("--http-max-connections", "0"),
+        ("--http-header-timeout", "0s"),
+    ] {
+        let out = crate::support::run_bin(&["serve", flag, value], Some(&db.url));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.lines().count() == 1 && err.contains(flag),
+            "{flag} {value}: {err}"
+        );
+    }
+    let settings = ServeSettings {
+        http_header_timeout: Duration::from_secs(2),
+        http_max_connections: 8,
+        ..local()
+    };
+    let running = Serve::new(db.target.clone(), fast_tuning(), settings)
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+
+    // The cap's worth of slow clients...
+    let slow: Vec<_> = (0..8)
+        .map(|_| {
+            tokio::spawn(trickle(
+                addr,
+                b"GET /healthz HTTP/1.1\r\n",
+                Duration::from_secs(20),
+            ))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...and every further connection is accepted and closed at once (the
+    // kernel queues connections in order: the slow ones hold the cap).
+    for _ in 0..5 {
+        let mut extra = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let closed = closed_within(&mut extra, Duration::from_secs(20))
+            .await
+            .expect("closed");
+        assert!(closed < Duration::from_secs(1), "{closed:?}");
+    }
+    // Once the slow clients are cut at the header timeout, service is back.
+    for s in slow {
+        assert!(s.await.unwrap().is_some());
+    }
+    eventually(
+        Duration::from_secs(10),
+        "/healthz to answer again",
+        || async {
+            let r = http().get(format!("http://{addr}/healthz")).send().await;
+            r.is_ok_and(|r| r.status() == 200).then_some(())
+        },
+    )
+    .await;
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(15), serve)
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
