@@ -1,8 +1,8 @@
 //! `serve`: the control plane. Migrates, then runs the projector, the
-//! table-backed gauge refresher, the retention loop and the HTTP endpoints
-//! (`/metrics`, `/healthz`, `/readyz`, served under the limits of
-//! [`http`]), plus any task plugged in with [`Serve::task`] (the monitor and
-//! the feeder).
+//! table-backed gauge refresher, the retention loop, the readiness
+//! assessment ([`readiness`]) and the HTTP endpoints (`/metrics`,
+//! `/healthz`, `/readyz`, served under the limits of [`http`]), plus any
+//! task plugged in with [`Serve::task`] (the monitor and the feeder).
 //!
 //! Connections: the pool (`DATABASE_URL`, pinned behind a transaction
 //! pooler) for every task's statements; the direct target
@@ -18,7 +18,8 @@
 //!   returns that error; shutdown drains every task under
 //!   [`ServeSettings::shutdown_timeout`], then aborts what is left and says so;
 //! - database trouble after start never kills `serve`: loops retry, and
-//!   `/readyz` reports it.
+//!   `/readyz` reports it (from the readiness task's latest verdict: no
+//!   request reaches the database).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jittered;
 use crate::config::Tuning;
-use crate::db::{self, DbError, DbTarget, Pool};
+use crate::db::{DbError, DbTarget, Pool};
 use crate::feeder::{Feeder, FeederConfig};
 use crate::gauges::GaugeRefresher;
 use crate::listener::{Channel, Listener, ListenerSettings};
@@ -46,6 +47,9 @@ use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState
 use crate::retention::{self, RetentionError, RetentionSettings};
 
 pub mod http;
+pub mod readiness;
+
+use readiness::ReadinessView;
 
 crate::config::settings! {
     /// `serve`-specific settings (flags with `BF4PS_*` variables).
@@ -343,6 +347,17 @@ impl Serve {
             });
         }
 
+        // Readiness, assessed in the background for /readyz.
+        let (readiness_task, readiness) = readiness::channel();
+        {
+            let (pool, projector, c) = (pool.clone(), state.clone(), cancel.child_token());
+            let alive_within = (tuning.poll_interval * 3).max(Duration::from_secs(15));
+            tasks.spawn("readiness", async move {
+                readiness::run(readiness_task, pool, projector, alive_within, c).await;
+                Ok(())
+            });
+        }
+
         // HTTP.
         {
             let app = Router::new()
@@ -350,10 +365,8 @@ impl Serve {
                 .route("/healthz", get(healthz))
                 .route("/readyz", get(readyz))
                 .with_state(AppState {
-                    pool: pool.clone(),
                     registry: registry.clone(),
-                    projector: state.clone(),
-                    alive_within: (tuning.poll_interval * 3).max(Duration::from_secs(15)),
+                    readiness: readiness.clone(),
                 });
             let (c, limits) = (cancel.child_token(), self.settings.http_limits());
             tasks.spawn("http", http::serve(listener, app, limits, c));
@@ -370,6 +383,7 @@ impl Serve {
             registry,
             pool,
             projector: state,
+            readiness,
             cancel,
             tasks,
             shutdown_timeout: self.settings.shutdown_timeout,
@@ -383,6 +397,7 @@ pub struct Running {
     registry: Registry,
     pool: Pool,
     projector: ProjectorState,
+    readiness: ReadinessView,
     cancel: CancellationToken,
     tasks: Tasks,
     shutdown_timeout: Duration,
@@ -402,6 +417,12 @@ impl Running {
     /// The projector's leadership/liveness.
     pub fn projector(&self) -> &ProjectorState {
         &self.projector
+    }
+
+    /// What `/readyz` answers from (the latest verdict, and how many
+    /// assessments the readiness task made).
+    pub fn readiness(&self) -> &ReadinessView {
+        &self.readiness
     }
 
     /// The root token: cancelling it shuts the instance down.
@@ -549,10 +570,8 @@ async fn retention_loop(
 
 #[derive(Clone)]
 struct AppState {
-    pool: Pool,
     registry: Registry,
-    projector: ProjectorState,
-    alive_within: Duration,
+    readiness: ReadinessView,
 }
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
@@ -566,35 +585,16 @@ async fn healthz() -> impl IntoResponse {
     }))
 }
 
+/// The readiness task's latest verdict (no database round trip).
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    let timeout = Duration::from_secs(2);
-    let database = matches!(
-        tokio::time::timeout(timeout, db::ping(&s.pool)).await,
-        Ok(Ok(_))
-    );
-    let migrations = database
-        && matches!(
-            tokio::time::timeout(timeout, db::migrations_current(&s.pool)).await,
-            Ok(Ok(true))
-        );
-    let projector_alive = s
-        .projector
-        .since_beat()
-        .is_some_and(|d| d <= s.alive_within);
-    let ready = database && migrations && projector_alive;
-    let body = axum::Json(serde_json::json!({
-        "ready": ready,
-        "database": database,
-        "migrations_current": migrations,
-        "projector_alive": projector_alive,
-        "projector_leader": s.projector.is_leader(),
-    }));
-    let code = if ready {
+    let verdict = s.readiness.latest();
+    let now = std::time::Instant::now();
+    let code = if verdict.ready(now) {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (code, body)
+    (code, axum::Json(verdict.to_json(now)))
 }
 
 /// Resolves on SIGTERM or SIGINT (the CLI's shutdown trigger).

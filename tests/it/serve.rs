@@ -882,3 +882,134 @@ async fn connections_beyond_the_cap_are_closed_at_once_until_slow_ones_are_cut(
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
 }
+
+async fn readyz(addr: SocketAddr) -> (u16, serde_json::Value) {
+    let (code, body) = get(addr, "/readyz").await;
+    (code, serde_json::from_str(&body).expect("JSON"))
+}
+
+#[sqlx::test]
+async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_away(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let view = running.readiness().clone();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+
+    let v = eventually(Duration::from_secs(20), "ready", || async {
+        let (code, v) = readyz(addr).await;
+        (code == 200).then_some(v)
+    })
+    .await;
+    assert_eq!(
+        v,
+        serde_json::json!({
+            "ready": true,
+            "database": true,
+            "migrations_current": true,
+            "projector_alive": true,
+            "projector_leader": true,
+            "reasons": [],
+        })
+    );
+
+    // Many concurrent requests: no assessment (database round trip) more
+    // than the task's own, at most one per second.
+    let before = view.assessments();
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        let burst: Vec<_> = (0..150).map(|_| tokio::spawn(readyz(addr))).collect();
+        for r in burst {
+            assert_eq!(r.await.unwrap().0, 200);
+        }
+    }
+    let made = view.assessments() - before;
+    let allowed = started.elapsed().as_secs_f64().ceil() as u64 + 1;
+    assert!(
+        made <= allowed,
+        "{made} assessments for 450 requests in {:?}",
+        started.elapsed()
+    );
+
+    // The database goes away: new connections refused, serve's sessions cut
+    // (from the master database: a database cannot refuse its own session).
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&crate::support::master_url())
+        .await
+        .unwrap();
+    let dbname = db.target.options.get_database().unwrap().to_owned();
+    exec(
+        &mut admin,
+        format!(
+            "ALTER DATABASE \"{dbname}\" ALLOW_CONNECTIONS false; \
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{dbname}'"
+        ),
+    )
+    .await
+    .unwrap();
+    let flipped = std::time::Instant::now();
+    let v = eventually(Duration::from_secs(10), "not ready", || async {
+        let (code, v) = readyz(addr).await;
+        (code == 503).then_some(v)
+    })
+    .await;
+    assert!(
+        flipped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        flipped.elapsed()
+    );
+    assert_eq!(v["ready"], false);
+    assert_eq!(v["database"], false);
+    assert_eq!(v["migrations_current"], false);
+    let reasons: Vec<&str> = v["reasons"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &reasons[..2],
+        [
+            "database unreachable",
+            "migrations not checked (database unreachable)"
+        ]
+    );
+    // Still no round trip per request: answers stay quick.
+    let started = std::time::Instant::now();
+    let burst: Vec<_> = (0..100).map(|_| tokio::spawn(readyz(addr))).collect();
+    for r in burst {
+        assert_eq!(r.await.unwrap().0, 503);
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Back: ready again.
+    exec(
+        &mut admin,
+        format!("ALTER DATABASE \"{dbname}\" ALLOW_CONNECTIONS true"),
+    )
+    .await
+    .unwrap();
+    admin.close().await.unwrap();
+    eventually(Duration::from_secs(30), "ready again", || async {
+        let (code, v) = readyz(addr).await;
+        (code == 200 && v["reasons"] == serde_json::json!([])).then_some(())
+    })
+    .await;
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(15), serve)
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}

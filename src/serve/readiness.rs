@@ -1,0 +1,278 @@
+//! `/readyz`'s answer: a value `serve` keeps, not a query per request.
+//!
+//! A background task of `serve` ([`run`]) assesses readiness every
+//! [`INTERVAL`]: the database answers (one ping), the migrations are current
+//! (one read of `_sqlx_migrations`), the projector's loop is alive. It
+//! publishes a [`Readiness`]; `/readyz` reads the latest one.
+//!
+//! Invariants:
+//! - `/readyz` never touches the database, so its cost to PostgreSQL does
+//!   not depend on how often (or by whom) it is asked: at most two
+//!   round trips per [`INTERVAL`], each bounded by [`CHECK_TIMEOUT`];
+//! - ready means every [`Check`] passed in a verdict younger than
+//!   [`STALE_AFTER`]; every failing check (and a missing or stale verdict)
+//!   adds one short reason, in check order;
+//! - the JSON document has `ready`, one boolean field per check (their
+//!   names are a stable interface: `database`, `migrations_current`,
+//!   `projector_alive`), `projector_leader` (information, not a check) and
+//!   `reasons`. A new check is one more [`Check`] in [`assess`]: its field
+//!   and its reason follow.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::db::{self, Pool};
+use crate::projector::ProjectorState;
+
+/// How often readiness is assessed.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest wait for each database check.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A verdict older than this is not trusted (the task is stuck).
+pub const STALE_AFTER: Duration = Duration::from_secs(10);
+
+/// One readiness check's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Its boolean field in `/readyz`.
+    pub field: &'static str,
+    /// Whether it passed.
+    pub ok: bool,
+    /// Why not, for people (shown only when it failed).
+    pub reason: String,
+}
+
+impl Check {
+    /// A check named `field` that failed with `reason` unless `ok`.
+    pub fn new(field: &'static str, ok: bool, reason: impl Into<String>) -> Check {
+        Check {
+            field,
+            ok,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A readiness verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Readiness {
+    /// Every check, in order.
+    pub checks: Vec<Check>,
+    /// Whether this instance's projector holds leadership.
+    pub projector_leader: bool,
+    /// When it was assessed (`None`: not yet).
+    pub at: Option<Instant>,
+}
+
+impl Readiness {
+    /// Before the first assessment: not ready.
+    pub fn pending() -> Readiness {
+        Readiness {
+            checks: [
+                ("database", "database not checked yet"),
+                ("migrations_current", "migrations not checked yet"),
+                ("projector_alive", "projector not checked yet"),
+            ]
+            .into_iter()
+            .map(|(field, reason)| Check::new(field, false, reason))
+            .collect(),
+            projector_leader: false,
+            at: None,
+        }
+    }
+
+    /// Why the verdict cannot be trusted at `now`, if so.
+    fn untrusted(&self, now: Instant) -> Option<String> {
+        match self.at {
+            None => Some("readiness not assessed yet".to_owned()),
+            Some(at) if now.saturating_duration_since(at) > STALE_AFTER => Some(format!(
+                "readiness last assessed {}s ago",
+                now.saturating_duration_since(at).as_secs()
+            )),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether `serve` is ready at `now`.
+    pub fn ready(&self, now: Instant) -> bool {
+        self.untrusted(now).is_none() && self.checks.iter().all(|c| c.ok)
+    }
+
+    /// One short reason per failing check (empty when ready).
+    pub fn reasons(&self, now: Instant) -> Vec<String> {
+        let mut out: Vec<String> = self.untrusted(now).into_iter().collect();
+        out.extend(
+            self.checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| c.reason.clone()),
+        );
+        out
+    }
+
+    /// The `/readyz` document at `now`.
+    pub fn to_json(&self, now: Instant) -> serde_json::Value {
+        let mut doc = serde_json::Map::new();
+        doc.insert("ready".into(), self.ready(now).into());
+        for c in &self.checks {
+            doc.insert(c.field.into(), c.ok.into());
+        }
+        doc.insert("projector_leader".into(), self.projector_leader.into());
+        doc.insert("reasons".into(), self.reasons(now).into());
+        serde_json::Value::Object(doc)
+    }
+}
+
+/// Runs every check once (at most two database round trips).
+pub async fn assess(pool: &Pool, projector: &ProjectorState, alive_within: Duration) -> Readiness {
+    let database = matches!(
+        tokio::time::timeout(CHECK_TIMEOUT, db::ping(pool)).await,
+        Ok(Ok(()))
+    );
+    let migrations = database
+        && matches!(
+            tokio::time::timeout(CHECK_TIMEOUT, db::migrations_current(pool)).await,
+            Ok(Ok(true))
+        );
+    let alive = projector.since_beat().is_some_and(|d| d <= alive_within);
+    Readiness {
+        checks: vec![
+            Check::new("database", database, "database unreachable"),
+            Check::new(
+                "migrations_current",
+                migrations,
+                if database {
+                    "migrations not current"
+                } else {
+                    "migrations not checked (database unreachable)"
+                },
+            ),
+            Check::new("projector_alive", alive, "projector not alive"),
+        ],
+        projector_leader: projector.is_leader(),
+        at: Some(Instant::now()),
+    }
+}
+
+/// Where `/readyz` reads the latest verdict.
+#[derive(Clone)]
+pub struct ReadinessView {
+    latest: watch::Receiver<Readiness>,
+    assessments: Arc<AtomicU64>,
+}
+
+impl ReadinessView {
+    /// The latest verdict.
+    pub fn latest(&self) -> Readiness {
+        self.latest.borrow().clone()
+    }
+
+    /// Assessments made so far (each at most two database round trips).
+    pub fn assessments(&self) -> u64 {
+        self.assessments.load(Ordering::Relaxed)
+    }
+}
+
+/// The publishing side, for [`run`].
+pub struct ReadinessTask {
+    latest: watch::Sender<Readiness>,
+    assessments: Arc<AtomicU64>,
+}
+
+/// A channel starting at [`Readiness::pending`].
+pub fn channel() -> (ReadinessTask, ReadinessView) {
+    let (tx, rx) = watch::channel(Readiness::pending());
+    let assessments = Arc::new(AtomicU64::new(0));
+    (
+        ReadinessTask {
+            latest: tx,
+            assessments: assessments.clone(),
+        },
+        ReadinessView {
+            latest: rx,
+            assessments,
+        },
+    )
+}
+
+/// Assesses every [`INTERVAL`] until `cancel`; logs each change of
+/// readiness with its reasons.
+pub async fn run(
+    task: ReadinessTask,
+    pool: Pool,
+    projector: ProjectorState,
+    alive_within: Duration,
+    cancel: CancellationToken,
+) {
+    let mut was_ready = None;
+    loop {
+        let verdict = tokio::select! {
+            _ = cancel.cancelled() => return,
+            v = assess(&pool, &projector, alive_within) => v,
+        };
+        let now = Instant::now();
+        let ready = verdict.ready(now);
+        if was_ready != Some(ready) {
+            if ready {
+                tracing::info!("ready");
+            } else if was_ready.is_some() {
+                tracing::warn!(reasons = ?verdict.reasons(now), "not ready");
+            }
+            was_ready = Some(ready);
+        }
+        task.latest.send_replace(verdict);
+        task.assessments.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(INTERVAL) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_name_each_failing_check_and_the_document_keeps_its_fields() {
+        let now = Instant::now();
+        let pending = Readiness::pending();
+        assert!(!pending.ready(now));
+        assert_eq!(pending.reasons(now)[0], "readiness not assessed yet");
+
+        let mut r = Readiness {
+            checks: vec![
+                Check::new("database", true, "database unreachable"),
+                Check::new("migrations_current", false, "migrations not current"),
+                Check::new("projector_alive", false, "projector not alive"),
+            ],
+            projector_leader: true,
+            at: Some(now),
+        };
+        assert_eq!(
+            r.to_json(now),
+            serde_json::json!({
+                "ready": false,
+                "database": true,
+                "migrations_current": false,
+                "projector_alive": false,
+                "projector_leader": true,
+                "reasons": ["migrations not current", "projector not alive"],
+            })
+        );
+        for c in &mut r.checks {
+            c.ok = true;
+        }
+        assert!(r.ready(now));
+        assert!(r.reasons(now).is_empty());
+        let later = now + STALE_AFTER + Duration::from_secs(1);
+        assert!(!r.ready(later));
+        assert_eq!(r.reasons(later), vec!["readiness last assessed 11s ago"]);
+    }
+}
