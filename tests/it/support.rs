@@ -84,6 +84,34 @@ where
     }
 }
 
+/// Polls `check` until it returns `Some`, or gives up after `deadline` and
+/// returns `None` (for tests that report what they saw instead of failing
+/// at the first timeout).
+pub async fn within<T, F, Fut>(deadline: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if start.elapsed() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The SQLSTATE of a database error; `None` for any other error.
+pub fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(d) => d.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
 /// The built binary.
 pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_bf4ps-ops"))
@@ -207,6 +235,14 @@ impl Proc {
     /// Its exit status, if it has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().expect("try_wait")
+    }
+
+    /// The kept stderr lines (the last 400) that contain `marker`.
+    pub fn log_lines(&self, marker: &str) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|l| l.contains(marker)).cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Fails the test if the process has exited (its log is printed).
@@ -428,6 +464,21 @@ impl LoginRole {
         let (scheme, rest) = db.url.split_once("://").expect("URL has a scheme");
         let host = rest.split_once('@').map_or(rest, |(_, h)| h);
         format!("{scheme}://{}:{}@{host}", self.name, self.password)
+    }
+
+    /// A dedicated connection to `db` as this role, named
+    /// `application_name` in `pg_stat_activity`, and its backend pid.
+    pub async fn connect(&self, db: &TestDb, application_name: &str) -> (sqlx::PgConnection, i32) {
+        use sqlx::Connection;
+        let opts: PgConnectOptions = self.url(db).parse().expect("role URL parses");
+        let mut conn = sqlx::PgConnection::connect_with(&opts.application_name(application_name))
+            .await
+            .expect("connect as the test role");
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await
+            .expect("backend pid");
+        (conn, pid)
     }
 
     /// A small pool connected to `db` as this role.
