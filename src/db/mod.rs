@@ -1,39 +1,40 @@
 //! Database access basics: where the database is ([`DbTarget`], TLS,
 //! redaction), opening connections, how statements are sent ([`Pool`]:
 //! directly, or pinned behind a transaction pooler), translating failures
-//! into actionable errors, and applying migrations under PostgreSQL's
-//! advisory lock.
+//! into actionable errors, and `migrate` (`migrate.rs`).
 //!
 //! Invariants:
-//! - released migrations are never edited: a changed checksum is
-//!   [`DbError::MigrationModified`], never a silent skip;
-//! - two `migrate` runs racing each other apply every migration exactly once
-//!   (sqlx's migrator holds `pg_advisory_lock` for the whole run);
+//! - migrations: see `migrate.rs` (three starting points, refusals before
+//!   any write, a lock that names its holder);
 //! - connection failures become one-line, actionable [`DbError`]s with the
 //!   password redacted;
 //! - a pooled connection idle for longer than [`PING_AFTER_IDLE`] is pinged
 //!   before it is handed out (a dead one is replaced transparently); a busy
 //!   connection is not, so the hot path pays no extra round trip per query.
 
+mod migrate;
 mod pool;
 mod target;
+mod time;
 
 use std::time::Duration;
 
-use sqlx::migrate::{MigrateError, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::postgres::PgConnectOptions;
 
+pub use migrate::{
+    BF4PS_BASELINE, BF4PS_CATALOG, BF4PS_REVISION, CATALOG_SQL, DDL_LOCK_TIMEOUT, MIGRATOR,
+    MigrateOptions, MigratePlan, MigrateReport, MigrateSettings, Start, catalog, migrate_setting,
+    migrations_current,
+};
 pub use pool::{Acquired, PINNED_BEGIN, Pool, PoolConn, Pooled};
 pub use target::{
     DbTarget, Pooling, RootCert, SslMode, Tls, TlsInputs, check_key_permissions,
     read_password_file, redact, resolve_tls,
 };
+pub use time::DbTime;
 
 /// Pooled connections idle longer than this are checked with a ping before use.
 pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
-
-/// Every migration, embedded at build time (`build.rs` reruns on changes).
-pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// A database failure translated into something an operator can act on.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +127,24 @@ pub enum DbError {
     MigrationUnknown {
         /// The migration's version.
         version: i64,
+    },
+    /// Another session holds the migration lock.
+    #[error(
+        "another migrate holds the migration lock: {holder} (waited {}); wait for it, or          end that session if it is not a bf4ps-ops migrate",
+        humantime::format_duration(*waited)
+    )]
+    MigrationLocked {
+        /// Who holds it (pid, role, application, client address).
+        holder: String,
+        /// How long this run waited.
+        waited: std::time::Duration,
+    },
+    /// The database is neither empty, nor bf4ps-ops's, nor BF4PS's revision
+    /// 0005: nothing was written.
+    #[error("refusing to migrate this database: {reason}; nothing was written")]
+    UnknownDatabase {
+        /// What it is and what to do.
+        reason: String,
     },
     /// A migration failed to apply; nothing of it was committed.
     #[error("migration {version} failed: {reason}")]
@@ -261,158 +280,9 @@ fn tls_failure(error: &sqlx::Error, opts: &PgConnectOptions) -> Option<String> {
     Some(reason)
 }
 
-/// What [`migrate`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MigrateReport {
-    /// Versions applied by this run.
-    pub applied: Vec<i64>,
-    /// The latest version now in the database.
-    pub current: i64,
-}
-
-/// Applies pending migrations under an advisory lock. Safe to run from several
-/// processes at once (the later ones wait, then find nothing to do); a no-op
-/// when up to date.
-pub async fn migrate(pool: &PgPool) -> Result<MigrateReport, DbError> {
-    let opts = pool.connect_options();
-    let addr = addr_of(&opts);
-    let mut conn = pool.acquire().await.map_err(|e| explain(e, &addr, &opts))?;
-    migrate_on(&mut conn, &addr, &opts).await
-}
-
-impl DbTarget {
-    /// [`migrate`] on a dedicated connection to this target (a direct one:
-    /// the advisory lock is a session lock), closed afterwards.
-    pub async fn migrate(&self) -> Result<MigrateReport, DbError> {
-        let mut conn = self.connect_dedicated("bf4ps-ops migrate").await?;
-        let report = migrate_on(&mut conn, &self.addr(), &self.options).await;
-        let _ = sqlx::Connection::close(conn).await;
-        report
-    }
-}
-
-async fn migrate_on(
-    conn: &mut sqlx::PgConnection,
-    addr: &str,
-    opts: &PgConnectOptions,
-) -> Result<MigrateReport, DbError> {
-    // Held for the whole run so "what was applied by us" is exact; sqlx's
-    // migrator takes its own (re-entrant) lock inside.
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(crate::locks::MIGRATE)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| explain(e, addr, opts))?;
-    let result = async {
-        let before = applied_versions(conn, addr, opts).await?;
-        MIGRATOR
-            .run(&mut *conn)
-            .await
-            .map_err(|e| explain_migrate(e, addr, opts))?;
-        let after = applied_versions(conn, addr, opts).await?;
-        Ok(MigrateReport {
-            applied: after
-                .iter()
-                .filter(|v| !before.contains(v))
-                .copied()
-                .collect(),
-            current: after.iter().copied().max().unwrap_or(0),
-        })
-    }
-    .await;
-    // Closing the session releases the lock even if the unlock fails.
-    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(crate::locks::MIGRATE)
-        .execute(&mut *conn)
-        .await;
-    result
-}
-
 /// One round trip: whether the database answers at all (`/readyz`).
 pub async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(pool).await.map(drop)
-}
-
-/// Whether every known migration is applied with its original checksum.
-pub async fn migrations_current<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, DbError> {
-    let applied: Vec<(i64, Vec<u8>)> = match sqlx::query_as(
-        "SELECT version, checksum FROM _sqlx_migrations WHERE success ORDER BY version",
-    )
-    .fetch_all(pool)
-    .await
-    {
-        Ok(rows) => rows,
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => return Ok(false),
-        Err(e) => return Err(DbError::Other(e)),
-    };
-    let known: Vec<(i64, Vec<u8>)> = MIGRATOR
-        .iter()
-        .filter(|m| m.migration_type.is_up_migration())
-        .map(|m| (m.version, m.checksum.to_vec()))
-        .collect();
-    Ok(applied == known)
-}
-
-async fn applied_versions(
-    conn: &mut sqlx::PgConnection,
-    addr: &str,
-    opts: &PgConnectOptions,
-) -> Result<Vec<i64>, DbError> {
-    let rows: Result<Vec<(i64,)>, sqlx::Error> =
-        sqlx::query_as("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(&mut *conn)
-            .await;
-    match rows {
-        Ok(rows) => Ok(rows.into_iter().map(|(v,)| v).collect()),
-        // undefined_table: a fresh database.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => Ok(Vec::new()),
-        Err(e) => Err(explain(e, addr, opts)),
-    }
-}
-
-fn explain_migrate(error: MigrateError, addr: &str, opts: &PgConnectOptions) -> DbError {
-    match error {
-        MigrateError::VersionMismatch(version) => DbError::MigrationModified { version },
-        MigrateError::VersionMissing(version) => DbError::MigrationUnknown { version },
-        // Our migrations' own refusals carry a hint saying what to do.
-        MigrateError::ExecuteMigration(e, version) if hint(&e).is_some() => {
-            DbError::MigrationFailed {
-                version,
-                reason: format!(
-                    "{} ({})",
-                    database_message(&e),
-                    hint(&e).unwrap_or_default()
-                ),
-            }
-        }
-        MigrateError::ExecuteMigration(e, version) => match explain(e, addr, opts) {
-            DbError::Other(e) => DbError::MigrationFailed {
-                version,
-                reason: database_message(&e),
-            },
-            friendly => friendly,
-        },
-        MigrateError::Execute(e) => explain(e, addr, opts),
-        other => DbError::Other(sqlx::Error::Migrate(Box::new(other))),
-    }
-}
-
-/// The HINT of a PostgreSQL error, if it has one.
-fn hint(e: &sqlx::Error) -> Option<String> {
-    match e {
-        sqlx::Error::Database(db) => db
-            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-            .and_then(|pg| pg.hint())
-            .map(str::to_owned),
-        _ => None,
-    }
-}
-
-fn database_message(e: &sqlx::Error) -> String {
-    match e {
-        sqlx::Error::Database(db) => db.message().to_owned(),
-        other => other.to_string(),
-    }
 }
 
 /// A duration as whole milliseconds for SQL (`$n * interval '1 millisecond'`).
