@@ -16,7 +16,16 @@
 //! - every request passes the egress gate first (per-key rate, the key's
 //!   throttle pause, and for the background lane the fleet budget); a
 //!   throttled answer pauses the key (in the failure's transaction) and a
-//!   later success resets the throttle streak when the gate reported one;
+//!   later success ends the throttle streak (in the success's);
+//! - it writes nothing directly: every step is a function of the collector
+//!   interface (`queue`, `egress`, `registry`), with the incarnation's
+//!   secret, under the database's published policy;
+//! - a schema whose collector protocol is newer than this build's
+//!   ([`queue::PROTOCOL`]) is refused at start, and a claim refused for it
+//!   (another release migrated meanwhile) drains the collector: one log
+//!   line, `bf4ps_collector_protocol_refusals_total`, the clean-stop mark,
+//!   and [`CollectorError::ProtocolOutdated`] (nothing is lost: it held no
+//!   job);
 //! - database errors never kill the loop: they are logged with their cause
 //!   chain and retried with backoff (`crate::backoff`).
 
@@ -31,9 +40,9 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use crate::backoff::{CLAIM_ERRORS, FINALIZE_RETRIES};
 use crate::config::Tuning;
 use crate::db::{Pool, PoolConn};
-use crate::egress::{self, EgressError, Limits};
+use crate::egress::{self, EgressError};
 use crate::listener::{Channel, Listener, Wake};
-use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, Policy, QueueError};
+use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, QueueError};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
 use crate::telemetry::error_chain;
 use crate::upstream::Upstream;
@@ -53,6 +62,16 @@ pub enum CollectorError {
         /// The abandoned job.
         job_id: i64,
     },
+    /// The database speaks a newer collector protocol than this build: it
+    /// refuses this collector's claims (it drained and stopped).
+    #[error("{message}")]
+    ProtocolOutdated {
+        /// What the database said (both versions).
+        message: String,
+    },
+    /// The protocol check at start failed.
+    #[error("cannot read the schema's collector protocol (is the database migrated?): {0}")]
+    Protocol(#[source] sqlx::Error),
 }
 
 /// A job claimed and started, with its connection and what the egress gate
@@ -60,8 +79,6 @@ pub enum CollectorError {
 struct Claimed {
     job: ClaimedJob,
     conn: PoolConn,
-    /// The key's throttle streak seen by the gate.
-    throttle_streak: i32,
     /// How long the gate made the claim wait (0: at once).
     gate_waited: Duration,
 }
@@ -104,6 +121,8 @@ pub struct CollectorMetrics {
     pub lease_lost: metrics::Counter,
     /// `bf4ps_collector_egress_wait_seconds`.
     pub egress_wait: metrics::Histogram,
+    /// `bf4ps_collector_protocol_refusals_total`.
+    pub protocol_refusals: metrics::Counter,
 }
 
 impl CollectorMetrics {
@@ -127,6 +146,10 @@ impl CollectorMetrics {
                 "bf4ps_collector_egress_wait_seconds",
                 &[("egress_key", egress_key)],
             ),
+            protocol_refusals: registry.counter(
+                "bf4ps_collector_protocol_refusals_total",
+                &[("lane", lane.as_str())],
+            ),
         }
     }
 }
@@ -138,6 +161,7 @@ impl Default for CollectorMetrics {
             failed: metrics::Counter::noop(),
             lease_lost: metrics::Counter::noop(),
             egress_wait: metrics::Histogram::noop(),
+            protocol_refusals: metrics::Counter::noop(),
         }
     }
 }
@@ -172,16 +196,14 @@ pub struct Collector {
     id: CollectorId,
     upstream: Arc<Upstream>,
     tuning: Tuning,
-    policy: Policy,
-    limits: Limits,
     metrics: CollectorMetrics,
     stats: Arc<Stats>,
     claimable: Arc<AtomicBool>,
 }
 
 impl Collector {
-    /// Registers a new incarnation (see [`registry::register`] for name
-    /// takeover rules).
+    /// Checks the schema's collector protocol, then registers a new
+    /// incarnation (see [`registry::register`] for name takeover rules).
     pub async fn register(
         pool: impl Into<Pool>,
         registration: &Registration,
@@ -189,14 +211,24 @@ impl Collector {
         tuning: Tuning,
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
-        let limits = Limits::new(&tuning, registration.lane)?;
         let pool = pool.into();
-        let id = registry::register(&pool, registration, tuning.heartbeat_lost_after).await?;
+        let schema = queue::schema_protocol(&pool)
+            .await
+            .map_err(CollectorError::Protocol)?;
+        if schema > queue::PROTOCOL {
+            metrics.protocol_refusals.increment(1);
+            return Err(CollectorError::ProtocolOutdated {
+                message: format!(
+                    "this collector speaks protocol {}, the schema protocol {schema}: upgrade \
+                     bf4ps-ops on this host",
+                    queue::PROTOCOL
+                ),
+            });
+        }
+        let id = registry::register(&pool, registration).await?;
         info!(collector = %id.name, collector_uuid = %id.uuid, lane = %id.lane,
               egress = %id.egress_key, "collector registered");
         Ok(Collector {
-            policy: Policy::from(&tuning),
-            limits,
             pool,
             id,
             upstream,
@@ -242,7 +274,10 @@ impl Collector {
             let result = self.work(&listener, &drain, &abort).await;
             stop_heartbeat.cancel();
             let _ = heartbeat.await;
-            if result.is_ok() {
+            if matches!(
+                result,
+                Ok(()) | Err(CollectorError::ProtocolOutdated { .. })
+            ) {
                 // Clean stop: not swept to lost, and a restart may take the name.
                 if let Err(e) = registry::mark_drained(&self.pool, &self.id).await {
                     warn!(error = %error_chain(&e), "could not mark the collector drained");
@@ -281,7 +316,6 @@ impl Collector {
                     Ok(Some(Claimed {
                         job,
                         conn,
-                        throttle_streak,
                         gate_waited,
                     })) => {
                         errors = 0;
@@ -301,7 +335,7 @@ impl Collector {
                             }
                         }
                         idle_since = None;
-                        self.process(job, conn, throttle_streak, abort).await?;
+                        self.process(job, conn, abort).await?;
                         // More may be waiting: rescan at once.
                         notified = false;
                         continue;
@@ -312,12 +346,19 @@ impl Collector {
                         // being claimed by another collector (or this one may
                         // not claim yet): that is what wakes and polls are for,
                         // not a busy retry.
-                        if let Ok(Some(at)) =
-                            queue::next_eligible_at(&self.pool, self.id.lane).await
+                        if let Ok(Some(at)) = queue::next_eligible_at(&self.pool, &self.id).await
                             && let Ok(until) = (at - Utc::now()).to_std()
                         {
                             sleep = sleep.min(until.max(Duration::from_millis(10)));
                         }
+                    }
+                    Err(ClaimError::Queue(QueueError::ProtocolOutdated { message })) => {
+                        // Another release migrated: it changed what collectors
+                        // must do. Claim nothing more (this one holds no job).
+                        error!(reason = %message,
+                               "the database refuses this collector's protocol; draining");
+                        self.metrics.protocol_refusals.increment(1);
+                        return Err(CollectorError::ProtocolOutdated { message });
                     }
                     Err(e) => {
                         errors = errors.saturating_add(1);
@@ -352,19 +393,17 @@ impl Collector {
     /// with the job: the finalization runs on it too (one pool checkout per
     /// job), with what the egress gate said.
     async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<Claimed>, ClaimError> {
-        let passed = match egress::pass(&self.pool, &self.id.egress_key, &self.limits, drain).await
-        {
+        let passed = match egress::pass(&self.pool, &self.id, drain).await {
             Ok(passed) => passed,
             Err(EgressError::Cancelled) => return Ok(None),
             Err(e) => return Err(ClaimError::Egress(e)),
         };
         self.metrics.egress_wait.record(passed.waited.as_secs_f64());
         let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
-        let job = queue::claim_and_start(&mut conn, &self.id, self.policy.lease).await?;
+        let job = queue::claim_and_start(&mut conn, &self.id).await?;
         Ok(job.map(|job| Claimed {
             job,
             conn,
-            throttle_streak: passed.throttle_streak,
             gate_waited: passed.waited,
         }))
     }
@@ -374,20 +413,23 @@ impl Collector {
         &self,
         job: ClaimedJob,
         conn: PoolConn,
-        throttle_streak: i32,
         abort: &CancellationToken,
     ) -> Result<(), CollectorError> {
         let span = info_span!("job", job = job.job_id, resource = %job.resource,
                               attempt = job.attempt_count);
-        let lease = job.lease();
+        let lease = job.lease(&self.id);
+        let lease_duration = job.lease_duration();
         let outcome = async {
-            let fetch = self
-                .upstream
-                .fetch(job.platform, job.persona_id, job.resource);
+            let fetch = self.upstream.fetch(
+                job.platform,
+                job.persona_id,
+                &job.soldier_name,
+                job.resource,
+            );
             let fetched = tokio::select! {
                 biased;
                 _ = abort.cancelled() => return Err(CollectorError::Aborted { job_id: job.job_id }),
-                r = renewing(&self.pool, &lease, self.policy.lease, fetch) => r,
+                r = renewing(&self.pool, &self.id, &lease, lease_duration, fetch) => r,
             };
             let Some(fetched) = fetched else {
                 return Ok(Outcome::LeaseLost);
@@ -410,7 +452,9 @@ impl Collector {
                     Finish::Failure(attempt)
                 }
             };
-            let finalized = self.finalize(conn, &lease, &finish, abort).await?;
+            let finalized = self
+                .finalize(conn, &lease, lease_duration, &finish, abort)
+                .await?;
             Ok(finalized.unwrap_or(Outcome::Error))
         }
         .instrument(span.clone())
@@ -420,17 +464,6 @@ impl Collector {
             Outcome::Succeeded => {
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
                 self.metrics.succeeded.increment(1);
-                // Battlelog answered again: end the key's throttle streak
-                // (only written when the gate reported one).
-                if throttle_streak > 0 {
-                    match egress::reset_throttle_streak(&self.pool, &self.id.egress_key).await {
-                        Ok(true) => info!("egress key no longer throttled (streak reset)"),
-                        Ok(false) => {}
-                        Err(e) => {
-                            warn!(error = %error_chain(&e), "could not reset the throttle streak")
-                        }
-                    }
-                }
             }
             Outcome::Failed => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -455,17 +488,18 @@ impl Collector {
         &self,
         conn: PoolConn,
         lease: &queue::Lease,
+        lease_duration: Duration,
         finish: &Finish,
         abort: &CancellationToken,
     ) -> Result<Option<Outcome>, CollectorError> {
-        let deadline = Instant::now() + self.policy.lease;
+        let deadline = Instant::now() + lease_duration;
         let mut retries: u32 = 0;
         let mut conn = Some(conn);
         loop {
             let attempt = match conn.take() {
-                Some(mut c) => finish.run(&mut c, lease, &self.policy).await,
+                Some(mut c) => finish.run(&mut c, &self.id, lease).await,
                 None => match self.pool.conn().await {
-                    Ok(mut c) => finish.run(&mut c, lease, &self.policy).await,
+                    Ok(mut c) => finish.run(&mut c, &self.id, lease).await,
                     Err(e) => Err(FinalizeError::Connection(e)),
                 },
             };
@@ -473,6 +507,13 @@ impl Collector {
                 Ok(outcome) => return Ok(Some(outcome)),
                 Err(e) => e,
             };
+            if matches!(&e, FinalizeError::Queue(q) if q.is_refused()) {
+                // The database refused the data itself: retrying sends the
+                // same. The lease expires and the job is recovered.
+                error!(error = %error_chain(&e),
+                       "finalize refused; leaving the job to lease recovery");
+                return Ok(None);
+            }
             retries = retries.saturating_add(1);
             let delay = FINALIZE_RETRIES.delay(retries);
             if Instant::now() + delay >= deadline {
@@ -500,12 +541,12 @@ impl Finish {
     async fn run(
         &self,
         conn: &mut PoolConn,
+        who: &CollectorId,
         lease: &queue::Lease,
-        policy: &Policy,
     ) -> Result<Outcome, FinalizeError> {
         let outcome = match self {
             Finish::Success(collected) => {
-                match queue::finalize_success(&mut *conn, lease, collected, policy).await? {
+                match queue::finalize_success(&mut *conn, who, lease, collected).await? {
                     Fenced::Committed(o) => {
                         debug!(changed = o.changed, "succeeded");
                         Outcome::Succeeded
@@ -514,7 +555,7 @@ impl Finish {
                 }
             }
             Finish::Failure(attempt) => {
-                match queue::finalize_failure(&mut *conn, lease, attempt, policy).await? {
+                match queue::finalize_failure(&mut *conn, who, lease, attempt).await? {
                     Fenced::Committed(_) => Outcome::Failed,
                     Fenced::LeaseLost => Outcome::LeaseLost,
                 }
@@ -543,6 +584,7 @@ enum Outcome {
 /// `None` if the lease was lost meanwhile (the fetch is dropped).
 async fn renewing<F: std::future::Future>(
     pool: &Pool,
+    who: &CollectorId,
     lease: &queue::Lease,
     duration: Duration,
     fetch: F,
@@ -553,7 +595,7 @@ async fn renewing<F: std::future::Future>(
     loop {
         tokio::select! {
             out = &mut fetch => return Some(out),
-            _ = ticker.tick() => match queue::renew(pool, lease, duration).await {
+            _ = ticker.tick() => match queue::renew(pool, who, lease).await {
                 Ok(Fenced::Committed(until)) => debug!(%until, "lease renewed"),
                 Ok(Fenced::LeaseLost) => return None,
                 // A failed renewal is not a lost lease: try again next tick.

@@ -49,7 +49,11 @@ setting_value_from_str!(
     f64,
     String,
     std::net::SocketAddr,
-    ResourceWeights
+    ResourceWeights,
+    Ladder,
+    SchedulingPolicy,
+    ExtraWork,
+    Resources
 );
 
 /// One setting as declared: its flag, variable, default and help heading.
@@ -185,6 +189,140 @@ pub fn fmt_duration(d: Duration) -> String {
     }
 }
 
+/// A retry ladder (`15m,1h,6h,24h`): the n-th failure in a row waits the
+/// n-th step, every later one the last. 1 to 32 positive steps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ladder(pub Vec<Duration>);
+
+impl Ladder {
+    /// The delay after `failures` failures in a row (1 = the first).
+    pub fn step(&self, failures: u32) -> Duration {
+        let i = (failures.max(1) as usize - 1).min(self.0.len().saturating_sub(1));
+        self.0.get(i).copied().unwrap_or(Duration::from_secs(900))
+    }
+}
+
+impl FromStr for Ladder {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let steps: Vec<Duration> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(parse_duration)
+            .collect::<Result<_, _>>()?;
+        if steps.is_empty() || steps.len() > 32 {
+            return Err(format!(
+                "{} steps: a ladder has 1 to 32 (e.g. 15m,1h,6h,24h)",
+                steps.len()
+            ));
+        }
+        if steps.iter().any(|d| d.is_zero()) {
+            return Err("every step must be greater than zero".into());
+        }
+        Ok(Ladder(steps))
+    }
+}
+
+impl fmt::Display for Ladder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let steps: Vec<String> = self.0.iter().map(|d| fmt_duration(*d)).collect();
+        f.write_str(&steps.join(","))
+    }
+}
+
+/// Which pairs the feeder gives background work (`--scheduling-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulingPolicy {
+    /// BF4PS's: new soldiers (bootstrap), due resources of soldiers seen
+    /// playing within the active window, and retries; recent and inactive
+    /// soldiers as `--recent-work` / `--inactive-work` say.
+    Sightings,
+    /// The policy of bf4ps-ops 0.1, kept for comparison (`bench schedule`):
+    /// every due pair, oldest due first, whoever played.
+    Age,
+}
+
+impl FromStr for SchedulingPolicy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "sightings" => Ok(SchedulingPolicy::Sightings),
+            "age" => Ok(SchedulingPolicy::Age),
+            other => Err(format!(
+                "{other:?} is not a policy (expected sightings or age)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SchedulingPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SchedulingPolicy::Sightings => "sightings",
+            SchedulingPolicy::Age => "age",
+        })
+    }
+}
+
+/// What soldiers outside the active window get (`--recent-work`,
+/// `--inactive-work`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraWork {
+    /// Nothing (BF4PS's policy: their stats cannot have changed).
+    None,
+    /// Their due resources, after everyone else's (as `recent` jobs, which
+    /// the budget counts with retries).
+    Due,
+}
+
+impl FromStr for ExtraWork {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "none" => Ok(ExtraWork::None),
+            "due" => Ok(ExtraWork::Due),
+            other => Err(format!("{other:?} is not a choice (expected none or due)")),
+        }
+    }
+}
+
+impl fmt::Display for ExtraWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ExtraWork::None => "none",
+            ExtraWork::Due => "due",
+        })
+    }
+}
+
+/// A set of resources (`detailed,weapons,vehicles`), each at most once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources(pub Vec<Resource>);
+
+impl FromStr for Resources {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut out = Vec::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let r: Resource = part.parse().map_err(|e| format!("{e}"))?;
+            if out.contains(&r) {
+                return Err(format!("{r} is given more than once"));
+            }
+            out.push(r);
+        }
+        Ok(Resources(out))
+    }
+}
+
+impl fmt::Display for Resources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|r| r.as_str()).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
 /// Per-resource priority weights (`detailed=40,profile=30,...`). Every
 /// resource must be named exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -267,23 +405,24 @@ settings! {
         /// Fallback poll for every NOTIFY listener (jittered ±20%).
         poll_interval: Duration = "1s", "poll-interval", "BF4PS_POLL_INTERVAL", "Leases and heartbeats";
 
-        /// First retry delay; doubles per attempt up to the maximum.
+        /// First delay before a job whose lease expired may run again; doubles per
+        /// attempt up to the maximum (lease recovery).
         retry_base_delay: Duration = "10s", "retry-base-delay", "BF4PS_RETRY_BASE_DELAY", "Retries";
 
-        /// Cap on the retry delay.
+        /// Cap on the lease-recovery delay.
         retry_max_delay: Duration = "15m", "retry-max-delay", "BF4PS_RETRY_MAX_DELAY", "Retries";
 
-        /// Attempts per job before it is removed and the pair rescheduled much later.
-        retry_max_attempts: u32 = "5", "retry-max-attempts", "BF4PS_RETRY_MAX_ATTEMPTS", "Retries";
+        /// BF4PS's retry ladder: after the n-th failure in a row of a pair, its next
+        /// attempt waits the n-th step (the last for every later failure); a
+        /// success resets it.
+        retry_ladder: Ladder = "15m,1h,6h,24h", "retry-ladder", "BF4PS_RETRY_LADDER", "Retries";
+
+        /// Attempts per job before it is removed (the pair stays due at its
+        /// ladder step, and the feeder brings it back).
+        retry_max_attempts: u32 = "4", "retry-max-attempts", "BF4PS_RETRY_MAX_ATTEMPTS", "Retries";
 
         /// Random spread of each retry delay, as a fraction (0.2 = ±20%).
         retry_jitter: f64 = "0.2", "retry-jitter", "BF4PS_RETRY_JITTER", "Retries";
-
-        /// After the attempt limit, the pair's next attempt is this far away.
-        give_up_delay: Duration = "6h", "give-up-delay", "BF4PS_GIVE_UP_DELAY", "Retries";
-
-        /// An unavailable (404/private) pair is checked again after this long.
-        unavailable_recheck: Duration = "7d", "unavailable-recheck", "BF4PS_UNAVAILABLE_RECHECK", "Retries";
 
         /// Pending background jobs the feeder keeps in the working set.
         feeder_target_depth: u32 = "1000", "feeder-target-depth", "BF4PS_FEEDER_TARGET_DEPTH", "Scheduling";
@@ -291,27 +430,49 @@ settings! {
         /// The feeder tops up early when pending depth falls below this.
         feeder_low_watermark: u32 = "500", "feeder-low-watermark", "BF4PS_FEEDER_LOW_WATERMARK", "Scheduling";
 
-        /// Feeder cadence.
-        feeder_interval: Duration = "5s", "feeder-interval", "BF4PS_FEEDER_INTERVAL", "Scheduling";
+        /// Feeder cadence (a cycle reads one state row per soldier seen in the
+        /// active window; it also runs at once below the low watermark).
+        feeder_interval: Duration = "30s", "feeder-interval", "BF4PS_FEEDER_INTERVAL", "Scheduling";
 
         /// Priority weight per resource (RESOURCE=WEIGHT, comma separated, all four).
         resource_weights: ResourceWeights = "detailed=40,profile=30,weapons=20,vehicles=10", "resource-weights", "BF4PS_RESOURCE_WEIGHTS", "Scheduling";
 
-        /// Data changed within this window makes a pair `active`.
-        active_window: Duration = "3d", "active-window", "BF4PS_ACTIVE_WINDOW", "Scheduling";
+        /// Which pairs the feeder gives background work: `sightings` (BF4PS's
+        /// policy: new soldiers, due resources of soldiers seen playing, retries)
+        /// or `age` (every due pair oldest first, the policy of 0.1).
+        scheduling_policy: SchedulingPolicy = "sightings", "scheduling-policy", "BF4PS_SCHEDULING_POLICY", "Scheduling";
 
-        /// Data changed within this window (but not the active one) is `recent`;
-        /// older data is dormant.
-        recent_window: Duration = "30d", "recent-window", "BF4PS_RECENT_WINDOW", "Scheduling";
+        /// The resources the feeder schedules (BF4PS schedules no `profile`:
+        /// it comes from interactive requests).
+        background_resources: Resources = "detailed,weapons,vehicles", "background-resources", "BF4PS_BACKGROUND_RESOURCES", "Scheduling";
 
-        /// Refresh interval of active pairs.
-        active_refresh: Duration = "1h", "active-refresh", "BF4PS_ACTIVE_REFRESH", "Scheduling";
+        /// What soldiers seen within the recent window (but not the active one)
+        /// get: `none` (BF4PS) or `due` (their due resources, after all else).
+        recent_work: ExtraWork = "none", "recent-work", "BF4PS_RECENT_WORK", "Scheduling";
 
-        /// Refresh interval of recent pairs.
-        recent_refresh: Duration = "12h", "recent-refresh", "BF4PS_RECENT_REFRESH", "Scheduling";
+        /// What soldiers not seen within the recent window get: `none` (BF4PS)
+        /// or `due`.
+        inactive_work: ExtraWork = "none", "inactive-work", "BF4PS_INACTIVE_WORK", "Scheduling";
 
-        /// Refresh interval of dormant pairs (unchanged for longer than the recent window).
-        dormant_refresh: Duration = "3d", "dormant-refresh", "BF4PS_DORMANT_REFRESH", "Scheduling";
+        /// A soldier seen playing within this window (discovery's sightings) is
+        /// `active`: its due resources get background work.
+        active_window: Duration = "24h", "active-window", "BF4PS_ACTIVE_WINDOW", "Scheduling";
+
+        /// A soldier seen within this window (but not the active one) is `recent`;
+        /// one seen longer ago is inactive.
+        recent_window: Duration = "7d", "recent-window", "BF4PS_RECENT_WINDOW", "Scheduling";
+
+        /// A successful `detailed` collection is due again after this long.
+        refresh_detailed: Duration = "24h", "refresh-detailed", "BF4PS_REFRESH_DETAILED", "Scheduling";
+
+        /// A successful `profile` collection is due again after this long.
+        refresh_profile: Duration = "30d", "refresh-profile", "BF4PS_REFRESH_PROFILE", "Scheduling";
+
+        /// A successful `weapons` collection is due again after this long.
+        refresh_weapons: Duration = "7d", "refresh-weapons", "BF4PS_REFRESH_WEAPONS", "Scheduling";
+
+        /// A successful `vehicles` collection is due again after this long.
+        refresh_vehicles: Duration = "7d", "refresh-vehicles", "BF4PS_REFRESH_VEHICLES", "Scheduling";
 
         /// Priority points per minute a pair has been overdue (aging; prevents starvation).
         aging_weight: f64 = "1", "aging-weight", "BF4PS_AGING_WEIGHT", "Scheduling";
@@ -323,6 +484,13 @@ settings! {
         /// it refuses with SQLSTATE 53400 and queues nothing.
         max_pending_interactive: u32 = "1000", "max-pending-interactive", "BF4PS_MAX_PENDING_INTERACTIVE", "Scheduling";
 
+        /// Collector registrations one database login role may make in any hour
+        /// (beyond, SQLSTATE 53400): bounds a compromised or crash-looping host.
+        registrations_per_hour: u32 = "120", "registrations-per-hour", "BF4PS_REGISTRATIONS_PER_HOUR", "Leases and heartbeats";
+
+        /// Collectors one database login role may have that are not retired.
+        collectors_per_role: u32 = "50", "collectors-per-role", "BF4PS_COLLECTORS_PER_ROLE", "Leases and heartbeats";
+
         /// Battlelog requests per second allowed per egress key, shared by every
         /// collector on that key (fractions allowed: 0.2 = one every 5 s).
         egress_rate: f64 = "0.2", "egress-rate", "BF4PS_EGRESS_RATE", "Egress";
@@ -333,6 +501,18 @@ settings! {
 
         /// The rolling window of the global budget (1h; shorter only for tests).
         global_budget_window: Duration = "1h", "global-budget-window", "BF4PS_GLOBAL_BUDGET_WINDOW", "Egress";
+
+        /// Active work (due refreshes) may use at most this share of the budget in
+        /// any budget window, unless nothing else waits.
+        share_active_max: f64 = "0.75", "share-active-max", "BF4PS_SHARE_ACTIVE_MAX", "Egress";
+
+        /// Bootstrap work (new soldiers) gets at least this share of the budget
+        /// while it has work.
+        share_bootstrap_min: f64 = "0.20", "share-bootstrap-min", "BF4PS_SHARE_BOOTSTRAP_MIN", "Egress";
+
+        /// Retries and recovery get at least this share of the budget while they
+        /// have work.
+        share_retry_min: f64 = "0.05", "share-retry-min", "BF4PS_SHARE_RETRY_MIN", "Egress";
 
         /// First pause of an egress key after Battlelog throttled it (401/403/429);
         /// doubles while throttling continues.
@@ -355,6 +535,12 @@ settings! {
 
         /// Cadence of the heartbeat sweep and expired-lease recovery.
         monitor_interval: Duration = "1s", "monitor-interval", "BF4PS_MONITOR_INTERVAL", "Events";
+
+        /// Longest transaction a session of a collector or website role may
+        /// keep open: the monitor ends longer ones (ours last milliseconds; an
+        /// open one would hold the fleet's row locks and the projection
+        /// horizon). `serve`'s role needs pg_signal_backend for it.
+        client_transaction_limit: Duration = "30s", "client-transaction-limit", "BF4PS_CLIENT_TRANSACTION_LIMIT", "Events";
 
         /// Refresh cadence of gauges read from tables (collectors, queue, freshness).
         gauge_interval: Duration = "5s", "gauge-interval", "BF4PS_GAUGE_INTERVAL", "Events";
@@ -390,14 +576,13 @@ impl Tuning {
             (poll_interval, self.poll_interval),
             (retry_base_delay, self.retry_base_delay),
             (retry_max_delay, self.retry_max_delay),
-            (give_up_delay, self.give_up_delay),
-            (unavailable_recheck, self.unavailable_recheck),
             (feeder_interval, self.feeder_interval),
             (active_window, self.active_window),
             (recent_window, self.recent_window),
-            (active_refresh, self.active_refresh),
-            (recent_refresh, self.recent_refresh),
-            (dormant_refresh, self.dormant_refresh),
+            (refresh_detailed, self.refresh_detailed),
+            (refresh_profile, self.refresh_profile),
+            (refresh_weapons, self.refresh_weapons),
+            (refresh_vehicles, self.refresh_vehicles),
             (eta_window, self.eta_window),
             (global_budget_window, self.global_budget_window),
             (throttle_pause, self.throttle_pause),
@@ -405,6 +590,7 @@ impl Tuning {
             (retention, self.retention),
             (retention_interval, self.retention_interval),
             (monitor_interval, self.monitor_interval),
+            (client_transaction_limit, self.client_transaction_limit),
             (gauge_interval, self.gauge_interval),
         ] {
             positive(setting, value)?;
@@ -446,9 +632,6 @@ impl Tuning {
                 ),
             ));
         }
-        if self.retry_max_attempts == 0 {
-            return Err(err(retry_max_attempts, "must be at least 1"));
-        }
         if !(0.0..1.0).contains(&self.retry_jitter) {
             return Err(err(
                 retry_jitter,
@@ -483,11 +666,36 @@ impl Tuning {
                 format!("{} is not a number >= 0", self.aging_weight),
             ));
         }
-        if self.max_pending_interactive == 0 || self.max_pending_interactive > i32::MAX as u32 {
+        for (setting, value) in [
+            (max_pending_interactive, self.max_pending_interactive),
+            (registrations_per_hour, self.registrations_per_hour),
+            (collectors_per_role, self.collectors_per_role),
+            (retry_max_attempts, self.retry_max_attempts),
+        ] {
+            if value == 0 || value > i32::MAX as u32 {
+                return Err(err(setting, "must be between 1 and 2147483647"));
+            }
+        }
+        for (setting, share) in [
+            (share_active_max, self.share_active_max),
+            (share_bootstrap_min, self.share_bootstrap_min),
+            (share_retry_min, self.share_retry_min),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(err(setting, format!("{share} is not a share in [0, 1]")));
+            }
+        }
+        if self.share_bootstrap_min + self.share_retry_min > 1.0 {
             return Err(err(
-                max_pending_interactive,
-                "must be between 1 and 2147483647",
+                share_retry_min,
+                format!(
+                    "the bootstrap and retry minimums add up to more than the budget ({} + {})",
+                    self.share_bootstrap_min, self.share_retry_min
+                ),
             ));
+        }
+        if self.background_resources.0.is_empty() {
+            return Err(err(background_resources, "names no resource"));
         }
         if !self.egress_rate.is_finite() || self.egress_rate <= 0.0 {
             return Err(err(

@@ -1,63 +1,70 @@
-//! The feeder: moves due work from the durable backlog (`collection_state`)
-//! into the bounded working set (`collection_jobs`, background lane).
+//! The feeder: moves due work from the durable backlog (BF4PS's
+//! `collection_state`) into the bounded working set (`collection_jobs`,
+//! background lane), following BF4PS's scheduling policy.
 //!
-//! One cycle ([`Feeder::run_once`]) counts the background lane's pending jobs
-//! and, if that is below `target_depth`, inserts the missing number of jobs for
-//! the oldest-due pairs (`next_attempt_at <= now()`, no live job), each with a
-//! `created` event, in ONE statement: the 0002 trigger sends one
-//! `bf4ps_jobs_background` notification per cycle, not one per job.
-//! [`Feeder::run`] repeats that on the (jittered) `feeder_interval`, and at
-//! once whenever the pending depth falls below `feeder_low_watermark`.
+//! What is due (`--scheduling-policy sightings`, the default): a soldier's
+//! stats can only change when they play, and BF4PS's discovery sees them
+//! play (`soldier_sources`, source `bf4sw`, `last_seen_at`). So, for the
+//! background resources (detailed, weapons, vehicles):
+//! - **bootstrap**: a never-attempted resource of a soldier seen within the
+//!   active window (a new soldier is one: discovery just saw them, or it was
+//!   just submitted — source `manual`: the website, `request --name`,
+//!   `soldiers import`), the oldest first sighting first (the longest wait);
+//! - **active**: a resource of a soldier sighted (`bf4sw`) within the active
+//!   window whose
+//!   `next_due_at` passed (detailed 24 h after its last success, weapons and
+//!   vehicles 7 days: the cadences `serve` publishes), the latest sighting
+//!   first (the stats that just changed), a soldier's due resources
+//!   together (the heaviest first);
+//! - **retry**: a pair in `temporary_failure` whose retry time passed (its
+//!   job gave up after the attempt limit; jobs still retrying carry their
+//!   own retry), whoever played;
+//! - soldiers seen only within the recent window, or not at all, get nothing
+//!   (BF4PS), or their due resources after all else (`--recent-work due`,
+//!   `--inactive-work due`); `unavailable` pairs never.
 //!
-//! Choosing work:
-//! - class from state: never collected successfully → `bootstrap`; content
-//!   changed within `active_window` → `active`; else `recent`;
-//! - pairs enter the working set oldest-due first, whatever their class, so a
-//!   class that is claimed last still enters at the rate it falls due: nothing
-//!   starves behind a stream of younger `active` work;
-//! - `priority_value` = resource weight + `aging_weight` points per minute
-//!   overdue. Ageing is stored as of a fixed epoch ([`AGING_EPOCH`]):
-//!   `weight − aging_weight × minutes from the epoch to next_attempt_at`, so
-//!   between any two queued jobs the difference is exactly the weight
-//!   difference plus `aging_weight` × the difference in minutes overdue, at
-//!   every instant, and a job keeps ageing while it waits in the working set without any row being
-//!   rewritten (a value frozen at insert time would let later, longer-waiting
-//!   inserts overtake it forever). Clamped to int4.
-//! - unavailable pairs and pairs in backoff are fed only when their
-//!   `next_attempt_at` (set by finalization) comes due.
+//! `--scheduling-policy age` is the policy of bf4ps-ops 0.1, for comparison
+//! (`bench schedule`): every due or never-attempted pair, oldest due first,
+//! whether the soldier played or not.
 //!
-//! The interactive lane is not fed: its jobs come only from requests
-//! (`bf4ps_request_refresh`, migration 0004), which create interactive jobs
-//! or promote pending background ones. A promotion lowers the background
-//! depth, which the next cycle tops up.
+//! The working set is split like the fleet budget's shares, so each class
+//! has jobs to claim when its share comes up: room for bootstrap and retries
+//! of at least their minimum share of `target_depth`, the rest active; room
+//! a class cannot fill goes to the others.
+//!
+//! One cycle ([`Feeder::run_once`]) is one transaction: the row lock
+//! `bf4ps_locks` 'feeder' (no role but ours can hold it; a cycle that cannot
+//! take it does nothing), the pending depth per class, then one INSERT of
+//! the jobs with their `created` events (BF4PS's reasons: `bf4sw_new_soldier`,
+//! `bf4sw_active_refresh`, `retry`, `recent_refresh`, `inactive_refresh`),
+//! then the budget's old usage rows pruned. The 0002 trigger sends one
+//! `bf4ps_jobs_background` notification per cycle.
 //!
 //! Invariants:
-//! - several feeders (several `serve` processes) may run at once: a cycle
-//!   holds a transaction-scoped advisory lock from counting to inserting, a
-//!   cycle that cannot take it does nothing, so racing feeders never push the
-//!   pending depth past `target_depth`; inserts are also idempotent on
-//!   `uq_collection_jobs_soldier_resource` (`ON CONFLICT DO NOTHING`);
-//! - a cycle reads the backlog through `ix_collection_state_due`
-//!   (`ORDER BY next_attempt_at LIMIT deficit`) and probes `collection_jobs`
-//!   and `soldiers` by index per due pair: its cost is bounded by the
-//!   deficit plus the live jobs at the head of the due order, never by the
-//!   size of `collection_state` or `soldiers`, whatever the statistics say
-//!   (see `CYCLE_SETTINGS_SQL`);
-//! - a cycle sends at most one `bf4ps_events` notification, itself, after
-//!   its insert (the row trigger is switched off for the cycle's
-//!   transaction, which would otherwise run once per `created` event), and
-//!   none when operators set `bf4ps.notify_events` to `off`;
-//! - a failed cycle is logged and retried on the next tick; the loop only
-//!   ends when its cancellation token fires.
+//! - never more than `target_depth` pending background jobs from the
+//!   feeder; inserts are idempotent on `uq_collection_jobs_soldier_resource`
+//!   (`ON CONFLICT DO NOTHING`), so BF4PS's discovery inserting the same
+//!   pairs concurrently is harmless;
+//! - the feeder never waits for a soldier BF4PS's discovery is writing: the
+//!   soldiers it feeds are share-locked `SKIP LOCKED` first (discovery
+//!   updates a soldier's row before it inserts that soldier's jobs), so
+//!   neither ever waits for the other in a cycle;
+//! - a cycle reads the backlog through indexes only (the sightings index,
+//!   the retry and due indexes, primary keys): its cost is bounded by the
+//!   soldiers seen in the active window (one state row each) and the due
+//!   retries, never by the number of soldiers;
+//! - a cycle sends at most one `bf4ps_events` notification, itself;
+//! - a failed cycle is logged and retried on the next tick.
 
 use std::time::Duration;
 
-use crate::db::Pool;
+use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jittered;
-use crate::config::{ResourceWeights, Tuning};
+use crate::config::{ExtraWork, ResourceWeights, SchedulingPolicy, Tuning};
+use crate::db::Pool;
 use crate::domain::{EVENTS_CHANNEL, Resource};
 
 /// The ageing reference: `priority_value` counts minutes of due time from here.
@@ -84,12 +91,24 @@ pub struct FeederConfig {
     pub check_interval: Duration,
     /// Priority weight per resource.
     pub resource_weights: ResourceWeights,
-    /// Content changed within this window makes a pair `active`.
-    pub active_window: Duration,
     /// Priority points per minute overdue.
     pub aging_weight: f64,
-    /// Published to `scheduling_settings` for the request function.
-    pub published: crate::request::Published,
+    /// What is due.
+    pub policy: SchedulingPolicy,
+    /// The resources fed.
+    pub resources: Vec<Resource>,
+    /// Seen within this: active.
+    pub active_window: Duration,
+    /// Seen within this (not active): recent.
+    pub recent_window: Duration,
+    /// What recent soldiers get.
+    pub recent_work: ExtraWork,
+    /// What inactive soldiers get.
+    pub inactive_work: ExtraWork,
+    /// Minimum shares of bootstrap and retries (the working set's split).
+    pub min_shares: (f64, f64),
+    /// The budget window (usage older than two windows is pruned).
+    pub budget_window: Duration,
 }
 
 impl FeederConfig {
@@ -101,10 +120,32 @@ impl FeederConfig {
             interval: t.feeder_interval,
             check_interval: t.poll_interval.min(t.feeder_interval),
             resource_weights: t.resource_weights,
-            active_window: t.active_window,
             aging_weight: t.aging_weight,
-            published: crate::request::Published::from_tuning(t),
+            policy: t.scheduling_policy,
+            resources: t.background_resources.0.clone(),
+            active_window: t.active_window,
+            recent_window: t.recent_window,
+            recent_work: t.recent_work,
+            inactive_work: t.inactive_work,
+            min_shares: (t.share_bootstrap_min, t.share_retry_min),
+            budget_window: t.global_budget_window,
         }
+    }
+
+    /// Room per class for a working set holding `pending` (bootstrap,
+    /// retry, active) jobs: each class up to its share of the target depth.
+    fn room(&self, pending: [i64; 3]) -> [i64; 3] {
+        let target = i64::from(self.target_depth);
+        let boot = ((target as f64) * self.min_shares.0).ceil() as i64;
+        let retry = ((target as f64) * self.min_shares.1).ceil() as i64;
+        let active = (target - boot - retry).max(0);
+        [boot, retry, active]
+            .iter()
+            .zip(pending)
+            .map(|(depth, p)| (depth - p).max(0))
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap_or([0; 3])
     }
 }
 
@@ -117,109 +158,352 @@ pub struct CycleReport {
     pub pending_before: u64,
     /// Jobs inserted (and `created` events written).
     pub inserted: u64,
-    /// Of those, `active` jobs.
-    pub active: u64,
-    /// Of those, `recent` jobs.
-    pub recent: u64,
-    /// Of those, `bootstrap` jobs.
+    /// Of those, bootstrap jobs (first collections).
     pub bootstrap: u64,
+    /// Of those, active jobs (due refreshes of soldiers who played).
+    pub active: u64,
+    /// Of those, retries (and recent or inactive refreshes).
+    pub retry: u64,
 }
 
-/// The feed statement: due pairs → jobs → `created` events, one statement.
-/// Binds: $1 limit, $2 active window (s), $3 aging weight, $4..$7 weights of
-/// detailed, profile, weapons, vehicles.
-macro_rules! feed_sql {
+/// The candidates of the sightings policy: `boot`, `act` and `retry`
+/// (plus `recent` and `inactive` when enabled), each limited, then the
+/// insert. Binds: $1 now, $2 active window (s), $3 recent window (s), $4
+/// resources, $5..$7 room of bootstrap, retry and active, $8 total room,
+/// $9 aging weight, $10..$13 weights of detailed, profile, weapons,
+/// vehicles, $14 recent work on, $15 inactive work on.
+macro_rules! sightings_candidates {
     () => {
-        concat!(
-            "WITH due AS (",
-            " SELECT s.soldier_id, s.resource, s.next_attempt_at, so.persona_id, so.platform,",
-            "  CASE WHEN s.last_success_at IS NULL THEN 'bootstrap'",
-            "   WHEN s.last_changed_at >= now() - make_interval(secs => $2::float8) THEN 'active'",
-            "   ELSE 'recent' END AS priority_class",
-            " FROM collection_state AS s",
-            " CROSS JOIN LATERAL (SELECT x.persona_id, x.platform FROM soldiers AS x",
-            "  WHERE x.soldier_id = s.soldier_id LIMIT 1) AS so",
-            " WHERE s.next_attempt_at <= now()",
-            "  AND (SELECT j.job_id FROM collection_jobs AS j",
-            "   WHERE j.soldier_id = s.soldier_id AND j.resource = s.resource) IS NULL",
-            " ORDER BY s.next_attempt_at",
-            " LIMIT $1::bigint",
-            "), jobs AS (",
-            " INSERT INTO collection_jobs",
-            "  (soldier_id, resource, lane, priority_class, reason, priority_value)",
-            " SELECT d.soldier_id, d.resource, 'background', d.priority_class, 'due',",
-            "  least(2147483647, greatest(-2147483648,",
-            "   (CASE d.resource WHEN 'detailed' THEN $4::integer WHEN 'profile' THEN $5::integer",
-            "     WHEN 'weapons' THEN $6::integer ELSE $7::integer END)::float8",
-            "   + $3::float8 * extract(epoch FROM",
-            "      (timestamptz '2025-01-01 00:00:00+00' - d.next_attempt_at))::float8 / 60.0",
-            "  ))::integer",
-            " FROM due AS d",
-            " ORDER BY d.next_attempt_at, d.soldier_id, d.resource",
-            " ON CONFLICT (soldier_id, resource) DO NOTHING",
-            " RETURNING job_id, soldier_id, resource, lane, priority_class, attempt_count",
-            "), events AS (",
-            " INSERT INTO collection_events",
-            "  (job_id, soldier_id, persona_id, platform, resource, lane,",
-            "   event_type, attempt_number, metadata)",
-            " SELECT j.job_id, j.soldier_id, d.persona_id, d.platform, j.resource, j.lane,",
-            "  'created', j.attempt_count,",
-            "  jsonb_build_object('priority_class', j.priority_class, 'reason', 'due')",
-            " FROM jobs AS j JOIN due AS d ON d.soldier_id = j.soldier_id AND d.resource = j.resource",
-            " ORDER BY j.job_id",
-            ")",
-            " SELECT count(*) FILTER (WHERE priority_class = 'active'),",
-            "  count(*) FILTER (WHERE priority_class = 'recent'),",
-            "  count(*) FILTER (WHERE priority_class = 'bootstrap')",
-            " FROM jobs"
-        )
+        "WITH active AS MATERIALIZED (
+            SELECT src.soldier_id, max(src.last_seen_at) AS seen_at,
+                   bool_or(src.source_type = 'bf4sw') AS sighted
+            FROM soldier_sources AS src
+            WHERE src.last_seen_at > $1 - make_interval(secs => $2::float8)
+              AND src.last_seen_at <= $1
+            GROUP BY src.soldier_id
+        ), pairs AS MATERIALIZED (
+            SELECT a.soldier_id, a.seen_at, a.sighted, p.resource, p.state, p.due_at,
+                   p.error_class, p.attempted_at
+            FROM active AS a
+            JOIN collection_state AS cs ON cs.soldier_id = a.soldier_id
+            CROSS JOIN LATERAL (VALUES
+                ('detailed', cs.detailed_state, cs.detailed_next_due_at,
+                 cs.detailed_last_error_class, cs.detailed_last_attempt_at),
+                ('profile', cs.profile_state, cs.profile_next_due_at,
+                 cs.profile_last_error_class, cs.profile_last_attempt_at),
+                ('weapons', cs.weapons_state, cs.weapons_next_due_at,
+                 cs.weapons_last_error_class, cs.weapons_last_attempt_at),
+                ('vehicles', cs.vehicles_state, cs.vehicles_next_due_at,
+                 cs.vehicles_last_error_class, cs.vehicles_last_attempt_at)
+            ) AS p(resource, state, due_at, error_class, attempted_at)
+            WHERE p.resource = ANY ($4::text[])
+              AND (p.state = 'never_attempted' OR (p.state = 'success' AND p.due_at <= $1))
+              AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                              WHERE j.soldier_id = a.soldier_id AND j.resource = p.resource)
+        ), boot AS (
+            SELECT p.soldier_id, p.resource, 'bootstrap' AS class, 'bf4sw_new_soldier' AS reason,
+                   $1 AS due_at, NULL::text AS error_class, NULL::timestamptz AS error_at,
+                   row_number() OVER (ORDER BY so.first_seen_at, p.soldier_id, p.resource) AS k
+            FROM pairs AS p JOIN soldiers AS so ON so.soldier_id = p.soldier_id
+            WHERE p.state = 'never_attempted'
+            ORDER BY so.first_seen_at, p.soldier_id, p.resource
+            LIMIT $5
+        ), act AS (
+            SELECT p.soldier_id, p.resource, 'active', 'bf4sw_active_refresh', p.due_at,
+                   NULL::text, NULL::timestamptz,
+                   row_number() OVER (ORDER BY p.seen_at DESC, p.soldier_id,
+                       (CASE p.resource WHEN 'detailed' THEN $10::integer
+                            WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
+                            ELSE $13::integer END) DESC)
+            FROM pairs AS p
+            WHERE p.state = 'success' AND p.sighted
+            ORDER BY p.seen_at DESC, p.soldier_id,
+                     (CASE p.resource WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
+                      WHEN 'weapons' THEN $12::integer ELSE $13::integer END) DESC
+            LIMIT $7
+        ), retry AS (
+            SELECT r.soldier_id, r.resource, 'active', 'retry', r.due_at, r.error_class,
+                   r.attempted_at, row_number() OVER (ORDER BY r.due_at, r.soldier_id)
+            FROM (
+                (SELECT cs.soldier_id, 'detailed' AS resource, cs.detailed_next_due_at AS due_at,
+                        cs.detailed_last_error_class AS error_class,
+                        cs.detailed_last_attempt_at AS attempted_at
+                 FROM collection_state AS cs
+                 WHERE cs.detailed_state = 'temporary_failure' AND cs.detailed_next_due_at <= $1
+                   AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                   WHERE j.soldier_id = cs.soldier_id AND j.resource = 'detailed')
+                 ORDER BY cs.detailed_next_due_at LIMIT $6)
+                UNION ALL
+                (SELECT cs.soldier_id, 'profile', cs.profile_next_due_at,
+                        cs.profile_last_error_class, cs.profile_last_attempt_at
+                 FROM collection_state AS cs
+                 WHERE cs.profile_state = 'temporary_failure' AND cs.profile_next_due_at <= $1
+                   AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                   WHERE j.soldier_id = cs.soldier_id AND j.resource = 'profile')
+                 ORDER BY cs.profile_next_due_at LIMIT $6)
+                UNION ALL
+                (SELECT cs.soldier_id, 'weapons', cs.weapons_next_due_at,
+                        cs.weapons_last_error_class, cs.weapons_last_attempt_at
+                 FROM collection_state AS cs
+                 WHERE cs.weapons_state = 'temporary_failure' AND cs.weapons_next_due_at <= $1
+                   AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                   WHERE j.soldier_id = cs.soldier_id AND j.resource = 'weapons')
+                 ORDER BY cs.weapons_next_due_at LIMIT $6)
+                UNION ALL
+                (SELECT cs.soldier_id, 'vehicles', cs.vehicles_next_due_at,
+                        cs.vehicles_last_error_class, cs.vehicles_last_attempt_at
+                 FROM collection_state AS cs
+                 WHERE cs.vehicles_state = 'temporary_failure' AND cs.vehicles_next_due_at <= $1
+                   AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                   WHERE j.soldier_id = cs.soldier_id AND j.resource = 'vehicles')
+                 ORDER BY cs.vehicles_next_due_at LIMIT $6)
+            ) AS r
+            WHERE r.resource = ANY ($4::text[])
+              AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                              WHERE j.soldier_id = r.soldier_id AND j.resource = r.resource)
+            ORDER BY r.due_at
+            LIMIT $6
+        ), others AS (
+            SELECT src.soldier_id,
+                   src.last_seen_at > $1 - make_interval(secs => $3::float8) AS recent
+            FROM soldier_sources AS src
+            WHERE ($14 OR $15) AND src.source_type = 'bf4sw'
+              AND src.last_seen_at <= $1 - make_interval(secs => $2::float8)
+              AND (($14 AND src.last_seen_at > $1 - make_interval(secs => $3::float8))
+                   OR ($15 AND src.last_seen_at <= $1 - make_interval(secs => $3::float8)))
+        ), later AS (
+            SELECT o.soldier_id, p.resource, 'recent',
+                   CASE WHEN o.recent THEN 'recent_refresh' ELSE 'inactive_refresh' END,
+                   p.due_at, NULL::text, NULL::timestamptz,
+                   row_number() OVER (ORDER BY p.due_at, o.soldier_id)
+            FROM others AS o
+            JOIN collection_state AS cs ON cs.soldier_id = o.soldier_id
+            CROSS JOIN LATERAL (VALUES
+                ('detailed', cs.detailed_state, cs.detailed_next_due_at),
+                ('profile', cs.profile_state, cs.profile_next_due_at),
+                ('weapons', cs.weapons_state, cs.weapons_next_due_at),
+                ('vehicles', cs.vehicles_state, cs.vehicles_next_due_at)
+            ) AS p(resource, state, due_at)
+            WHERE p.resource = ANY ($4::text[]) AND p.state = 'success' AND p.due_at <= $1
+              AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                              WHERE j.soldier_id = o.soldier_id AND j.resource = p.resource)
+            ORDER BY p.due_at, o.soldier_id
+            LIMIT $8
+        ), chosen AS (
+            SELECT c.*, row_number() OVER () AS n FROM (
+                SELECT *, 1 AS tier FROM boot
+                UNION ALL SELECT *, 2 FROM retry
+                UNION ALL SELECT *, 3 FROM act
+                UNION ALL SELECT *, 4 FROM later
+            ) AS c
+            ORDER BY c.tier, c.k
+            LIMIT $8
+        )"
     };
 }
+
+/// The candidates of the age policy (0.1's): every due pair oldest due
+/// first and every never-attempted pair, whether the soldier played or not.
+/// Same binds as [`sightings_candidates`].
+macro_rules! age_candidates {
+    () => {
+        "WITH due AS (
+            (SELECT cs.soldier_id, 'detailed' AS resource, cs.detailed_state AS state,
+                    cs.detailed_next_due_at AS due_at,
+                    cs.detailed_last_error_class AS error_class,
+                    cs.detailed_last_attempt_at AS attempted_at
+             FROM collection_state AS cs
+             WHERE cs.detailed_next_due_at <= $1
+               AND cs.detailed_state IN ('success', 'temporary_failure')
+               AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                               WHERE j.soldier_id = cs.soldier_id AND j.resource = 'detailed')
+             ORDER BY cs.detailed_next_due_at LIMIT $8)
+            UNION ALL
+            (SELECT cs.soldier_id, 'profile', cs.profile_state, cs.profile_next_due_at,
+                    cs.profile_last_error_class, cs.profile_last_attempt_at
+             FROM collection_state AS cs
+             WHERE cs.profile_next_due_at <= $1
+               AND cs.profile_state IN ('success', 'temporary_failure')
+               AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                               WHERE j.soldier_id = cs.soldier_id AND j.resource = 'profile')
+             ORDER BY cs.profile_next_due_at LIMIT $8)
+            UNION ALL
+            (SELECT cs.soldier_id, 'weapons', cs.weapons_state, cs.weapons_next_due_at,
+                    cs.weapons_last_error_class, cs.weapons_last_attempt_at
+             FROM collection_state AS cs
+             WHERE cs.weapons_next_due_at <= $1
+               AND cs.weapons_state IN ('success', 'temporary_failure')
+               AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                               WHERE j.soldier_id = cs.soldier_id AND j.resource = 'weapons')
+             ORDER BY cs.weapons_next_due_at LIMIT $8)
+            UNION ALL
+            (SELECT cs.soldier_id, 'vehicles', cs.vehicles_state, cs.vehicles_next_due_at,
+                    cs.vehicles_last_error_class, cs.vehicles_last_attempt_at
+             FROM collection_state AS cs
+             WHERE cs.vehicles_next_due_at <= $1
+               AND cs.vehicles_state IN ('success', 'temporary_failure')
+               AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                               WHERE j.soldier_id = cs.soldier_id AND j.resource = 'vehicles')
+             ORDER BY cs.vehicles_next_due_at LIMIT $8)
+        ), open AS (
+            SELECT d.* FROM due AS d
+            WHERE d.resource = ANY ($4::text[])
+              AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                              WHERE j.soldier_id = d.soldier_id AND j.resource = d.resource)
+        ), never AS (
+            SELECT n.soldier_id, n.resource FROM (
+                SELECT cs.soldier_id, p.resource, p.state
+                FROM collection_state AS cs
+                CROSS JOIN LATERAL (VALUES
+                    ('detailed', cs.detailed_state), ('profile', cs.profile_state),
+                    ('weapons', cs.weapons_state), ('vehicles', cs.vehicles_state)
+                ) AS p(resource, state)
+                WHERE p.state = 'never_attempted' AND p.resource = ANY ($4::text[])
+                  AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                  WHERE j.soldier_id = cs.soldier_id AND j.resource = p.resource)
+                ORDER BY cs.soldier_id
+                LIMIT $5
+            ) AS n
+        ), boot AS (
+            SELECT n.soldier_id, n.resource, 'bootstrap' AS class, 'due' AS reason,
+                   $1 AS due_at, NULL::text AS error_class, NULL::timestamptz AS error_at,
+                   row_number() OVER (ORDER BY n.soldier_id, n.resource) AS k
+            FROM never AS n
+        ), retry AS (
+            SELECT o.soldier_id, o.resource, 'active', 'retry', o.due_at, o.error_class,
+                   o.attempted_at, row_number() OVER (ORDER BY o.due_at, o.soldier_id)
+            FROM open AS o WHERE o.state = 'temporary_failure'
+            ORDER BY o.due_at LIMIT $6
+        ), act AS (
+            SELECT o.soldier_id, o.resource, 'active', 'due', o.due_at, NULL::text,
+                   NULL::timestamptz, row_number() OVER (ORDER BY o.due_at, o.soldier_id)
+            FROM open AS o WHERE o.state = 'success'
+            ORDER BY o.due_at LIMIT $7
+        ), chosen AS (
+            SELECT c.*, row_number() OVER () AS n FROM (
+                SELECT *, 1 AS tier FROM boot
+                UNION ALL SELECT *, 2 FROM retry
+                UNION ALL SELECT *, 3 FROM act
+            ) AS c
+            ORDER BY c.tier, c.k
+            LIMIT $8
+        )"
+    };
+}
+
+/// The insert shared by both policies: the chosen pairs as jobs (eligible
+/// now, priority from the resource weight and the time overdue), their
+/// soldiers share-locked first (`SKIP LOCKED`: one BF4PS's discovery is
+/// writing waits for the next cycle), and `created` events. Returns the
+/// inserted count per budget class.
+macro_rules! insert_jobs {
+    () => {
+        ", locked AS (
+            SELECT so.soldier_id, so.persona_id, so.platform
+            FROM soldiers AS so
+            WHERE so.soldier_id IN (SELECT DISTINCT c.soldier_id FROM chosen AS c)
+            FOR SHARE OF so SKIP LOCKED
+        ), jobs AS (
+            INSERT INTO collection_jobs
+                (soldier_id, resource, lane, priority_class, reason, priority_value, eligible_at,
+                 last_error_class, last_error_at, created_at, updated_at)
+            SELECT c.soldier_id, c.resource, 'background', c.class, c.reason,
+                   least(2147483647, greatest(-2147483648,
+                       (CASE c.resource WHEN 'detailed' THEN $10::integer
+                            WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
+                            ELSE $13::integer END)::float8
+                       + $9::float8 * extract(epoch FROM
+                           (timestamptz '2025-01-01 00:00:00+00'
+                            - bf4ps_sane_time(c.due_at)))::float8 / 60.0))::integer,
+                   $1, c.error_class, c.error_at, $1, $1
+            FROM chosen AS c JOIN locked AS l ON l.soldier_id = c.soldier_id
+            ORDER BY c.n
+            ON CONFLICT (soldier_id, resource) DO NOTHING
+            RETURNING job_id, soldier_id, resource, lane, priority_class, reason, attempt_count,
+                      last_error_at
+        ), events AS (
+            INSERT INTO collection_events
+                (occurred_at, job_id, soldier_id, persona_id, platform, resource, lane,
+                 event_type, attempt_number, metadata)
+            SELECT $1, j.job_id, j.soldier_id, l.persona_id, l.platform, j.resource, j.lane,
+                   'created', j.attempt_count,
+                   jsonb_build_object('priority_class', j.priority_class, 'reason', j.reason,
+                                      'budget_class',
+                                      bf4ps_budget_class(j.priority_class, j.last_error_at))
+            FROM jobs AS j JOIN locked AS l ON l.soldier_id = j.soldier_id
+            ORDER BY j.job_id
+        )
+        SELECT count(*) FILTER (WHERE b = 'bootstrap'), count(*) FILTER (WHERE b = 'retry'),
+               count(*) FILTER (WHERE b = 'active')
+        FROM (SELECT bf4ps_budget_class(priority_class, last_error_at) AS b FROM jobs) AS x"
+    };
+}
+
+const FEED_SIGHTINGS_SQL: &str = concat!(sightings_candidates!(), insert_jobs!());
+const FEED_AGE_SQL: &str = concat!(age_candidates!(), insert_jobs!());
+const EXPLAIN_SIGHTINGS_SQL: &str = concat!("EXPLAIN ", sightings_candidates!(), insert_jobs!());
+const EXPLAIN_AGE_SQL: &str = concat!("EXPLAIN ", age_candidates!(), insert_jobs!());
 
 /// Planner settings of a cycle's transaction. The cycle's cost must not
 /// depend on statistics: right after a burst the planner may still believe
 /// `collection_jobs` is empty and probe it with a sequential scan per due
-/// pair (quadratic in the working set), or hash all of `soldiers`. With
-/// sequential scans disfavoured every lookup is an index probe; JIT would
-/// only add compile time to a statement that is cheap by construction. A
-/// cycle is idempotent (the pairs stay due until collected), so its commit
-/// need not wait for the WAL flush: a crash can only lose a cycle's jobs, and
-/// any collector's commit that saw them flushes them first. The events
-/// trigger is off for the cycle: it would call its function once per
-/// `created` event; the cycle notifies once itself (`NOTIFY_EVENTS_SQL`).
+/// pair, or hash all of `soldiers`. With sequential scans disfavoured every
+/// lookup is an index probe; JIT would only add compile time. A cycle is
+/// idempotent (the pairs stay due until collected), so its commit need not
+/// wait for the WAL flush. The events trigger is off for the cycle (it
+/// would call its function once per `created` event); the cycle notifies
+/// once itself (`NOTIFY_EVENTS_SQL`).
 const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
      SET LOCAL synchronous_commit = off; SET LOCAL bf4ps.notify_events = 'off'";
 
-/// Takes the cycle's lock (false: another feeder is mid-cycle) and reads
+/// Takes the cycle's row lock (false: another feeder is mid-cycle) and reads
 /// whether event notifications are on for this database (not `off`), before
 /// `CYCLE_SETTINGS_SQL` switches the trigger off for the cycle.
-const LOCK_CYCLE_SQL: &str = "SELECT pg_try_advisory_xact_lock($1), \
+const LOCK_CYCLE_SQL: &str = "SELECT EXISTS (SELECT 1 FROM bf4ps_locks \
+     WHERE lock_name = 'feeder' FOR UPDATE SKIP LOCKED), \
      coalesce(current_setting('bf4ps.notify_events', true), '') <> 'off'";
 
 /// The cycle's one notification for the projector (binds `EVENTS_CHANNEL`).
 const NOTIFY_EVENTS_SQL: &str = "SELECT pg_notify($1, '')";
 
-const FEED_SQL: &str = feed_sql!();
+/// Pending background jobs per budget class (bootstrap, retry, active).
+const PENDING_SQL: &str = "SELECT \
+     count(*) FILTER (WHERE bf4ps_budget_class(priority_class, last_error_at) = 'bootstrap'), \
+     count(*) FILTER (WHERE bf4ps_budget_class(priority_class, last_error_at) = 'retry'), \
+     count(*) FILTER (WHERE bf4ps_budget_class(priority_class, last_error_at) = 'active') \
+     FROM collection_jobs WHERE lane = 'background' AND status = 'pending'";
 
-/// Binds the feed statement's parameters (for `query_as` and `query_scalar`).
+/// Pending background jobs (index-only over the working set's pending rows).
+const PENDING_DEPTH_SQL: &str =
+    "SELECT count(*) FROM collection_jobs WHERE lane = 'background' AND status = 'pending'";
+
+/// Usage rows older than two budget windows go ($1 now, $2 window in s).
+const PRUNE_USAGE_SQL: &str =
+    "DELETE FROM budget_usage WHERE minute < $1 - 2 * make_interval(secs => $2::float8)";
+
+/// Binds the feed statement's parameters.
 macro_rules! bind_feed {
-    ($query:expr, $cfg:expr, $limit:expr) => {{
+    ($query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
         let w = $cfg.resource_weights;
+        let resources: Vec<&str> = $cfg.resources.iter().map(|r| r.as_str()).collect();
         $query
-            .bind($limit)
+            .bind($now)
             .bind($cfg.active_window.as_secs_f64())
+            .bind($cfg.recent_window.as_secs_f64())
+            .bind(resources)
+            .bind($room[0])
+            .bind($room[1])
+            .bind($room[2])
+            .bind($total)
             .bind($cfg.aging_weight)
             .bind(w.get(Resource::Detailed))
             .bind(w.get(Resource::Profile))
             .bind(w.get(Resource::Weapons))
             .bind(w.get(Resource::Vehicles))
+            .bind($cfg.recent_work == ExtraWork::Due)
+            .bind($cfg.inactive_work == ExtraWork::Due)
     }};
 }
-const EXPLAIN_FEED_SQL: &str = concat!("EXPLAIN ", feed_sql!());
-
-/// Pending background jobs (index-only over the working set's pending rows).
-const PENDING_DEPTH_SQL: &str =
-    "SELECT count(*) FROM collection_jobs WHERE lane = 'background' AND status = 'pending'";
 
 /// Keeps the background lane's working set topped up. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -245,40 +529,70 @@ impl Feeder {
         Ok(n.max(0) as u64)
     }
 
-    /// One bounded cycle: top the background lane up to `target_depth`
-    /// pending jobs from the oldest-due pairs. Does nothing (and says so) when
-    /// another feeder is mid-cycle.
+    /// One bounded cycle on the database's clock.
     pub async fn run_once(&self) -> Result<CycleReport, FeederError> {
+        self.run_once_at(None).await
+    }
+
+    /// One bounded cycle as of `now` (`None`: the database's clock; the
+    /// scheduling simulation passes its virtual one): top the background lane
+    /// up to `target_depth` pending jobs. Does nothing (and says so) when
+    /// another feeder is mid-cycle.
+    pub async fn run_once_at(
+        &self,
+        now: Option<DateTime<Utc>>,
+    ) -> Result<CycleReport, FeederError> {
         let mut tx = self.pool.begin().await?;
-        let (locked, notify_events): (bool, bool) = sqlx::query_as(LOCK_CYCLE_SQL)
-            .bind(crate::locks::FEEDER)
-            .fetch_one(&mut *tx)
-            .await?;
+        let (locked, notify_events): (bool, bool) =
+            sqlx::query_as(LOCK_CYCLE_SQL).fetch_one(&mut *tx).await?;
         if !locked {
             tx.rollback().await?;
             return Ok(CycleReport::default());
         }
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        // A statement after the lock sees every earlier cycle's commit.
-        let pending: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT coalesce($1::timestamptz, now())")
+            .bind(now)
             .fetch_one(&mut *tx)
             .await?;
-        let deficit = i64::from(self.cfg.target_depth) - pending;
+        // A statement after the lock sees every earlier cycle's commit.
+        let (boot, retry, active): (i64, i64, i64) =
+            sqlx::query_as(PENDING_SQL).fetch_one(&mut *tx).await?;
+        let pending = boot + retry + active;
         let mut report = CycleReport {
             ran: true,
             pending_before: pending.max(0) as u64,
             ..CycleReport::default()
         };
-        if deficit > 0 {
-            let (active, recent, bootstrap): (i64, i64, i64) =
-                bind_feed!(sqlx::query_as(FEED_SQL), self.cfg, deficit)
-                    .fetch_one(&mut *tx)
-                    .await?;
-            report.active = active as u64;
-            report.recent = recent as u64;
-            report.bootstrap = bootstrap as u64;
-            report.inserted = report.active + report.recent + report.bootstrap;
+        let total = i64::from(self.cfg.target_depth) - pending;
+        if total > 0 {
+            let sql = match self.cfg.policy {
+                SchedulingPolicy::Sightings => FEED_SIGHTINGS_SQL,
+                SchedulingPolicy::Age => FEED_AGE_SQL,
+            };
+            // First each class up to its share of the depth, then whatever
+            // room is left to any class that has more.
+            let first = self.cfg.room([boot, retry, active]);
+            let mut left = total;
+            for room in [first, [total; 3]] {
+                if left <= 0 {
+                    break;
+                }
+                let (b, r, a): (i64, i64, i64) =
+                    bind_feed!(sqlx::query_as(sql), self.cfg, now, room, left)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                report.bootstrap += b as u64;
+                report.retry += r as u64;
+                report.active += a as u64;
+                left -= b + r + a;
+            }
+            report.inserted = report.bootstrap + report.retry + report.active;
         }
+        sqlx::query(PRUNE_USAGE_SQL)
+            .bind(now)
+            .bind(self.cfg.budget_window.as_secs_f64())
+            .execute(&mut *tx)
+            .await?;
         if notify_events && report.inserted > 0 {
             sqlx::query(NOTIFY_EVENTS_SQL)
                 .bind(EVENTS_CHANNEL)
@@ -291,32 +605,31 @@ impl Feeder {
 
     /// The plan of a cycle's feed statement inserting up to `limit` jobs
     /// (`EXPLAIN`, not executed): shows that the backlog is read through
-    /// `ix_collection_state_due`. For diagnostics, tests and the bench.
+    /// indexes. For diagnostics, tests and the bench.
     pub async fn explain_cycle(&self, limit: i64) -> Result<String, FeederError> {
         let mut tx = self.pool.begin().await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        let lines: Vec<String> = bind_feed!(sqlx::query_scalar(EXPLAIN_FEED_SQL), self.cfg, limit)
-            .fetch_all(&mut *tx)
+        let sql = match self.cfg.policy {
+            SchedulingPolicy::Sightings => EXPLAIN_SIGHTINGS_SQL,
+            SchedulingPolicy::Age => EXPLAIN_AGE_SQL,
+        };
+        let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(&mut *tx)
             .await?;
+        let lines: Vec<String> =
+            bind_feed!(sqlx::query_scalar(sql), self.cfg, now, [limit; 3], limit)
+                .fetch_all(&mut *tx)
+                .await?;
         tx.rollback().await?;
         Ok(lines.join("\n"))
     }
 
     /// Runs cycles until `cancel` fires: every `interval` (jittered ±20%),
     /// and at once when the pending depth falls below `low_watermark`
-    /// (checked every `check_interval`). First publishes the ETA settings
-    /// for `bf4ps_request_refresh` (retried each tick until it succeeds).
-    /// Errors are logged, never fatal.
+    /// (checked every `check_interval`). Errors are logged, never fatal.
     pub async fn run(&self, cancel: CancellationToken) {
-        let mut published = false;
         let mut next_cycle = Instant::now();
         loop {
-            if !published {
-                match crate::request::publish_settings(&self.pool, &self.cfg.published).await {
-                    Ok(()) => published = true,
-                    Err(e) => tracing::warn!(error = %e, "publishing scheduling settings failed"),
-                }
-            }
             let cycle_due = Instant::now() >= next_cycle
                 || match self.pending_depth().await {
                     Ok(depth) => depth < u64::from(self.cfg.low_watermark),
@@ -330,9 +643,9 @@ impl Feeder {
                     Ok(r) if r.inserted > 0 => tracing::debug!(
                         inserted = r.inserted,
                         pending_before = r.pending_before,
-                        active = r.active,
-                        recent = r.recent,
                         bootstrap = r.bootstrap,
+                        active = r.active,
+                        retry = r.retry,
                         "feeder topped up the background lane"
                     ),
                     Ok(_) => {}
@@ -363,6 +676,20 @@ mod tests {
         let c = FeederConfig::from_tuning(&t);
         assert_eq!(c.target_depth, t.feeder_target_depth);
         assert_eq!(c.check_interval, t.poll_interval.min(t.feeder_interval));
-        assert!(FEED_SQL.contains(AGING_EPOCH));
+        assert_eq!(c.policy, SchedulingPolicy::Sightings);
+        assert_eq!(
+            c.resources,
+            [Resource::Detailed, Resource::Weapons, Resource::Vehicles]
+        );
+        assert!(FEED_SIGHTINGS_SQL.contains(AGING_EPOCH));
+        assert!(FEED_AGE_SQL.contains(AGING_EPOCH));
+    }
+
+    #[test]
+    fn the_working_set_is_split_like_the_shares() {
+        let c = FeederConfig::from_tuning(&Tuning::default());
+        // 1000 deep: 200 bootstrap, 50 retry, 750 active.
+        assert_eq!(c.room([0, 0, 0]), [200, 50, 750]);
+        assert_eq!(c.room([250, 10, 700]), [0, 40, 50]);
     }
 }

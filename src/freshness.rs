@@ -27,6 +27,23 @@ use crate::domain::Resource;
 use crate::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use crate::status::{PerResource, ResourceFreshness};
 
+/// `SELECT '<resource>', <age of its oldest success at $1 in seconds>`.
+macro_rules! oldest_success {
+    ($r:literal) => {
+        concat!(
+            "SELECT '",
+            $r,
+            "'::text, extract(epoch FROM ($1 - bf4ps_sane_time(",
+            "(SELECT min(",
+            $r,
+            "_last_success_at) FROM collection_state ",
+            "WHERE ",
+            $r,
+            "_last_success_at IS NOT NULL))))::float8"
+        )
+    };
+}
+
 /// The band of a slot at the thresholds `$1` ([`thresholds`]): the number
 /// of thresholds minus how many the slot is at or after; NULL for the
 /// never-collected slot (-infinity).
@@ -134,15 +151,19 @@ pub async fn read(
         let i = band.map_or(never, |b| (b.max(0) as usize).min(never - 1));
         f.get_mut(resource).pairs.0[i].1 += n.max(0) as u64;
     }
-    // The oldest success: the first entry of ix_collection_state_freshness.
-    let oldest: Vec<(Resource, Option<f64>)> = sqlx::query_as(
-        "SELECT r.resource, \
-                extract(epoch FROM ($1 - (SELECT min(s.last_success_at) FROM collection_state s \
-                                          WHERE s.resource = r.resource)))::float8 \
-         FROM unnest($2::text[]) AS r(resource)",
-    )
+    // The oldest success of each resource: the first entry of its
+    // ix_collection_state_<resource>_success (0016). Clamped to the years
+    // timestamps can subtract in (BF4PS's column may hold any timestamptz).
+    let oldest: Vec<(Resource, Option<f64>)> = sqlx::query_as(concat!(
+        oldest_success!("detailed"),
+        " UNION ALL ",
+        oldest_success!("profile"),
+        " UNION ALL ",
+        oldest_success!("weapons"),
+        " UNION ALL ",
+        oldest_success!("vehicles"),
+    ))
     .bind(at)
-    .bind(Resource::ALL.iter().map(|r| r.as_str()).collect::<Vec<_>>())
     .fetch_all(&mut *conn)
     .await?;
     for (resource, age) in oldest {

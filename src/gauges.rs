@@ -182,6 +182,32 @@ impl GaugeRefresher {
             p.horizon.held_s,
         );
         self.set(
+            "bf4ps_budget_limit_requests",
+            &[],
+            if s.budget.enabled {
+                s.budget.requests as f64
+            } else {
+                0.0
+            },
+        );
+        self.set(
+            "bf4ps_active_soldiers",
+            &[],
+            s.activity.active_soldiers as f64,
+        );
+        for (resource, n) in s.activity.fresh.iter() {
+            self.set(
+                "bf4ps_active_fresh_soldiers",
+                &[("resource", resource.as_str())],
+                *n as f64,
+            );
+        }
+        for c in &s.budget.classes {
+            let labels = [("class", c.class.as_str())];
+            self.set("bf4ps_budget_window_requests", &labels, c.requests as f64);
+            self.set("bf4ps_budget_share_ratio", &labels, c.share);
+        }
+        self.set(
             "bf4ps_retention_oldest_event_timestamp_seconds",
             &[],
             before(at, s.retention.oldest_event_age_s),

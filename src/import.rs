@@ -1,13 +1,18 @@
-//! `bf4ps-ops soldiers import FILE.csv`: bulk-loads soldiers into `soldiers`
-//! and gives every new soldier its four `collection_state` rows (due now), so
-//! the feeder bootstraps them.
+//! `bf4ps-ops soldiers import FILE.csv`: bulk-loads soldiers into BF4PS's
+//! `soldiers` as BF4PS records a manual submission (the name in
+//! `soldier_names`, a `manual` row in `soldier_sources`) and gives every new
+//! soldier its default `collection_state` row (never attempted), so the
+//! feeder bootstraps it.
 //!
 //! File format: CSV `platform,persona_id,name`. The first line is a header
 //! when its first two fields are `platform` and `persona_id` (any case);
 //! otherwise it is data. Fields are trimmed; `platform` is case-insensitive;
 //! `name` may be empty or absent (2 fields), which keeps an existing name;
 //! otherwise it is 1 to [`MAX_NAME_CHARS`] characters (after trimming) with
-//! no control character.
+//! no control character. BF4PS requires a name: a nameless row of a soldier
+//! the database does not know is not imported and counted as
+//! `unknown_nameless` (the summary says so; importing it again with a name
+//! adds it).
 //!
 //! Invariants:
 //! - input is bounded: no line (in fact no row: a quoted field that spans
@@ -31,7 +36,8 @@
 //!   committed batches stay and the error says how many rows they hold;
 //!   importing the same file again finishes the job (it is idempotent);
 //! - a soldier that exists (same platform and persona_id) gets its name
-//!   updated, never a duplicate row;
+//!   updated (recorded in `soldier_names` like every name BF4PS observes),
+//!   never a duplicate row;
 //! - a persona listed twice in the file: the LAST row wins, and every
 //!   earlier occurrence is reported as a duplicate (it is not an error).
 
@@ -231,12 +237,15 @@ pub struct Parsed {
 /// What the database did with the valid rows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LoadCounts {
-    /// New soldiers (with four `collection_state` rows each).
+    /// New soldiers (with their `collection_state` row).
     pub inserted: u64,
     /// Existing soldiers whose name changed.
     pub updated: u64,
     /// Existing soldiers left as they were (same name, or no name given).
     pub unchanged: u64,
+    /// Nameless rows of soldiers the database does not know: not imported
+    /// (BF4PS requires a name).
+    pub unknown_nameless: u64,
 }
 
 impl std::ops::AddAssign for LoadCounts {
@@ -244,6 +253,7 @@ impl std::ops::AddAssign for LoadCounts {
         self.inserted += other.inserted;
         self.updated += other.updated;
         self.unchanged += other.unchanged;
+        self.unknown_nameless += other.unknown_nameless;
     }
 }
 
@@ -278,12 +288,14 @@ impl ImportReport {
             0.0
         };
         format!(
-            "imported {}: {} inserted, {} updated, {} unchanged, {} skipped (invalid), \
-             {} duplicate(s) superseded; {} rows in {:.2}s ({:.0} rows/s)",
+            "imported {}: {} inserted, {} updated, {} unchanged, {} not imported (unknown \
+             soldier without a name), {} skipped (invalid), {} duplicate(s) superseded; \
+             {} rows in {:.2}s ({:.0} rows/s)",
             self.file,
             self.counts.inserted,
             self.counts.updated,
             self.counts.unchanged,
+            self.counts.unknown_nameless,
             self.skipped.len(),
             self.duplicates.len(),
             self.data_rows,
@@ -602,30 +614,45 @@ fn validate(record: &csv::ByteRecord) -> Result<(Platform, i64, Option<String>),
     Ok((platform, persona_id, name))
 }
 
-/// New soldiers get their four state rows; existing ones get the new name.
+/// New soldiers are written as BF4PS writes a manual submission (name,
+/// first and last seen now, the name in `soldier_names`, a `manual`
+/// source) with their default state row; existing ones get the new name.
+/// Returns (inserted, renamed, unknown without a name).
 const UPSERT_SQL: &str = concat!(
     "WITH up AS (",
-    " INSERT INTO soldiers AS s (platform, persona_id, display_name)",
-    " SELECT i.platform, i.persona_id, i.display_name FROM bf4ps_import AS i",
+    " INSERT INTO soldiers AS s (persona_id, platform, current_name, first_seen_at, last_seen_at)",
+    " SELECT i.persona_id, i.platform, i.display_name, now(), now() FROM bf4ps_import AS i",
     // Rows that would change nothing skip the (speculative) insert attempt:
     // re-importing an unchanged list costs one index probe per row.
-    " WHERE NOT EXISTS (SELECT 1 FROM soldiers AS e",
-    "  WHERE e.platform = i.platform AND e.persona_id = i.persona_id",
-    "   AND (i.display_name IS NULL OR e.display_name = i.display_name))",
-    " ORDER BY i.platform, i.persona_id",
-    " ON CONFLICT (platform, persona_id) DO UPDATE",
-    "  SET display_name = EXCLUDED.display_name, updated_at = now()",
-    "  WHERE EXCLUDED.display_name IS NOT NULL",
-    "   AND s.display_name IS DISTINCT FROM EXCLUDED.display_name",
-    " RETURNING s.soldier_id, (s.xmax = 0) AS inserted",
+    " WHERE i.display_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM soldiers AS e",
+    "  WHERE e.persona_id = i.persona_id AND e.platform = i.platform",
+    "   AND e.current_name = i.display_name)",
+    " ORDER BY i.persona_id, i.platform",
+    " ON CONFLICT (persona_id, platform) DO UPDATE",
+    "  SET current_name = EXCLUDED.current_name,",
+    "      last_seen_at = greatest(s.last_seen_at, EXCLUDED.last_seen_at), updated_at = now()",
+    "  WHERE s.current_name IS DISTINCT FROM EXCLUDED.current_name",
+    " RETURNING s.soldier_id, s.current_name, (s.xmax = 0) AS inserted",
+    "), names AS (",
+    " INSERT INTO soldier_names AS n (soldier_id, name, first_seen_at, last_seen_at)",
+    " SELECT soldier_id, current_name, now(), now() FROM up ORDER BY soldier_id",
+    " ON CONFLICT (soldier_id, name) DO UPDATE",
+    "  SET last_seen_at = greatest(n.last_seen_at, EXCLUDED.last_seen_at)",
+    "), sources AS (",
+    " INSERT INTO soldier_sources AS o (soldier_id, source_type, first_seen_at, last_seen_at)",
+    " SELECT soldier_id, 'manual', now(), now() FROM up ORDER BY soldier_id",
+    " ON CONFLICT (soldier_id, source_type) DO UPDATE",
+    "  SET last_seen_at = greatest(o.last_seen_at, EXCLUDED.last_seen_at)",
     "), state AS (",
-    " INSERT INTO collection_state (soldier_id, resource)",
-    " SELECT up.soldier_id, r.resource FROM up",
-    " CROSS JOIN (VALUES ('detailed'), ('profile'), ('weapons'), ('vehicles')) AS r (resource)",
-    " WHERE up.inserted",
-    " ORDER BY up.soldier_id",
+    " INSERT INTO collection_state (soldier_id)",
+    " SELECT soldier_id FROM up WHERE inserted ORDER BY soldier_id",
+    " ON CONFLICT (soldier_id) DO NOTHING",
     ")",
-    " SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM up"
+    " SELECT (SELECT count(*) FROM up WHERE inserted),",
+    "        (SELECT count(*) FROM up WHERE NOT inserted),",
+    "        (SELECT count(*) FROM bf4ps_import AS i WHERE i.display_name IS NULL",
+    "          AND NOT EXISTS (SELECT 1 FROM soldiers AS e",
+    "           WHERE e.persona_id = i.persona_id AND e.platform = i.platform))"
 );
 
 /// Writes valid rows in batches of `opts.batch_rows`, each its own
@@ -734,13 +761,16 @@ async fn load_batch(pool: &PgPool, rows: &[SoldierRow]) -> Result<LoadCounts, sq
         copy.send(buf).await?;
     }
     copy.finish().await?;
-    let (inserted, updated): (i64, i64) = sqlx::query_as(UPSERT_SQL).fetch_one(&mut *tx).await?;
+    let (inserted, updated, nameless): (i64, i64, i64) =
+        sqlx::query_as(UPSERT_SQL).fetch_one(&mut *tx).await?;
     tx.commit().await?;
-    let (inserted, updated) = (inserted.max(0) as u64, updated.max(0) as u64);
+    let count = |n: i64| n.max(0) as u64;
+    let (inserted, updated, nameless) = (count(inserted), count(updated), count(nameless));
     Ok(LoadCounts {
         inserted,
         updated,
-        unchanged: (rows.len() as u64).saturating_sub(inserted + updated),
+        unchanged: (rows.len() as u64).saturating_sub(inserted + updated + nameless),
+        unknown_nameless: nameless,
     })
 }
 

@@ -1,158 +1,195 @@
-//! Advisory locks: every key bf4ps-ops takes, and the dedicated connection a
-//! session lock lives on.
+//! Locks nobody else can hold: what runs once at a time across the fleet.
 //!
-//! Invariants:
-//! - every advisory lock key is declared here, once; each spells "bf4ps" and
-//!   a three-letter tag in ASCII, so `pg_locks` shows who holds what;
-//! - a lock that must outlive one transaction is held on a
-//!   [`LockConnection`] (dedicated, pinged), never on a pooled connection
-//!   that could go back to the pool still holding it; losing the
-//!   connection releases the lock and fires [`LockConnection::lost`].
+//! - **Row locks** on `bf4ps_locks` (migration 0012), transaction-scoped,
+//!   taken inside SQL: the feeder's cycle, freshness compaction, collector
+//!   registration, interactive admission and the weapon and vehicle
+//!   catalogs. Locking a row needs UPDATE on the table, which only the
+//!   schema owner and `bf4ps_definer` have: a collector, reader or website
+//!   role cannot take or block them;
+//! - **Leases** on `bf4ps_leases` ([`Lease`]): what one process does across
+//!   transactions (projector leadership, a retention run), taken and renewed
+//!   by a compare-and-set on its row and fenced in every transaction that
+//!   acts on it. A holder that dies loses it when it expires; no session
+//!   needs to stay open, so a lease works through a transaction pooler;
+//! - **The migration lock** [`MIGRATE`], an advisory lock (migrations start
+//!   on an empty database, before any table exists): any role can take an
+//!   advisory lock, so `migrate` waits for it only up to a timeout and then
+//!   names the holder ([`holder`]).
+//!
+//! Invariants: only [`MIGRATE`] is an advisory lock; every lock and lease is
+//! declared here once (the SQL names match: a unit test reads the
+//! migrations).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::{Connection, PgConnection};
-use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
 
-use crate::db::{DbError, DbTarget};
+use crate::db::ms;
 
-/// Whole `migrate` runs ("bf4psmig"; session lock on the migrating connection).
+/// Whole `migrate` runs ("bf4psmig" in ASCII; a session lock on the
+/// migrating connection).
 pub const MIGRATE: i64 = 0x6266_3470_736d_6967;
-/// The leading projector ("bf4psprj"; session lock on a [`LockConnection`]).
-pub const PROJECTOR: i64 = 0x6266_3470_7370_726a;
-/// Retention runs ("bf4psret"; session lock).
-pub const RETENTION: i64 = 0x6266_3470_7372_6574;
-/// One feeder cycle ("bf4psfed"; transaction lock).
-pub const FEEDER: i64 = 0x6266_3470_7366_6564;
-/// Admission of interactive refreshes under the pending cap ("bf4psadm";
-/// transaction lock taken inside SQL `bf4ps_request_refresh`, migration 0006).
-pub const INTERACTIVE_ADMISSION: i64 = 0x6266_3470_7361_646d;
 
-/// One freshness compaction ("bf4psfrs"; transaction lock taken inside SQL
-/// `bf4ps_freshness_compact`, migration 0008).
-pub const FRESHNESS: i64 = 0x6266_3470_7366_7273;
-
-/// Every key with its name, for messages about holders.
-pub const ALL: &[(i64, &str)] = &[
-    (MIGRATE, "migrate"),
-    (PROJECTOR, "projector"),
-    (RETENTION, "retention"),
-    (FEEDER, "feeder"),
-    (INTERACTIVE_ADMISSION, "interactive admission"),
-    (FRESHNESS, "freshness compaction"),
+/// The rows of `bf4ps_locks`, each locked by one SQL function or statement.
+pub const ROW_LOCKS: &[&str] = &[
+    "interactive_admission",
+    "feeder",
+    "freshness_compaction",
+    "collector_registration",
+    "weapon_catalog",
+    "vehicle_catalog",
 ];
 
-/// The name of lock `key` ("advisory lock" for a foreign key).
-pub fn name(key: i64) -> &'static str {
-    ALL.iter()
-        .find(|(k, _)| *k == key)
-        .map_or("advisory lock", |(_, n)| n)
+/// What a lease is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseName {
+    /// The leading projector.
+    Projector,
+    /// A retention run (and `projector rebuild`, which holds both).
+    Retention,
 }
 
-/// A dedicated connection for session advisory locks, pinged every `ping`.
-/// Dropping it closes the session, which releases every lock it holds;
-/// [`LockConnection::release`] does so before it returns.
-pub struct LockConnection {
-    conn: Arc<Mutex<PgConnection>>,
-    lost: CancellationToken,
-    stop: CancellationToken,
-}
-
-impl Drop for LockConnection {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl LockConnection {
-    /// Opens the connection (named `application_name`) and starts its pings.
-    pub async fn connect(
-        target: &DbTarget,
-        application_name: &str,
-        ping: Duration,
-    ) -> Result<LockConnection, DbError> {
-        let conn = Arc::new(Mutex::new(
-            target.connect_dedicated(application_name).await?,
-        ));
-        let lost = CancellationToken::new();
-        let stop = CancellationToken::new();
-        {
-            let (conn, lost, stop) = (conn.clone(), lost.clone(), stop.clone());
-            tokio::spawn(async move {
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tokio::time::sleep(ping) => {}
-                    }
-                    let alive = tokio::time::timeout(ping * 5, async {
-                        conn.lock().await.ping().await.is_ok()
-                    })
-                    .await
-                    .unwrap_or(false);
-                    if !alive {
-                        tracing::debug!("lock connection stopped answering");
-                        lost.cancel();
-                        break;
-                    }
-                }
-            });
+impl LeaseName {
+    /// The row's `lease_name`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseName::Projector => "projector",
+            LeaseName::Retention => "retention",
         }
-        Ok(LockConnection { conn, lost, stop })
+    }
+}
+
+/// One process's claim on a [`LeaseName`]: a holder id unique to this
+/// process (and this use), what it is, and how long a grant lasts.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    name: LeaseName,
+    holder: String,
+    detail: String,
+    ttl: Duration,
+}
+
+/// Who holds a lease now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// What the holder said it is (process, host, pid).
+    pub detail: String,
+    /// When its grant ends unless renewed.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Display for LeaseHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (until {})",
+            self.detail,
+            self.expires_at.format("%H:%M:%S%.3f UTC")
+        )
+    }
+}
+
+impl Lease {
+    /// A lease `name` for this process, described as `what` (e.g.
+    /// "bf4ps-ops serve"), granted for `ttl` at a time.
+    pub fn new(name: LeaseName, what: &str, ttl: Duration) -> Lease {
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        Lease {
+            name,
+            holder: Uuid::new_v4().to_string(),
+            detail: format!("{what} on {host} (pid {})", std::process::id()),
+            ttl,
+        }
     }
 
-    /// Fires when the connection failed a ping: its locks are gone.
-    pub fn lost(&self) -> &CancellationToken {
-        &self.lost
+    /// The lease's name.
+    pub fn name(&self) -> LeaseName {
+        self.name
     }
 
-    /// Releases every lock of this session now and closes it. (Dropping
-    /// also releases them, but only once the ping task lets go of the
-    /// connection, a moment later.)
-    pub async fn release(self) -> Result<(), sqlx::Error> {
-        self.stop.cancel();
-        let mut conn = self.conn.lock().await;
-        sqlx::query("SELECT pg_advisory_unlock_all()")
-            .execute(&mut *conn)
-            .await?;
+    /// How long one grant lasts.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Takes the lease when it is free or expired, or renews it when this
+    /// process holds it. `false`: another holder has it.
+    pub async fn acquire(&self, executor: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+        let taken: Option<i64> = sqlx::query_scalar(
+            "UPDATE bf4ps_leases SET holder = $2, holder_detail = $3, \
+                 acquired_at = CASE WHEN holder = $2 AND expires_at > now() THEN acquired_at \
+                                    ELSE now() END, \
+                 generation = generation + CASE WHEN holder = $2 AND expires_at > now() THEN 0 \
+                                                ELSE 1 END, \
+                 expires_at = now() + $4 * interval '1 millisecond' \
+             WHERE lease_name = $1 AND (holder = $2 OR expires_at <= now()) \
+             RETURNING generation",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .bind(&self.detail)
+        .bind(ms(self.ttl))
+        .fetch_optional(executor)
+        .await?;
+        Ok(taken.is_some())
+    }
+
+    /// Extends the lease only if this process holds it unexpired; in a
+    /// transaction, this is the fence: the row stays locked until commit, so
+    /// nobody takes the lease before the transaction ends. `false`: lost.
+    pub async fn renew(&self, executor: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+        let renewed = sqlx::query(
+            "UPDATE bf4ps_leases SET expires_at = now() + $3 * interval '1 millisecond' \
+             WHERE lease_name = $1 AND holder = $2 AND expires_at > now()",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .bind(ms(self.ttl))
+        .execute(executor)
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    /// Gives the lease up now (if this process holds it).
+    pub async fn release(&self, executor: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE bf4ps_leases SET expires_at = now() \
+             WHERE lease_name = $1 AND holder = $2 AND expires_at > now()",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .execute(executor)
+        .await?;
         Ok(())
     }
-
-    /// `pg_try_advisory_lock(key)` on this session.
-    pub async fn try_lock(&self, key: i64) -> Result<bool, sqlx::Error> {
-        let mut conn = self.conn.lock().await;
-        let locked = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await;
-        if locked.is_err() {
-            self.lost.cancel();
-        }
-        locked
-    }
 }
 
-impl LockConnection {
-    /// `pg_advisory_unlock(key)` on this session: released now, not when
-    /// the server notices the connection is gone.
-    pub async fn unlock(&self, key: i64) -> Result<bool, sqlx::Error> {
-        let mut conn = self.conn.lock().await;
-        sqlx::query_scalar("SELECT pg_advisory_unlock($1)")
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await
-    }
+/// Who holds lease `name` now; `None` when it is free or expired.
+pub async fn lease_holder(
+    executor: impl PgExecutor<'_>,
+    name: LeaseName,
+) -> Result<Option<LeaseHolder>, sqlx::Error> {
+    let row: Option<(String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT coalesce(holder_detail, '?'), expires_at FROM bf4ps_leases \
+         WHERE lease_name = $1 AND expires_at > now() AND isfinite(expires_at)",
+    )
+    .bind(name.as_str())
+    .fetch_optional(executor)
+    .await?;
+    Ok(row.map(|(detail, expires_at)| LeaseHolder { detail, expires_at }))
 }
 
-/// Who holds advisory lock `key` in this database, e.g. `pid 4242
-/// (bf4ps-ops projector from 10.0.0.7)`; `None` when nobody does.
+/// Who holds advisory lock `key` in this database, e.g. `pid 4242, role
+/// bf4ps_reader (psql from 10.0.0.7)`; `None` when nobody does.
 pub async fn holder(
-    pool: impl sqlx::PgExecutor<'_>,
+    executor: impl PgExecutor<'_>,
     key: i64,
 ) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(concat!(
-        "SELECT format('pid %s (%s%s)', a.pid, coalesce(nullif(a.application_name, ''), '?'), ",
+        "SELECT format('pid %s, role %s (%s%s)', a.pid, coalesce(a.usename::text, '?'), ",
+        "coalesce(nullif(a.application_name, ''), 'no application name'), ",
         "coalesce(' from ' || a.client_addr::text, '')) ",
         "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid ",
         "WHERE l.locktype = 'advisory' AND l.granted AND l.database = ",
@@ -160,7 +197,52 @@ pub async fn holder(
         "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 LIMIT 1"
     ))
     .bind(key)
-    .fetch_optional(pool)
+    .fetch_optional(executor)
+    .await
+}
+
+/// A client session the monitor ended ([`end_overlong_client_transactions`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct EndedSession {
+    /// Its backend pid.
+    pub pid: i32,
+    /// Its login role.
+    pub role: String,
+    /// Its application_name.
+    pub application_name: String,
+    /// How long its transaction had been open, in seconds.
+    pub xact_age_s: f64,
+    /// Whether it was ended (false: this role may not signal it; grant it
+    /// pg_signal_backend).
+    pub ended: bool,
+}
+
+/// Ends the sessions of collector and website roles (members of
+/// `bf4ps_collector` or `bf4ps_website` that are not ours: not members of
+/// `bf4ps_definer`) whose transaction has been open longer than `limit`.
+/// Ours last milliseconds; an open one holds the row locks every collector
+/// needs (the budget, a key, the registration lock) and the projection
+/// horizon, so one compromised host could stall the fleet. Readers are left
+/// alone: they hold neither (the horizon ignores roles that cannot write
+/// events).
+pub async fn end_overlong_client_transactions(
+    executor: impl PgExecutor<'_>,
+    limit: Duration,
+) -> Result<Vec<EndedSession>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "coalesce(a.application_name, '') AS application_name, ",
+        "extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
+        "coalesce(pg_terminate_backend(a.pid), false) AS ended ",
+        "FROM pg_stat_activity a ",
+        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
+        "AND a.xact_start < now() - $1 * interval '1 millisecond' ",
+        "AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "     OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER')) ",
+        "AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')"
+    ))
+    .bind(ms(limit))
+    .fetch_all(executor)
     .await
 }
 
@@ -169,29 +251,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_are_distinct_and_spell_their_tag() {
-        for (i, (key, _)) in ALL.iter().enumerate() {
-            assert_eq!(&key.to_be_bytes()[..5], b"bf4ps", "{key:#x}");
-            assert!(ALL[i + 1..].iter().all(|(k, _)| k != key));
-        }
-        assert_eq!(&PROJECTOR.to_be_bytes()[5..], b"prj");
-        assert_eq!(name(RETENTION), "retention");
-        assert_eq!(name(42), "advisory lock");
+    fn the_migration_key_spells_its_tag() {
+        assert_eq!(&MIGRATE.to_be_bytes(), b"bf4psmig");
     }
 
     #[test]
-    fn keys_taken_in_sql_match() {
-        for (file, key) in [
-            (
-                include_str!("../migrations/0006_least_privilege.sql"),
-                INTERACTIVE_ADMISSION,
-            ),
-            (
-                include_str!("../migrations/0008_freshness_rollup.sql"),
-                FRESHNESS,
-            ),
-        ] {
-            assert!(file.contains(&key.to_string()), "{key:#x} ({})", name(key));
+    fn every_lock_and_lease_is_declared_in_the_migrations() {
+        let tables = include_str!("../migrations/0012_bf4ps_ops_tables.sql");
+        for name in ROW_LOCKS {
+            assert!(tables.contains(&format!("('{name}')")), "{name}");
         }
+        for lease in [LeaseName::Projector, LeaseName::Retention] {
+            assert!(
+                tables.contains(&format!("('{}')", lease.as_str())),
+                "{lease:?}"
+            );
+        }
+        let functions = include_str!("../migrations/0014_bf4ps_ops_functions.sql");
+        assert!(
+            !functions.contains("pg_advisory"),
+            "0014 takes no advisory lock"
+        );
     }
 }

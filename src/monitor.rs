@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::backoff::jittered;
 use crate::config::Tuning;
-use crate::queue::{self, Policy, QueueError};
+use crate::queue::{self, QueueError, Recovery};
 use crate::registry::{self, RegistryError};
 
 /// Jobs recovered per recovery transaction.
@@ -28,6 +28,9 @@ pub enum MonitorError {
     /// Lease recovery failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// Ending overlong client transactions failed.
+    #[error("ending overlong client transactions failed: {0}")]
+    Sessions(#[source] sqlx::Error),
 }
 
 /// What one step did.
@@ -37,6 +40,8 @@ pub struct MonitorStep {
     pub lost: usize,
     /// Jobs returned to pending.
     pub recovered: usize,
+    /// Client sessions ended for holding a transaction open too long.
+    pub ended_sessions: usize,
 }
 
 /// The monitor's settings.
@@ -44,33 +49,53 @@ pub struct MonitorStep {
 pub struct Monitor {
     /// Silence after which a collector is lost.
     pub lost_after: Duration,
-    /// Queue policy (lease, claim-to-start, backoff).
-    pub policy: Policy,
+    /// How expired leases are recovered (claim-to-start, backoff).
+    pub recovery: Recovery,
     /// Cadence.
     pub interval: Duration,
+    /// Longest transaction a collector or website session may keep open.
+    pub client_transaction_limit: Duration,
 }
 
 impl From<&Tuning> for Monitor {
     fn from(t: &Tuning) -> Monitor {
         Monitor {
             lost_after: t.heartbeat_lost_after,
-            policy: Policy::from(t),
+            recovery: Recovery::from(t),
             interval: t.monitor_interval,
+            client_transaction_limit: t.client_transaction_limit,
         }
     }
 }
 
 impl Monitor {
-    /// One bounded step: sweep lost heartbeats, then recover expired leases
-    /// in batches until a short batch.
+    /// One bounded step: end client sessions holding a transaction open too
+    /// long, sweep lost heartbeats, then recover expired leases in batches
+    /// until a short batch.
     pub async fn run_once(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
+        let ended =
+            crate::locks::end_overlong_client_transactions(pool, self.client_transaction_limit)
+                .await
+                .map_err(MonitorError::Sessions)?;
+        for s in &ended {
+            if s.ended {
+                warn!(pid = s.pid, role = %s.role, application = %s.application_name,
+                      transaction_s = s.xact_age_s,
+                      "ended a client session that held a transaction open too long");
+            } else {
+                warn!(pid = s.pid, role = %s.role, application = %s.application_name,
+                      transaction_s = s.xact_age_s,
+                      "a client session holds a transaction open too long and this role may \
+                       not end it (grant pg_signal_backend to serve's role)");
+            }
+        }
         let lost = registry::sweep_lost(pool, self.lost_after).await?;
         for uuid in &lost {
             warn!(collector.uuid = %uuid, "collector heartbeat lost");
         }
         let mut recovered = 0;
         loop {
-            let batch = queue::recover_expired(pool, RECOVER_BATCH, &self.policy).await?;
+            let batch = queue::recover_expired(pool, RECOVER_BATCH, &self.recovery).await?;
             recovered += batch.len();
             for job in &batch {
                 info!(
@@ -86,6 +111,7 @@ impl Monitor {
         Ok(MonitorStep {
             lost: lost.len(),
             recovered,
+            ended_sessions: ended.iter().filter(|s| s.ended).count(),
         })
     }
 

@@ -1,45 +1,54 @@
-//! The lease-fenced job queue: claim, start, renew, finalize (success or
-//! failure) and expired-lease recovery over `collection_jobs`.
+//! The lease-fenced job queue: what a collector does through the collector
+//! interface (claim, start, renew, finalize success or failure; SQL
+//! functions of migration 0014) and what `serve` does as the schema owner
+//! (expired-lease recovery).
 //!
 //! Invariants:
-//! - the hot-path operations take any executor (a pool or a held
-//!   connection: `&PgPool`, `&db::Pool`, `&mut db::PoolConn`): a collector
-//!   runs a job's claim-and-start and finalization on one connection,
-//!   saving the pool's per-checkout work;
-//! - a collector, its egress gate passed, claims and starts in one statement
-//!   ([`claim_and_start`]): the contract's claim and start, both events, one
-//!   round trip; [`claim`] and [`start`] remain the separate steps;
-//! - every operation is one transaction and writes its event(s) to
-//!   `collection_events` in that transaction, with identity snapshots;
-//! - start, renew and finalize match `(job_id, collector_uuid, lease_token)`
-//!   and an unexpired lease; otherwise the outcome is [`Fenced::LeaseLost`]
-//!   and nothing of the attempt is committed;
-//! - the claim is one statement (`FOR UPDATE SKIP LOCKED`) in the contract's
-//!   order, served by `ix_collection_jobs_claim_rank` so its cost does not
-//!   grow with the pending depth;
-//! - failures never touch `soldier_resource_current`/history (last-known-good);
-//! - relaxed commits: claim, start and claim-and-start commit with
-//!   `synchronous_commit = off` (set inside the statement, for its own
-//!   transaction only). Losing one in a server crash is harmless: the claim
-//!   (with its `claimed` event) or the start (with `started`) vanishes as a
-//!   whole, the job is pending or claimed again, and the collector's next
-//!   fenced step finds its lease gone.
-//!   Finalization, recovery and registration commit synchronously;
-//! - `parse` and transport failures are failures, never empty results.
+//! - a collector writes nothing directly: every step is one SECURITY DEFINER
+//!   function that checks the incarnation's secret and, for a job step, the
+//!   lease `(job_id, collector_uuid, lease_token)`, unexpired; a step whose
+//!   lease is lost writes nothing and is [`Fenced::LeaseLost`];
+//! - each step is one statement (one round trip, one transaction), so the
+//!   hot-path operations take any executor (a pool or a held connection: a
+//!   collector runs a job's claim and finalization on one connection);
+//! - a collector, its egress gate passed, claims and starts in one call
+//!   ([`claim_and_start`]): the contract's claim and start, both events;
+//!   [`claim`] and [`start`] remain the separate steps;
+//! - the policy (lease, retry ladder, cadences, throttle pauses) is the
+//!   database's published `scheduling_settings`, never the caller's;
+//! - claim and start commit with `synchronous_commit = off` (losing one in
+//!   a crash loses the claim whole, which recovery returns); finalization,
+//!   recovery and registration commit synchronously;
+//! - failures never touch gameplay data (last-known-good stays); `parse`
+//!   and transport failures are failures, never empty results.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::error::BoxDynError;
-use sqlx::postgres::PgArguments;
-use sqlx::{Acquire, Arguments, PgExecutor, Postgres, Transaction};
+use sqlx::{Acquire, PgExecutor, Postgres};
 use uuid::Uuid;
 
-use crate::backoff::{self, retry_delay};
-use crate::config::Tuning;
+use crate::backoff::retry_delay;
 use crate::db::ms;
 use crate::domain::{ErrorClass, Lane, Platform, PriorityClass, Resource};
 use crate::registry::CollectorId;
+
+/// The collector protocol this build speaks (`bf4ps_collector_protocol()`
+/// of the schema it was built with). A schema with a newer one refuses
+/// this collector's claims (SQLSTATE [`PROTOCOL_SQLSTATE`]): it drains.
+pub const PROTOCOL: i32 = 2;
+
+/// The collector protocol of the schema (`bf4ps_collector_protocol()`): a
+/// collector compares it with [`PROTOCOL`] before it registers.
+pub async fn schema_protocol(conn: impl PgExecutor<'_>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT bf4ps_collector_protocol()")
+        .fetch_one(conn)
+        .await
+}
+
+/// SQLSTATE of a claim refused because the schema's collector protocol is
+/// newer than the caller's.
+pub const PROTOCOL_SQLSTATE: &str = "BF001";
 
 /// A queue operation failed for a reason other than a lost lease.
 #[derive(Debug, thiserror::Error)]
@@ -54,16 +63,33 @@ pub enum QueueError {
         #[source]
         source: sqlx::Error,
     },
+    /// The schema speaks a newer collector protocol: this collector must
+    /// not claim (it drains and exits; upgrade it).
+    #[error("{message}")]
+    ProtocolOutdated {
+        /// The database's words (both protocol versions).
+        message: String,
+    },
+}
+
+impl QueueError {
+    /// Whether the database refused the input itself (a data exception,
+    /// SQLSTATE class 22: 22023 from our checks, 22P02 or 22003 from a
+    /// value's type): the same call would fail again.
+    pub fn is_refused(&self) -> bool {
+        matches!(self, QueueError::Database { source: sqlx::Error::Database(e), .. }
+            if e.code().is_some_and(|c| c.starts_with("22")))
+    }
 }
 
 fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> QueueError {
-    move |source| QueueError::Database { op, source }
-}
-
-fn encode(op: &'static str) -> impl FnOnce(BoxDynError) -> QueueError {
-    move |e| QueueError::Database {
-        op,
-        source: sqlx::Error::Encode(e),
+    move |source| match &source {
+        sqlx::Error::Database(e) if e.code().as_deref() == Some(PROTOCOL_SQLSTATE) => {
+            QueueError::ProtocolOutdated {
+                message: e.message().to_owned(),
+            }
+        }
+        _ => QueueError::Database { op, source },
     }
 }
 
@@ -88,6 +114,12 @@ impl<T> Fenced<T> {
     }
 }
 
+impl<T> From<Option<T>> for Fenced<T> {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Fenced::LeaseLost, Fenced::Committed)
+    }
+}
+
 /// Proof of ownership of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Lease {
@@ -97,9 +129,7 @@ pub struct Lease {
     pub collector_uuid: Uuid,
     /// The attempt's token.
     pub token: Uuid,
-    /// The job's resource. [`finalize_success`] picks its statement by it
-    /// (only `detailed` appends history) and matches it too: a lease naming
-    /// another resource than the job's is not a lease of that job.
+    /// The job's resource (what the collector fetches).
     pub resource: Resource,
 }
 
@@ -114,6 +144,9 @@ pub struct ClaimedJob {
     pub persona_id: i64,
     /// Platform.
     pub platform: Platform,
+    /// The soldier's current name (BF4PS's `soldiers.current_name`): the
+    /// Battlelog user page of a `profile` job is found by it.
+    pub soldier_name: String,
     /// Resource to fetch.
     pub resource: Resource,
     /// Lane.
@@ -133,260 +166,106 @@ pub struct ClaimedJob {
     /// When it became claimable (insert, promotion or end of backoff): the
     /// start of its wake-to-claim latency.
     pub eligible_at: DateTime<Utc>,
-    /// Who owns it.
-    pub collector_uuid: Uuid,
 }
 
 impl ClaimedJob {
     /// The lease to present to start/renew/finalize.
-    pub fn lease(&self) -> Lease {
+    pub fn lease(&self, who: &CollectorId) -> Lease {
         Lease {
             job_id: self.job_id,
-            collector_uuid: self.collector_uuid,
+            collector_uuid: who.uuid,
             token: self.lease_token,
             resource: self.resource,
         }
     }
+
+    /// The lease's length as granted (the published lease duration): the
+    /// collector renews every third of it.
+    pub fn lease_duration(&self) -> Duration {
+        (self.lease_expires_at - self.claimed_at)
+            .to_std()
+            .unwrap_or(Duration::from_secs(60))
+    }
 }
 
-/// Retry and refresh scheduling rules (from [`Tuning`]).
+/// How `serve` recovers expired leases (from the configuration).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Policy {
-    /// Lease length for claims and renewals.
-    pub lease: Duration,
-    /// Claims not started within this are recovered.
+pub struct Recovery {
+    /// Claims not started within this are recovered too.
     pub max_claim_to_start: Duration,
-    /// First retry delay.
+    /// First delay before a recovered job may run again.
     pub retry_base: Duration,
-    /// Retry delay cap.
+    /// Cap of that delay.
     pub retry_max: Duration,
-    /// Attempts before giving up on a job.
-    pub max_attempts: u32,
     /// ± jitter fraction.
     pub jitter: f64,
-    /// Next attempt after giving up.
-    pub give_up_delay: Duration,
-    /// Next attempt for unavailable pairs.
-    pub unavailable_recheck: Duration,
-    /// Changed within → active.
-    pub active_window: Duration,
-    /// Changed within → recent (else dormant).
-    pub recent_window: Duration,
-    /// Refresh interval of active pairs.
-    pub active_refresh: Duration,
-    /// Refresh interval of recent pairs.
-    pub recent_refresh: Duration,
-    /// Refresh interval of dormant pairs.
-    pub dormant_refresh: Duration,
-    /// First pause of an egress key that Battlelog throttled.
-    pub throttle_pause: Duration,
-    /// Longest pause of a throttled egress key.
-    pub throttle_pause_max: Duration,
 }
 
-impl From<&Tuning> for Policy {
-    fn from(t: &Tuning) -> Policy {
-        Policy {
-            lease: t.lease_duration,
+impl From<&crate::config::Tuning> for Recovery {
+    fn from(t: &crate::config::Tuning) -> Recovery {
+        Recovery {
             max_claim_to_start: t.max_claim_to_start,
             retry_base: t.retry_base_delay,
             retry_max: t.retry_max_delay,
-            max_attempts: t.retry_max_attempts,
             jitter: t.retry_jitter,
-            give_up_delay: t.give_up_delay,
-            unavailable_recheck: t.unavailable_recheck,
-            active_window: t.active_window,
-            recent_window: t.recent_window,
-            active_refresh: t.active_refresh,
-            recent_refresh: t.recent_refresh,
-            dormant_refresh: t.dormant_refresh,
-            throttle_pause: t.throttle_pause,
-            throttle_pause_max: t.throttle_pause_max,
         }
     }
 }
 
-impl Default for Policy {
-    fn default() -> Policy {
-        Policy::from(&Tuning::default())
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery::from(&crate::config::Tuning::default())
     }
 }
 
-/// Columns every job event fills; used with `concat!` so SQL stays literal.
-macro_rules! event_columns {
-    () => {
-        "collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot, \
-         job_id, soldier_id, persona_id, platform, resource, lane, event_type, attempt_number, \
-         lease_token, result, duration_ms, http_status, error_class, error_message, metadata"
-    };
-}
+/// The columns the claim functions return, as [`ClaimedJob`].
+const CLAIMED_COLUMNS: &str = "job_id, soldier_id, persona_id, platform, soldier_name, resource, \
+     lane, priority_class, attempt_count, lease_token, lease_expires_at, claimed_at, created_at, \
+     eligible_at";
 
-/// The claim's first CTEs, shared by [`claim`] and [`claim_and_start`]:
-/// relaxed commit, the claiming collector (`$2`) if it may claim, and the
-/// contract's candidate of lane `$1` (`FOR UPDATE SKIP LOCKED`, in the
-/// contract's order, served by `ix_collection_jobs_claim_rank`).
-macro_rules! claim_candidate {
-    () => {
-        "WITH relaxed AS (
-            -- Commit without waiting for the WAL flush (module doc: relaxed commits).
-            SELECT set_config('synchronous_commit', 'off', true)
-        ), me AS (
-            SELECT collector_uuid, collector_name, hostname, egress_key
-            FROM collectors, relaxed
-            WHERE collector_uuid = $2 AND enabled AND NOT drained AND retired_at IS NULL
-              AND current_job_id IS NULL
-        ), candidate AS (
-            SELECT job_id
-            FROM collection_jobs
-            WHERE status = 'pending' AND lane = $1 AND eligible_at <= now()
-              AND EXISTS (SELECT 1 FROM me)
-            ORDER BY claim_rank, priority_value DESC, eligible_at, created_at, job_id
-            FOR UPDATE SKIP LOCKED
-            LIMIT 1
-        )"
-    };
-}
-
-/// The lease update of a claim: the candidate to `$status` (with
-/// `started_at = $started_at`), owned by `$2` under token `$3` for `$4` ms;
-/// then `collectors.current_job_id` and the claimed row with its soldier's
-/// identity (`job`).
-macro_rules! claim_lease {
-    ($status:literal, $started_at:literal) => {
-        concat!(
-            ", claimed AS (
-            UPDATE collection_jobs AS j
-            SET status = ",
-            $status,
-            ",
-                collector_uuid = $2,
-                lease_token = $3,
-                claimed_at = now(),
-                started_at = ",
-            $started_at,
-            ",
-                lease_expires_at = now() + $4 * interval '1 millisecond',
-                attempt_count = attempt_count + 1,
-                updated_at = now()
-            FROM candidate
-            WHERE j.job_id = candidate.job_id
-            RETURNING j.*
-        ), job AS (
-            SELECT c.*, s.persona_id, s.platform FROM claimed c JOIN soldiers s USING (soldier_id)
-        ), holder AS (
-            UPDATE collectors AS c
-            SET current_job_id = claimed.job_id, updated_at = now()
-            FROM claimed
-            WHERE c.collector_uuid = $2
-        )"
-        )
-    };
-}
-
-/// The `claimed` event's metadata, of the claimed row `c`.
-macro_rules! claimed_metadata {
-    () => {
-        "jsonb_build_object('priority_class', c.priority_class, 'reason', c.reason,
-                            'queued_ms', floor(extract(epoch FROM now() - c.eligible_at) * 1000))"
-    };
-}
-
-/// What a claim returns: [`ClaimedJob`]'s columns of `job`.
-macro_rules! claimed_job {
-    () => {
-        "SELECT c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
-               c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at,
-               c.claimed_at, c.created_at, c.eligible_at, c.collector_uuid
-        FROM job c"
-    };
-}
-
-/// Claims the next eligible job of `who.lane` in the contract's order, sets
-/// `collectors.current_job_id` and writes `claimed`, in one statement. `None`
-/// when nothing is claimable or the collector may not claim (drained,
-/// disabled, retired, or already holding a job).
+/// Claims the next eligible job of `who`'s lane in the contract's order,
+/// sets `collectors.current_job_id` and writes `claimed` (SQL
+/// `bf4ps_collector_claim`, not started). `None` when nothing is claimable
+/// or the collector may not claim (drained, disabled, retired, or already
+/// holding a job).
 pub async fn claim(
     conn: impl PgExecutor<'_>,
     who: &CollectorId,
-    lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
-    const SQL: &str = concat!(
-        claim_candidate!(),
-        claim_lease!("'claimed'", "NULL"),
-        ", event AS (
-            INSERT INTO collection_events (",
-        event_columns!(),
-        ")
-            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
-                   c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
-                   'claimed', c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL, ",
-        claimed_metadata!(),
-        "
-            FROM job c CROSS JOIN me
-        )
-        ",
-        claimed_job!()
-    );
-    claim_with(SQL, "claim", conn, who, lease).await
+    claim_with(conn, who, false, "claim").await
 }
 
-/// Claims the next eligible job of `who.lane` and starts it, in one
+/// Claims the next eligible job of `who`'s lane and starts it, in one
 /// statement (one round trip, one relaxed commit): for a collector that has
-/// passed its egress gate and fetches at once. The same candidate, order and
-/// eligibility as [`claim`]; the job goes `pending → running` with
-/// `claimed_at = started_at`, `collectors.current_job_id` is set, and both
-/// events are written, `claimed` then `started` (`claim_to_start_ms` 0),
-/// with the same identity snapshots as the separate steps write.
-///
-/// The start's fence — `(job_id, collector_uuid, lease_token)` and an
-/// unexpired lease — holds by construction here: the statement wrote that
-/// lease, on a row it holds locked, at the same `now()`. A lease lost after
-/// this commit is caught by the next fenced step (renew, finalize), as after
-/// [`start`].
+/// passed its egress gate and fetches at once. The same candidate, order
+/// and eligibility as [`claim`]; the job goes `pending → running`,
+/// `current_job_id` is set, and `claimed` then `started` are written with
+/// the registry's identity snapshots. The start's fence holds by
+/// construction: the statement wrote that lease, on a row it holds locked.
 pub async fn claim_and_start(
     conn: impl PgExecutor<'_>,
     who: &CollectorId,
-    lease: Duration,
 ) -> Result<Option<ClaimedJob>, QueueError> {
-    const SQL: &str = concat!(
-        claim_candidate!(),
-        claim_lease!("'running'", "now()"),
-        ", events AS (
-            INSERT INTO collection_events (",
-        event_columns!(),
-        ")
-            SELECT me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
-                   c.job_id, c.soldier_id, c.persona_id, c.platform, c.resource, c.lane,
-                   e.event_type, c.attempt_count, c.lease_token, NULL, NULL, NULL, NULL, NULL,
-                   e.metadata
-            FROM job c CROSS JOIN me CROSS JOIN LATERAL (VALUES
-                (1, 'claimed', ",
-        claimed_metadata!(),
-        "),
-                (2, 'started', jsonb_build_object('claim_to_start_ms', 0))
-            ) AS e(ord, event_type, metadata)
-            ORDER BY e.ord
-        )
-        ",
-        claimed_job!()
-    );
-    claim_with(SQL, "claim_and_start", conn, who, lease).await
+    claim_with(conn, who, true, "claim_and_start").await
 }
 
-/// Runs a claim statement (`$1` lane, `$2` collector, `$3` a new lease
-/// token, `$4` the lease in ms) and returns the claimed job, if any.
 async fn claim_with(
-    sql: &'static str,
-    op: &'static str,
     conn: impl PgExecutor<'_>,
     who: &CollectorId,
-    lease: Duration,
+    start: bool,
+    op: &'static str,
 ) -> Result<Option<ClaimedJob>, QueueError> {
-    sqlx::query_as::<_, ClaimedJob>(sql)
-        .bind(who.lane)
+    const SQL: &str = concat!(
+        "SELECT job_id, soldier_id, persona_id, platform, soldier_name, resource, lane, ",
+        "priority_class, attempt_count, lease_token, lease_expires_at, claimed_at, created_at, ",
+        "eligible_at FROM bf4ps_collector_claim($1, $2, $3, $4)"
+    );
+    debug_assert!(SQL.contains(CLAIMED_COLUMNS));
+    sqlx::query_as::<_, ClaimedJob>(SQL)
         .bind(who.uuid)
-        .bind(Uuid::new_v4())
-        .bind(ms(lease))
+        .bind(who.secret_uuid())
+        .bind(PROTOCOL)
+        .bind(start)
         .fetch_optional(conn)
         .await
         .map_err(db(op))
@@ -395,76 +274,59 @@ async fn claim_with(
 /// `claimed → running` under the lease; writes `started`.
 pub async fn start(
     conn: impl PgExecutor<'_>,
+    who: &CollectorId,
     lease: &Lease,
 ) -> Result<Fenced<DateTime<Utc>>, QueueError> {
-    let row: Option<(DateTime<Utc>,)> = sqlx::query_as(concat!(
-        "WITH relaxed AS (
-            -- Commit without waiting for the WAL flush (module doc: relaxed commits).
-            SELECT set_config('synchronous_commit', 'off', true)
-        ), started AS (
-            UPDATE collection_jobs
-            SET status = 'running', started_at = now(), updated_at = now()
-            FROM relaxed
-            WHERE job_id = $1 AND status = 'claimed' AND collector_uuid = $2
-              AND lease_token = $3 AND lease_expires_at > now()
-            RETURNING job_id, soldier_id, resource, lane, attempt_count, lease_token,
-                      lease_expires_at, claimed_at
-        ), event AS (
-            INSERT INTO collection_events (",
-        event_columns!(),
-        ")
-            SELECT $2, c.collector_name, c.hostname, c.egress_key,
-                   j.job_id, j.soldier_id, s.persona_id, s.platform, j.resource, j.lane,
-                   'started', j.attempt_count, j.lease_token, NULL, NULL, NULL, NULL, NULL,
-                   jsonb_build_object('claim_to_start_ms',
-                                      floor(extract(epoch FROM now() - j.claimed_at) * 1000))
-            FROM started j JOIN soldiers s USING (soldier_id)
-            LEFT JOIN collectors c ON c.collector_uuid = $2
-        )
-        SELECT lease_expires_at FROM started"
-    ))
-    .bind(lease.job_id)
-    .bind(lease.collector_uuid)
-    .bind(lease.token)
-    .fetch_optional(conn)
-    .await
-    .map_err(db("start"))?;
-    Ok(match row {
-        Some((expires,)) => Fenced::Committed(expires),
-        None => Fenced::LeaseLost,
-    })
+    let expires: Option<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT bf4ps_collector_start($1, $2, $3, $4)")
+            .bind(who.uuid)
+            .bind(who.secret_uuid())
+            .bind(lease.job_id)
+            .bind(lease.token)
+            .fetch_one(conn)
+            .await
+            .map_err(db("start"))?;
+    Ok(expires.into())
 }
 
-/// Extends an owned, unexpired lease to now + `duration`. Writes no event.
+/// Extends an owned, unexpired lease by the published lease duration.
+/// Writes no event.
 pub async fn renew(
     conn: impl PgExecutor<'_>,
+    who: &CollectorId,
     lease: &Lease,
-    duration: Duration,
 ) -> Result<Fenced<DateTime<Utc>>, QueueError> {
-    let row: Option<(DateTime<Utc>,)> = sqlx::query_as(
-        "UPDATE collection_jobs
-         SET lease_expires_at = now() + $4 * interval '1 millisecond', updated_at = now()
-         WHERE job_id = $1 AND collector_uuid = $2 AND lease_token = $3
-           AND status IN ('claimed', 'running') AND lease_expires_at > now()
-         RETURNING lease_expires_at",
-    )
-    .bind(lease.job_id)
-    .bind(lease.collector_uuid)
-    .bind(lease.token)
-    .bind(ms(duration))
-    .fetch_optional(conn)
-    .await
-    .map_err(db("renew"))?;
-    Ok(match row {
-        Some((expires,)) => Fenced::Committed(expires),
-        None => Fenced::LeaseLost,
-    })
+    let expires: Option<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT bf4ps_collector_renew($1, $2, $3, $4)")
+            .bind(who.uuid)
+            .bind(who.secret_uuid())
+            .bind(lease.job_id)
+            .bind(lease.token)
+            .fetch_one(conn)
+            .await
+            .map_err(db("renew"))?;
+    Ok(expires.into())
+}
+
+/// The earliest `eligible_at` among pending jobs of `who`'s lane, for
+/// sleeping until a backed-off job becomes claimable.
+pub async fn next_eligible_at(
+    conn: impl PgExecutor<'_>,
+    who: &CollectorId,
+) -> Result<Option<DateTime<Utc>>, QueueError> {
+    sqlx::query_scalar("SELECT bf4ps_collector_next_eligible($1, $2)")
+        .bind(who.uuid)
+        .bind(who.secret_uuid())
+        .fetch_one(conn)
+        .await
+        .map_err(db("next_eligible_at"))
 }
 
 /// What a successful fetch produced.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Collected {
-    /// Normalized resource data (never a raw Battlelog body).
+    /// Normalized resource data in BF4PS's shape (`docs/battlelog.md`;
+    /// never a raw Battlelog body).
     pub data: serde_json::Value,
     /// HTTP status of the response.
     pub http_status: u16,
@@ -486,526 +348,131 @@ pub struct AttemptFailure {
 }
 
 /// What a successful finalization did.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SuccessOutcome {
-    /// The content hash differed from the previous current data.
+    /// The data differed from what was stored (or nothing was).
     pub changed: bool,
-    /// A `detailed` history row was appended.
+    /// A `detailed_stats_history` snapshot was appended.
     pub history_appended: bool,
     /// The pair's previous success, if any.
     pub previous_success_at: Option<DateTime<Utc>>,
-    /// When the pair is next due.
-    pub next_attempt_at: DateTime<Utc>,
+    /// When the pair is next due (`None`: a profile found not to exist).
+    pub next_due_at: Option<DateTime<Utc>>,
 }
 
 /// What a failure finalization did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FailureOutcome {
-    /// Retryable: the job is pending again from `eligible_at`.
+    /// Retryable: the job is pending again from `eligible_at` (the retry
+    /// ladder's step), and so is the pair.
     RetryScheduled {
         /// When the job becomes claimable.
         eligible_at: DateTime<Utc>,
-        /// The backoff applied.
-        delay: Duration,
     },
-    /// Retryable but out of attempts: job removed, pair due again later.
+    /// Retryable but out of attempts: the job is removed; the pair is due
+    /// again at the ladder's step (the feeder brings it back).
     GaveUp {
         /// When the pair is next due.
-        next_attempt_at: DateTime<Utc>,
+        next_due_at: DateTime<Utc>,
     },
-    /// Terminal: persona/resource unavailable; job removed.
-    Unavailable {
-        /// When the pair is checked again.
-        next_attempt_at: DateTime<Utc>,
-    },
+    /// Terminal: the persona does not exist; the job is removed and the pair
+    /// leaves the retry loop.
+    Unavailable,
     /// Throttled: the egress key is paused and the job is pending again
     /// from just after the pause; the attempt does not count.
     Throttled {
         /// When the job becomes claimable (the pause's end plus jitter).
         eligible_at: DateTime<Utc>,
-        /// The key's pause (`None`: the collector's key was unknown).
+        /// The key's pause.
         paused_until: Option<DateTime<Utc>>,
     },
 }
 
-/// Context of an owned job, read (and row-locked) at the start of finalize.
-#[derive(Debug, sqlx::FromRow)]
-struct Owned {
-    soldier_id: i64,
-    persona_id: i64,
-    platform: Platform,
-    resource: Resource,
-    lane: Lane,
-    attempt_count: i32,
-    throttled_attempts: i32,
-    collector_name: Option<String>,
-    hostname: Option<String>,
-    egress_key: Option<String>,
-}
-
-async fn lock_owned(
-    tx: &mut Transaction<'_, Postgres>,
-    lease: &Lease,
-    op: &'static str,
-) -> Result<Option<Owned>, QueueError> {
-    sqlx::query_as::<_, Owned>(
-        "SELECT j.soldier_id, s.persona_id, s.platform, j.resource, j.lane, j.attempt_count,
-                j.throttled_attempts, c.collector_name, c.hostname, c.egress_key
-         FROM collection_jobs j
-         JOIN soldiers s ON s.soldier_id = j.soldier_id
-         LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
-         WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
-           AND j.status = 'running' AND j.lease_expires_at > now()
-         FOR UPDATE OF j",
-    )
-    .bind(lease.job_id)
-    .bind(lease.collector_uuid)
-    .bind(lease.token)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db(op))
-}
-
-/// The successful finalization statement: the contract's eight steps as
-/// data-modifying CTEs hanging off the lease check (see [`finalize_success`]).
-/// `$hist` is the history CTE (empty for resources without history) and
-/// `$appended` whether it appended a row.
-macro_rules! finalize_success_sql {
-    ($hist:literal, $appended:literal) => {
-        concat!(
-            "WITH owned AS (
-            SELECT j.job_id, j.soldier_id, s.persona_id, s.platform, j.resource, j.lane,
-                   j.attempt_count, c.collector_name, c.hostname, c.egress_key,
-                   st.last_success_at AS previous_success_at
-            FROM collection_jobs j
-            JOIN soldiers s ON s.soldier_id = j.soldier_id
-            LEFT JOIN collectors c ON c.collector_uuid = j.collector_uuid
-            LEFT JOIN collection_state st
-                   ON st.soldier_id = j.soldier_id AND st.resource = j.resource
-            WHERE j.job_id = $1 AND j.collector_uuid = $2 AND j.lease_token = $3
-              AND j.resource = $12 AND j.status = 'running' AND j.lease_expires_at > now()
-            FOR UPDATE OF j
-        ), prev AS (
-            SELECT cur.content_hash
-            FROM soldier_resource_current cur
-            JOIN owned o ON cur.soldier_id = o.soldier_id AND cur.resource = o.resource
-        ), cur AS (
-            INSERT INTO soldier_resource_current AS c
-                (soldier_id, resource, data, content_hash, fetched_at, changed_at)
-            SELECT o.soldier_id, o.resource, $4, sha256(convert_to($4::jsonb::text, 'UTF8')),
-                   now(), now()
-            FROM owned o
-            ON CONFLICT (soldier_id, resource) DO UPDATE
-            SET data = EXCLUDED.data,
-                content_hash = EXCLUDED.content_hash,
-                fetched_at = EXCLUDED.fetched_at,
-                changed_at = CASE WHEN c.content_hash = EXCLUDED.content_hash
-                                  THEN c.changed_at ELSE EXCLUDED.changed_at END
-            RETURNING content_hash
-        ), chg AS (
-            SELECT cur.content_hash,
-                   cur.content_hash IS DISTINCT FROM (SELECT content_hash FROM prev) AS changed
-            FROM cur
-        )",
-            $hist,
-            ", state AS (
-            INSERT INTO collection_state AS st
-                (soldier_id, resource, next_attempt_at, last_attempt_at, last_success_at,
-                 last_changed_at, success_count)
-            SELECT o.soldier_id, o.resource, now() + $5 * interval '1 millisecond', now(), now(),
-                   now(), 1
-            FROM owned o
-            ON CONFLICT (soldier_id, resource) DO UPDATE
-            SET last_attempt_at = now(),
-                last_success_at = now(),
-                last_changed_at = CASE WHEN (SELECT changed FROM chg) OR st.last_changed_at IS NULL
-                                       THEN now() ELSE st.last_changed_at END,
-                consecutive_failures = 0,
-                unavailable = false,
-                unavailable_since = NULL,
-                success_count = st.success_count + 1,
-                next_attempt_at = now() + CASE
-                    WHEN (SELECT changed FROM chg) OR st.last_changed_at IS NULL
-                         OR st.last_changed_at > now() - $6 * interval '1 millisecond'
-                        THEN $5 * interval '1 millisecond'
-                    WHEN st.last_changed_at > now() - $7 * interval '1 millisecond'
-                        THEN $8 * interval '1 millisecond'
-                    ELSE $9 * interval '1 millisecond' END,
-                updated_at = now()
-            RETURNING next_attempt_at
-        ), holder AS (
-            UPDATE collectors SET current_job_id = NULL, updated_at = now()
-            WHERE collector_uuid = $2 AND current_job_id = $1 AND EXISTS (SELECT 1 FROM owned)
-        ), removed AS (
-            DELETE FROM collection_jobs WHERE job_id IN (SELECT job_id FROM owned)
-        ), event AS (
-            INSERT INTO collection_events (",
-            event_columns!(),
-            ")
-            SELECT $2, o.collector_name, o.hostname, o.egress_key, o.job_id, o.soldier_id,
-                   o.persona_id, o.platform, o.resource, o.lane, 'succeeded', o.attempt_count, $3,
-                   CASE WHEN chg.changed THEN 'changed' ELSE 'unchanged' END,
-                   $10, $11, NULL, NULL,
-                   jsonb_build_object('previous_success_at', o.previous_success_at,
-                                      'changed', chg.changed,
-                                      'history_appended', ",
-            $appended,
-            ")
-            FROM owned o, chg
-        )
-        SELECT chg.changed, ",
-            $appended,
-            ", o.previous_success_at,
-               (SELECT next_attempt_at FROM state)
-        FROM owned o, chg"
-        )
-    };
-}
-
-/// Successful finalization, the contract's eight steps in one transaction —
-/// one statement whose data-modifying CTEs all hang off the lease check:
-/// 1. verify and row-lock the owned, unexpired lease (`owned`);
-/// 2. write the current data (hash of the canonical JSONB text);
-/// 3. append `detailed` history when the hash changed;
-/// 4. update `collection_state` (success, freshness, next refresh by activity);
-/// 5. write `succeeded` (duration, HTTP status, previous success time);
-/// 6. clear `collectors.current_job_id`;
-/// 7. delete the job;
-/// 8. commit (the statement's implicit transaction).
-///
-/// Step 3 exists only in the statement for `detailed` (chosen by
-/// `lease.resource`, which the lease check matches): the other resources
-/// never keep history, and an insert that can never write still costs its
-/// set-up (about 7% of a job's database CPU, docs/benchmarks.md).
-///
-/// When the lease is not owned every CTE is empty: nothing is written and the
-/// outcome is [`Fenced::LeaseLost`]. Any failure rolls the whole statement back.
+/// Successful finalization (SQL `bf4ps_collector_succeed`): the contract's
+/// steps in one transaction — verify the lease, write the data into BF4PS's
+/// tables, the detailed history when a quantized counter changed, the
+/// pair's `collection_state`, `succeeded`, clear `current_job_id`, delete
+/// the job. Bad data is refused (SQLSTATE 22023, [`QueueError::is_refused`]),
+/// writing nothing.
 pub async fn finalize_success(
     conn: impl PgExecutor<'_>,
+    who: &CollectorId,
     lease: &Lease,
     collected: &Collected,
-    policy: &Policy,
 ) -> Result<Fenced<SuccessOutcome>, QueueError> {
-    type Row = (bool, bool, Option<DateTime<Utc>>, DateTime<Utc>);
-    let sql = match lease.resource {
-        Resource::Detailed => finalize_success_sql!(
-            ", hist AS (
-            INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data)
-            SELECT o.soldier_id, now(), chg.content_hash, $4
-            FROM owned o, chg
-            WHERE chg.changed
-            RETURNING history_id
-        )",
-            "EXISTS (SELECT 1 FROM hist)"
-        ),
-        Resource::Profile | Resource::Weapons | Resource::Vehicles => {
-            finalize_success_sql!("", "false")
-        }
-    };
-    let row: Option<Row> = sqlx::query_as(sql)
-        .bind(lease.job_id)
-        .bind(lease.collector_uuid)
-        .bind(lease.token)
-        .bind(&collected.data)
-        .bind(ms(policy.active_refresh))
-        .bind(ms(policy.active_window))
-        .bind(ms(policy.recent_window))
-        .bind(ms(policy.recent_refresh))
-        .bind(ms(policy.dormant_refresh))
-        .bind(ms(collected.duration))
-        .bind(i32::from(collected.http_status))
-        .bind(lease.resource)
-        .fetch_optional(conn)
-        .await
-        .map_err(db("finalize_success"))?;
-    Ok(match row {
-        Some((changed, history_appended, previous_success_at, next_attempt_at)) => {
-            Fenced::Committed(SuccessOutcome {
-                changed,
-                history_appended,
-                previous_success_at,
-                next_attempt_at,
-            })
-        }
-        None => Fenced::LeaseLost,
-    })
+    let outcome: Option<SuccessOutcome> = sqlx::query_as(
+        "SELECT changed, history_appended, previous_success_at, next_due_at \
+         FROM bf4ps_collector_succeed($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(who.uuid)
+    .bind(who.secret_uuid())
+    .bind(lease.job_id)
+    .bind(lease.token)
+    .bind(&collected.data)
+    .bind(ms(collected.duration))
+    .bind(i32::from(collected.http_status))
+    .fetch_optional(conn)
+    .await
+    .map_err(db("finalize_success"))?;
+    Ok(outcome.into())
 }
 
-/// The event identity of an owned job in `event_columns!` order up to
-/// `lane`: the placeholders [`identity_args`] binds.
-macro_rules! identity_values {
-    () => {
-        "$2, $4, $5, $6, $1, $7, $8, $9, $10, $11"
-    };
-}
-
-/// A failure's `collection_state` update (never the current data), as the
-/// first CTE, `state` (returning `next_attempt_at`): failed now with class
-/// `$13`, unavailable if `$15`, due again in `$14` ms — unless the job
-/// retries (`$retry`): then the live job carries the retry and the pair's
-/// due time stays.
-macro_rules! failure_state {
-    ($retry:literal) => {
-        concat!(
-            "WITH state AS (
-            INSERT INTO collection_state AS st
-                (soldier_id, resource, next_attempt_at, last_attempt_at, last_failure_at,
-                 last_error_class, consecutive_failures, failure_count, unavailable,
-                 unavailable_since)
-            VALUES ($7, $10, now() + $14 * interval '1 millisecond', now(), now(), $13, 1, 1,
-                    $15, CASE WHEN $15 THEN now() END)
-            ON CONFLICT (soldier_id, resource) DO UPDATE
-            SET last_attempt_at = now(),
-                last_failure_at = now(),
-                last_error_class = $13,
-                consecutive_failures = st.consecutive_failures + 1,
-                failure_count = st.failure_count + 1,
-                unavailable = st.unavailable OR $15,
-                unavailable_since = CASE WHEN $15 THEN coalesce(st.unavailable_since, now())
-                                         ELSE st.unavailable_since END,
-                next_attempt_at = CASE WHEN ",
-            $retry,
-            " THEN st.next_attempt_at
-                                       ELSE now() + $14 * interval '1 millisecond' END,
-                updated_at = now()
-            RETURNING next_attempt_at
-        )"
-        )
-    };
-}
-
-/// Failure finalization in one transaction: verifies the lease, records
-/// `failed` and updates `collection_state` without touching current data.
-/// - `throttled` → the collector's egress key pauses (same transaction; the
-///   pause doubles while throttling continues, from `throttle_pause` up to
-///   `throttle_pause_max`) and the job is pending again from the pause's end
-///   plus jitter (`retry_scheduled`); never unavailable, never given up, and
-///   the attempt is counted in `throttled_attempts`, which the attempt
-///   limit leaves out;
-/// - other retryable classes with attempts left → back to pending after
-///   backoff (`retry_scheduled`); out of attempts → removed, pair due after
-///   `give_up_delay`;
-/// - `unavailable` → removed, pair flagged and rechecked after
-///   `unavailable_recheck`.
-pub async fn finalize_failure<'c>(
-    conn: impl Acquire<'c, Database = Postgres>,
+/// Failure finalization (SQL `bf4ps_collector_fail`): verifies the lease,
+/// records `failed` (and `retry_scheduled` when the job waits) and updates
+/// `collection_state` as BF4PS's scheduler expects, without touching the
+/// data:
+/// - `throttled` → the collector's egress key pauses (doubling while
+///   throttling continues) and the job is pending again after the pause;
+///   the attempt does not count;
+/// - other retryable classes → the retry ladder's step for this failure in
+///   a row; the job waits for it, or past the attempt limit is removed;
+/// - `unavailable` → the pair leaves the retry loop; the job is removed.
+pub async fn finalize_failure(
+    conn: impl PgExecutor<'_>,
+    who: &CollectorId,
     lease: &Lease,
     failure: &AttemptFailure,
-    policy: &Policy,
 ) -> Result<Fenced<FailureOutcome>, QueueError> {
     const OP: &str = "finalize_failure";
+    type Row = (
+        String,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+        Option<DateTime<Utc>>,
+    );
     let message: String = failure.message.chars().take(500).collect();
-    let mut tx = conn.begin().await.map_err(db(OP))?;
-    let Some(o) = lock_owned(&mut tx, lease, OP).await? else {
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT outcome, eligible_at, next_due_at, paused_until \
+         FROM bf4ps_collector_fail($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(who.uuid)
+    .bind(who.secret_uuid())
+    .bind(lease.job_id)
+    .bind(lease.token)
+    .bind(failure.class)
+    .bind(failure.http_status.map(i32::from))
+    .bind(&message)
+    .bind(ms(failure.duration))
+    .fetch_optional(conn)
+    .await
+    .map_err(db(OP))?;
+    let Some((outcome, eligible_at, next_due_at, paused_until)) = row else {
         return Ok(Fenced::LeaseLost);
     };
-    let throttled = failure.class == ErrorClass::Throttled;
-    // Attempts that count: throttled ones never do (this one included).
-    let attempts = u32::try_from(o.attempt_count - o.throttled_attempts).unwrap_or(0);
-    let unavailable = !failure.class.is_retryable();
-    let retry = throttled || (!unavailable && attempts < policy.max_attempts);
-
-    // When the pair is due again (the durable state, never the current data).
-    let next_in = if unavailable {
-        policy.unavailable_recheck
-    } else if retry {
-        Duration::ZERO // the live job carries the retry; the pair stays due
-    } else {
-        policy.give_up_delay
-    };
-    // What both outcome statements bind after the identity (`$13`–`$18`).
-    let failed = |mut a: PgArguments| -> Result<PgArguments, BoxDynError> {
-        a.add(failure.class)?; // $13
-        a.add(ms(next_in))?; // $14
-        a.add(unavailable)?; // $15
-        a.add(ms(failure.duration))?; // $16
-        a.add(failure.http_status.map(i32::from))?; // $17
-        a.add(&message)?; // $18
-        Ok(a)
-    };
-
-    // A throttle pauses the whole egress key (every collector on it).
-    let pause = match (&o.egress_key, throttled) {
-        (Some(key), true) => Some(pause_egress(&mut tx, key, policy, OP).await?),
-        _ => None,
-    };
-
-    let outcome = if retry {
-        let (delay, metadata) = match pause {
-            Some((paused_until, pause_ms)) => (
-                // After the pause, spread out (the whole key's jobs wait for it).
-                backoff::jitter_up(
-                    Duration::from_millis(u64::try_from(pause_ms).unwrap_or(0)),
-                    policy.jitter,
-                    fastrand::f64(),
-                ),
-                serde_json::json!({ "egress_paused_until": paused_until }),
-            ),
-            None => (
-                backoff::retry_delay(
-                    if throttled { 1 } else { attempts },
-                    policy.retry_base,
-                    policy.retry_max,
-                    policy.jitter,
-                    fastrand::f64(),
-                ),
-                serde_json::json!({}),
-            ),
-        };
-        let args = identity_args(lease, &o).and_then(failed).and_then(|mut a| {
-            a.add(ms(delay))?; // $19
-            a.add(throttled)?; // $20
-            a.add(metadata)?; // $21
-            Ok(a)
-        });
-        let args = args.map_err(encode(OP))?;
-        let (eligible_at,): (DateTime<Utc>,) = sqlx::query_as_with(
-            concat!(
-                failure_state!("true"),
-                ", back AS (
-                UPDATE collection_jobs
-                SET status = 'pending', collector_uuid = NULL, lease_token = NULL,
-                    claimed_at = NULL, started_at = NULL, lease_expires_at = NULL,
-                    eligible_at = now() + $19 * interval '1 millisecond',
-                    throttled_attempts = throttled_attempts + CASE WHEN $20 THEN 1 ELSE 0 END,
-                    last_error_class = $13, last_error_at = now(), updated_at = now()
-                WHERE job_id = $1
-                RETURNING eligible_at
-            ), holder AS (
-                UPDATE collectors SET current_job_id = NULL, updated_at = now()
-                WHERE collector_uuid = $2 AND current_job_id = $1
-            ), events AS (
-                INSERT INTO collection_events (",
-                event_columns!(),
-                ")
-                SELECT ",
-                identity_values!(),
-                ", e.event_type, $12, $3,
-                       e.result, e.duration_ms, e.http_status, e.error_class, e.error_message,
-                       e.metadata
-                FROM back, LATERAL (VALUES
-                    (1, 'failed', 'retry', $16::bigint, $17::int, $13::text, $18::text,
-                        NULL::jsonb),
-                    (2, 'retry_scheduled', NULL, NULL, NULL, NULL, NULL,
-                        jsonb_build_object('delay_ms', $19, 'eligible_at', back.eligible_at)
-                        || $21::jsonb)
-                ) AS e(ord, event_type, result, duration_ms, http_status, error_class,
-                       error_message, metadata)
-                ORDER BY e.ord
-            )
-            SELECT eligible_at FROM back"
-            ),
-            args,
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db(OP))?;
-        if throttled {
-            FailureOutcome::Throttled {
-                eligible_at,
-                paused_until: pause.map(|(until, _)| until),
-            }
-        } else {
-            FailureOutcome::RetryScheduled { eligible_at, delay }
-        }
-    } else {
-        let result = if unavailable {
-            "unavailable"
-        } else {
-            "gave_up"
-        };
-        let args = identity_args(lease, &o).and_then(failed).and_then(|mut a| {
-            a.add(result)?; // $19
-            Ok(a)
-        });
-        let args = args.map_err(encode(OP))?;
-        let (next_attempt_at,): (DateTime<Utc>,) = sqlx::query_as_with(
-            concat!(
-                failure_state!("false"),
-                ", holder AS (
-                UPDATE collectors SET current_job_id = NULL, updated_at = now()
-                WHERE collector_uuid = $2 AND current_job_id = $1
-            ), removed AS (
-                DELETE FROM collection_jobs WHERE job_id = $1
-            ), event AS (
-                INSERT INTO collection_events (",
-                event_columns!(),
-                ")
-                SELECT ",
-                identity_values!(),
-                ", 'failed', $12, $3, $19, $16, $17, $13, $18,
-                       jsonb_build_object('next_attempt_at', state.next_attempt_at)
-                FROM state
-            )
-            SELECT next_attempt_at FROM state"
-            ),
-            args,
-        )
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db(OP))?;
-        if unavailable {
-            FailureOutcome::Unavailable { next_attempt_at }
-        } else {
-            FailureOutcome::GaveUp { next_attempt_at }
-        }
-    };
-    tx.commit().await.map_err(db(OP))?;
-    Ok(Fenced::Committed(outcome))
-}
-
-/// The identity snapshot every event of an owned job carries, as `$1`–`$12`
-/// of a failure statement (`identity_values!` places `$1`–`$11`; `$12` is
-/// the attempt number, `$3` the lease token): the one list of identity
-/// binds of every failure outcome.
-fn identity_args(lease: &Lease, o: &Owned) -> Result<PgArguments, BoxDynError> {
-    let mut a = PgArguments::default();
-    a.add(lease.job_id)?; // $1
-    a.add(lease.collector_uuid)?; // $2
-    a.add(lease.token)?; // $3
-    a.add(&o.collector_name)?; // $4
-    a.add(&o.hostname)?; // $5
-    a.add(&o.egress_key)?; // $6
-    a.add(o.soldier_id)?; // $7
-    a.add(o.persona_id)?; // $8
-    a.add(o.platform)?; // $9
-    a.add(o.resource)?; // $10
-    a.add(o.lane)?; // $11
-    a.add(o.attempt_count)?; // $12
-    Ok(a)
-}
-
-/// Pauses `key` after a throttled answer: unless a pause is running already
-/// (the answer was in flight before it began), the pause is
-/// `throttle_pause × 2^streak` capped at `throttle_pause_max`, and the
-/// streak grows by one. Returns the pause's end and how far it is, in ms.
-async fn pause_egress(
-    tx: &mut Transaction<'_, Postgres>,
-    key: &str,
-    policy: &Policy,
-    op: &'static str,
-) -> Result<(DateTime<Utc>, i64), QueueError> {
-    sqlx::query_as(
-        "INSERT INTO egress_gates AS g (egress_key, next_slot_at, paused_until, throttle_streak)
-         VALUES ($1, now(), now() + least($2, $3) * interval '1 millisecond', 1)
-         ON CONFLICT (egress_key) DO UPDATE
-         SET paused_until = CASE
-                 WHEN g.paused_until > now() THEN g.paused_until
-                 ELSE now() + least($2 * power(2, least(g.throttle_streak, 30)), $3)
-                              * interval '1 millisecond' END,
-             throttle_streak = CASE
-                 WHEN g.paused_until > now() THEN g.throttle_streak
-                 ELSE least(g.throttle_streak + 1, 1000) END,
-             updated_at = now()
-         RETURNING paused_until,
-                   greatest(0, ceil(extract(epoch FROM paused_until - now()) * 1000))::bigint",
-    )
-    .bind(key)
-    .bind(ms(policy.throttle_pause))
-    .bind(ms(policy.throttle_pause_max))
-    .fetch_one(&mut **tx)
-    .await
-    .map_err(db(op))
+    let now = Utc::now();
+    Ok(Fenced::Committed(match outcome.as_str() {
+        "throttled" => FailureOutcome::Throttled {
+            eligible_at: eligible_at.unwrap_or(now),
+            paused_until,
+        },
+        "retry_scheduled" => FailureOutcome::RetryScheduled {
+            eligible_at: eligible_at.unwrap_or(now),
+        },
+        "gave_up" => FailureOutcome::GaveUp {
+            next_due_at: next_due_at.unwrap_or(now),
+        },
+        _ => FailureOutcome::Unavailable,
+    }))
 }
 
 /// A job returned to pending by [`recover_expired`].
@@ -1031,10 +498,12 @@ struct Expired {
 /// not started within `max_claim_to_start` — to a valid pending shape with
 /// backoff, keeping `attempt_count`, writing `lease_expired` + `reclaimed`.
 /// Safe with several recoverers at once (rows are taken with SKIP LOCKED).
+/// Runs as `serve` (the schema owner). Leases BF4PS's own collectors held
+/// (recorded with their 120 s leases) are recovered like ours.
 pub async fn recover_expired(
     pool: impl Acquire<'_, Database = Postgres>,
     limit: i64,
-    policy: &Policy,
+    recovery: &Recovery,
 ) -> Result<Vec<Recovered>, QueueError> {
     const OP: &str = "recover_expired";
     let mut tx = pool.begin().await.map_err(db(OP))?;
@@ -1048,16 +517,24 @@ pub async fn recover_expired(
              (SELECT job_id FROM collection_jobs
               WHERE status = 'claimed'
                 AND claimed_at <= now() - $2 * interval '1 millisecond'
-              ORDER BY claimed_at, job_id LIMIT $1))
+              ORDER BY claimed_at, job_id LIMIT $1)
+             UNION
+             -- A lease no renewal of ours writes (it ends later than a fresh
+             -- grant would): recovered now, or it would never expire.
+             (SELECT job_id FROM collection_jobs
+              WHERE status IN ('claimed', 'running')
+                AND lease_expires_at > now() + 2 * (SELECT lease_duration FROM scheduling_settings)
+              ORDER BY lease_expires_at DESC, job_id LIMIT $1))
            AND status IN ('claimed', 'running')
            AND (lease_expires_at <= now()
-                OR (status = 'claimed' AND claimed_at <= now() - $2 * interval '1 millisecond'))
+                OR (status = 'claimed' AND claimed_at <= now() - $2 * interval '1 millisecond')
+                OR lease_expires_at > now() + 2 * (SELECT lease_duration FROM scheduling_settings))
          ORDER BY job_id
          LIMIT $1
          FOR UPDATE SKIP LOCKED",
     )
     .bind(limit)
-    .bind(ms(policy.max_claim_to_start))
+    .bind(ms(recovery.max_claim_to_start))
     .fetch_all(&mut *tx)
     .await
     .map_err(db(OP))?;
@@ -1070,14 +547,14 @@ pub async fn recover_expired(
         .map(|e| {
             ms(retry_delay(
                 u32::try_from(e.attempt_count).unwrap_or(1),
-                policy.retry_base,
-                policy.retry_max,
-                policy.jitter,
+                recovery.retry_base,
+                recovery.retry_max,
+                recovery.jitter,
                 fastrand::f64(),
             ))
         })
         .collect();
-    let recovered: Vec<Recovered> = sqlx::query_as(concat!(
+    let recovered: Vec<Recovered> = sqlx::query_as(
         "WITH input AS (
             SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS t(job_id, delay_ms)
         ), old AS (
@@ -1097,22 +574,26 @@ pub async fn recover_expired(
             UPDATE collectors SET current_job_id = NULL, updated_at = now()
             WHERE current_job_id IN (SELECT job_id FROM input)
         ), events AS (
-            INSERT INTO collection_events (",
-        event_columns!(),
-        ")
+            INSERT INTO collection_events
+                (collector_uuid, collector_name_snapshot, hostname_snapshot, egress_key_snapshot,
+                 job_id, soldier_id, persona_id, platform, resource, lane, event_type,
+                 attempt_number, lease_token, metadata)
             SELECT o.collector_uuid, c.collector_name, c.hostname, c.egress_key,
                    o.job_id, o.soldier_id, s.persona_id, s.platform, o.resource, o.lane,
-                   e.event_type, o.attempt_count, o.lease_token, NULL, NULL, NULL, NULL, NULL,
-                   e.metadata
+                   e.event_type, o.attempt_count, o.lease_token, e.metadata
             FROM old o
             JOIN soldiers s ON s.soldier_id = o.soldier_id
             LEFT JOIN collectors c ON c.collector_uuid = o.collector_uuid
             CROSS JOIN LATERAL (VALUES
                 (1, 'lease_expired', jsonb_build_object(
-                    'status', o.status, 'lease_expires_at', o.lease_expires_at,
-                    'claimed_at', o.claimed_at,
+                    'status', o.status,
+                    'lease_expires_at', bf4ps_sane_time(o.lease_expires_at),
+                    'claimed_at', bf4ps_sane_time(o.claimed_at),
                     'reason', CASE WHEN o.lease_expires_at <= now() THEN 'lease_expired'
-                                   ELSE 'not_started' END)),
+                                   WHEN o.status = 'claimed'
+                                        AND o.claimed_at <= now() - $3 * interval '1 millisecond'
+                                       THEN 'not_started'
+                                   ELSE 'lease_out_of_range' END)),
                 (2, 'reclaimed', jsonb_build_object(
                     'delay_ms', o.delay_ms,
                     'eligible_at', now() + o.delay_ms * interval '1 millisecond'))
@@ -1121,28 +602,14 @@ pub async fn recover_expired(
         )
         SELECT b.job_id, o.collector_uuid, b.attempt_count, b.eligible_at
         FROM back b JOIN old o USING (job_id)
-        ORDER BY b.job_id"
-    ))
+        ORDER BY b.job_id",
+    )
     .bind(&ids)
     .bind(&delays)
+    .bind(ms(recovery.max_claim_to_start))
     .fetch_all(&mut *tx)
     .await
     .map_err(db(OP))?;
     tx.commit().await.map_err(db(OP))?;
     Ok(recovered)
-}
-
-/// The earliest `eligible_at` among pending jobs of `lane`, for sleeping
-/// until a backed-off job becomes claimable.
-pub async fn next_eligible_at(
-    pool: impl PgExecutor<'_>,
-    lane: Lane,
-) -> Result<Option<DateTime<Utc>>, QueueError> {
-    sqlx::query_scalar(
-        "SELECT min(eligible_at) FROM collection_jobs WHERE status = 'pending' AND lane = $1",
-    )
-    .bind(lane)
-    .fetch_one(pool)
-    .await
-    .map_err(db("next_eligible_at"))
 }

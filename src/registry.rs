@@ -44,6 +44,13 @@ pub enum RegistryError {
         /// Which field.
         field: &'static str,
     },
+    /// The database refused the registration's values (SQLSTATE 22023):
+    /// a name, hostname or key too long or with control characters.
+    #[error("registration refused: {0}")]
+    Invalid(String),
+    /// This login role registered too many collectors (SQLSTATE 53400).
+    #[error("registration refused: {0}")]
+    TooMany(String),
     /// No non-retired collector has that name.
     #[error("no active collector named {0:?} (see `bf4ps-ops collectors list`)")]
     UnknownName(String),
@@ -59,7 +66,15 @@ pub enum RegistryError {
 }
 
 fn db(op: &'static str) -> impl FnOnce(sqlx::Error) -> RegistryError {
-    move |source| RegistryError::Database { op, source }
+    move |source| match &source {
+        sqlx::Error::Database(e) if e.code().as_deref() == Some("22023") => {
+            RegistryError::Invalid(e.message().to_owned())
+        }
+        sqlx::Error::Database(e) if e.code().as_deref() == Some("53400") => {
+            RegistryError::TooMany(e.message().to_owned())
+        }
+        _ => RegistryError::Database { op, source },
+    }
 }
 
 /// What a new incarnation registers.
@@ -99,6 +114,13 @@ pub struct CollectorId {
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct IncarnationSecret(Uuid);
 
+impl CollectorId {
+    /// The secret, for the collector functions that check it.
+    pub(crate) fn secret_uuid(&self) -> Uuid {
+        self.secret.0
+    }
+}
+
 impl std::fmt::Debug for IncarnationSecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("IncarnationSecret(***)")
@@ -114,14 +136,16 @@ struct Registered {
 }
 
 /// Registers a new incarnation (SQL `bf4ps_collector_register`, migration
-/// 0006). If a non-retired collector already has the name: it is retired
-/// and the name taken when it is lost, silent for longer than `lost_after`,
-/// or drained and idle (a clean shutdown); otherwise
-/// [`RegistryError::NameInUse`].
+/// 0014). If a non-retired collector already has the name: it is retired
+/// and the name taken when it is lost (marked lost, or silent for longer
+/// than the database's published heartbeat_lost_after), or drained and
+/// idle (a clean shutdown); otherwise [`RegistryError::NameInUse`]. Names,
+/// hostnames and keys are 1-200 characters without control characters
+/// ([`RegistryError::Invalid`]); a login role's registrations are bounded
+/// ([`RegistryError::TooMany`]).
 pub async fn register(
     pool: impl PgExecutor<'_>,
     reg: &Registration,
-    lost_after: Duration,
 ) -> Result<CollectorId, RegistryError> {
     const OP: &str = "register collector";
     for (field, value) in [
@@ -137,14 +161,13 @@ pub async fn register(
     let name = reg.name.trim();
     let row: Registered = sqlx::query_as(
         "SELECT collector_uuid, secret, holder_hostname, holder_age_s
-         FROM bf4ps_collector_register($1, $2, $3, $4, $5, $6 * interval '1 millisecond')",
+         FROM bf4ps_collector_register($1, $2, $3, $4, $5)",
     )
     .bind(name)
     .bind(reg.hostname.trim())
     .bind(reg.lane)
     .bind(reg.egress_key.trim())
     .bind(&reg.software_version)
-    .bind(ms(lost_after))
     .fetch_one(pool)
     .await
     .map_err(db(OP))?;
@@ -274,8 +297,10 @@ pub async fn list(
 ) -> Result<Vec<CollectorRow>, RegistryError> {
     sqlx::query_as(
         "SELECT collector_name, collector_uuid, lane, egress_key, hostname, heartbeat_state,
-                extract(epoch FROM now() - last_heartbeat_at)::float8 AS heartbeat_age_s,
-                heartbeat_lost_at, current_job_id, enabled, drained, software_version, retired_at
+                extract(epoch FROM now() - bf4ps_sane_time(last_heartbeat_at))::float8
+                    AS heartbeat_age_s,
+                bf4ps_sane_time(heartbeat_lost_at) AS heartbeat_lost_at, current_job_id, enabled,
+                drained, software_version, bf4ps_sane_time(retired_at) AS retired_at
          FROM collectors
          WHERE retired_at IS NULL OR $1
          ORDER BY retired_at IS NOT NULL, lane, lower(collector_name), created_at DESC",

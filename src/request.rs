@@ -15,7 +15,9 @@
 //! surfaced here as [`RequestError::Rejected`] (its text, which quotes the
 //! operator's input, shown through [`crate::output::escape`]); a request that would take the
 //! pending interactive jobs past `max_pending_interactive` writes nothing and
-//! fails with SQLSTATE 53400 ([`RequestError::Busy`]).
+//! fails with SQLSTATE 53400 ([`RequestError::Busy`]); one that cannot take
+//! the admission lock within 2 s writes nothing and fails with SQLSTATE
+//! 55P03 ([`RequestError::Busy`] too: retry).
 
 use std::time::Duration;
 
@@ -38,13 +40,20 @@ pub enum RequestError {
 /// SQLSTATE of a refused admission (`configuration_limit_exceeded`).
 pub const BUSY_SQLSTATE: &str = "53400";
 
+/// SQLSTATE of an admission that waited its 2 s for the admission lock
+/// (`lock_not_available`): nothing was queued; retry.
+pub const LOCK_SQLSTATE: &str = "55P03";
+
 impl From<sqlx::Error> for RequestError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("22023") => {
                 RequestError::Rejected(db.message().to_owned())
             }
-            sqlx::Error::Database(db) if db.code().as_deref() == Some(BUSY_SQLSTATE) => {
+            sqlx::Error::Database(db)
+                if db.code().as_deref() == Some(BUSY_SQLSTATE)
+                    || db.code().as_deref() == Some(LOCK_SQLSTATE) =>
+            {
                 RequestError::Busy(db.message().to_owned())
             }
             _ => RequestError::Db(e),
@@ -73,39 +82,40 @@ pub struct RefreshRow {
 
 /// Requests an interactive refresh of (`platform`, `persona_id`) for
 /// `resources` (all four when empty), on a pool (its own transaction) or
-/// inside the caller's transaction.
+/// inside the caller's transaction. `name` is the soldier's name: required
+/// for a soldier BF4PS does not know yet (the website passes the name from
+/// the Battlelog soldier URL), recorded as its latest name otherwise.
 pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
     executor: E,
     platform: &str,
     persona_id: i64,
     resources: &[String],
+    name: Option<&str>,
 ) -> Result<Vec<RefreshRow>, RequestError> {
-    Ok(if resources.is_empty() {
-        sqlx::query_as(
-            "SELECT resource, job_id, state, position, eta_seconds \
-             FROM bf4ps_request_refresh($1, $2)",
-        )
-        .bind(platform)
-        .bind(persona_id)
-        .fetch_all(executor)
-        .await?
+    const ALL: [&str; 4] = ["detailed", "profile", "weapons", "vehicles"];
+    let resources: Vec<&str> = if resources.is_empty() {
+        ALL.to_vec()
     } else {
-        sqlx::query_as(
-            "SELECT resource, job_id, state, position, eta_seconds \
-             FROM bf4ps_request_refresh($1, $2, $3)",
-        )
-        .bind(platform)
-        .bind(persona_id)
-        .bind(resources)
-        .fetch_all(executor)
-        .await?
-    })
+        resources.iter().map(String::as_str).collect()
+    };
+    Ok(sqlx::query_as(
+        "SELECT resource, job_id, state, position, eta_seconds \
+         FROM bf4ps_request_refresh($1, $2, $3, soldier_name => $4)",
+    )
+    .bind(platform)
+    .bind(persona_id)
+    .bind(resources)
+    .bind(name)
+    .fetch_all(executor)
+    .await?)
 }
 
-/// What `serve` publishes into `scheduling_settings` for
-/// `bf4ps_request_refresh`: the ETA inputs the website cannot know and the
-/// admission cap.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// What `serve` publishes into `scheduling_settings`: what
+/// `bf4ps_request_refresh` cannot know (the ETA inputs, the admission cap),
+/// and the policy every collector function applies (lease, rates, budget,
+/// throttle pauses, retry ladder, cadences, registration bounds), so no
+/// collector chooses its own.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Published {
     /// Window of interactive outcomes the ETA learns from.
     pub eta_window: Duration,
@@ -113,6 +123,35 @@ pub struct Published {
     pub egress_rate: f64,
     /// Most pending interactive jobs admitted (SQLSTATE 53400 beyond).
     pub max_pending_interactive: u32,
+    /// Lease of a claim (and of each renewal).
+    pub lease_duration: Duration,
+    /// Silence after which a collector's name may be taken over.
+    pub heartbeat_lost_after: Duration,
+    /// Spacing of the background budget's slots (`None`: no budget).
+    pub budget_spacing: Option<Duration>,
+    /// First pause of a throttled key.
+    pub throttle_pause: Duration,
+    /// Longest pause of a throttled key.
+    pub throttle_pause_max: Duration,
+    /// The retry ladder.
+    pub retry_ladder: crate::config::Ladder,
+    /// Spread of each retry delay.
+    pub retry_jitter: f64,
+    /// Attempts per job before it is removed.
+    pub retry_max_attempts: u32,
+    /// Cadence per resource after a success (detailed, profile, weapons,
+    /// vehicles).
+    pub refresh: [Duration; 4],
+    /// Registrations per login role per hour.
+    pub registrations_per_hour: u32,
+    /// Non-retired collectors per login role.
+    pub collectors_per_role: u32,
+    /// The fleet budget (requests per window) and its window, for the shares.
+    pub budget: (u32, Duration),
+    /// Shares: active maximum, bootstrap minimum, retry minimum.
+    pub shares: [f64; 3],
+    /// Seen within this: active.
+    pub active_window: Duration,
 }
 
 impl Published {
@@ -122,27 +161,106 @@ impl Published {
             eta_window: t.eta_window,
             egress_rate: t.egress_rate,
             max_pending_interactive: t.max_pending_interactive,
+            lease_duration: t.lease_duration,
+            heartbeat_lost_after: t.heartbeat_lost_after,
+            budget_spacing: crate::egress::Limits::new(t, crate::domain::Lane::Background)
+                .ok()
+                .and_then(|l| l.budget_spacing),
+            throttle_pause: t.throttle_pause,
+            throttle_pause_max: t.throttle_pause_max,
+            retry_ladder: t.retry_ladder.clone(),
+            retry_jitter: t.retry_jitter,
+            retry_max_attempts: t.retry_max_attempts,
+            refresh: [
+                t.refresh_detailed,
+                t.refresh_profile,
+                t.refresh_weapons,
+                t.refresh_vehicles,
+            ],
+            registrations_per_hour: t.registrations_per_hour,
+            collectors_per_role: t.collectors_per_role,
+            budget: (t.global_hourly_budget.max(1), t.global_budget_window),
+            shares: [t.share_active_max, t.share_bootstrap_min, t.share_retry_min],
+            active_window: t.active_window,
         }
     }
 }
 
-/// Writes `settings` into `scheduling_settings`, where
-/// `bf4ps_request_refresh` reads them. `serve`'s feeder calls it at start.
+fn int(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// Writes `settings` into `scheduling_settings`. `serve` calls it at start.
 pub async fn publish_settings(
     pool: impl sqlx::PgExecutor<'_>,
     settings: &Published,
 ) -> Result<(), sqlx::Error> {
+    let us = |d: Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX).max(1);
+    let ladder: Vec<i64> = settings.retry_ladder.0.iter().map(|d| us(*d)).collect();
     sqlx::query(
         "INSERT INTO scheduling_settings AS s \
-             (singleton, eta_window, egress_rate, max_pending_interactive, updated_at) \
-         VALUES (true, make_interval(secs => $1), $2, $3, now()) \
+             (singleton, eta_window, egress_rate, max_pending_interactive, lease_duration, \
+              heartbeat_lost_after, egress_spacing, budget_spacing, throttle_pause, \
+              throttle_pause_max, retry_ladder, retry_jitter, retry_max_attempts, \
+              refresh_detailed, refresh_profile, refresh_weapons, refresh_vehicles, \
+              registrations_per_hour, collectors_per_role, budget_requests, budget_window, \
+              share_active_max, share_bootstrap_min, share_retry_min, active_window, updated_at) \
+         SELECT true, $1 * interval '1 microsecond', $2, $3, $4 * interval '1 microsecond', \
+                $5 * interval '1 microsecond', $6 * interval '1 microsecond', \
+                $7 * interval '1 microsecond', $8 * interval '1 microsecond', \
+                $9 * interval '1 microsecond', \
+                (SELECT array_agg(u * interval '1 microsecond' ORDER BY o) \
+                 FROM unnest($10::bigint[]) WITH ORDINALITY AS l(u, o)), \
+                $11, $12, $13 * interval '1 microsecond', $14 * interval '1 microsecond', \
+                $15 * interval '1 microsecond', $16 * interval '1 microsecond', $17, $18, $19, \
+                $20 * interval '1 microsecond', $21, $22, $23, \
+                $24 * interval '1 microsecond', now() \
          ON CONFLICT (singleton) DO UPDATE \
          SET eta_window = EXCLUDED.eta_window, egress_rate = EXCLUDED.egress_rate, \
-             max_pending_interactive = EXCLUDED.max_pending_interactive, updated_at = now()",
+             max_pending_interactive = EXCLUDED.max_pending_interactive, \
+             lease_duration = EXCLUDED.lease_duration, \
+             heartbeat_lost_after = EXCLUDED.heartbeat_lost_after, \
+             egress_spacing = EXCLUDED.egress_spacing, budget_spacing = EXCLUDED.budget_spacing, \
+             throttle_pause = EXCLUDED.throttle_pause, \
+             throttle_pause_max = EXCLUDED.throttle_pause_max, \
+             retry_ladder = EXCLUDED.retry_ladder, retry_jitter = EXCLUDED.retry_jitter, \
+             retry_max_attempts = EXCLUDED.retry_max_attempts, \
+             refresh_detailed = EXCLUDED.refresh_detailed, \
+             refresh_profile = EXCLUDED.refresh_profile, \
+             refresh_weapons = EXCLUDED.refresh_weapons, \
+             refresh_vehicles = EXCLUDED.refresh_vehicles, \
+             registrations_per_hour = EXCLUDED.registrations_per_hour, \
+             collectors_per_role = EXCLUDED.collectors_per_role, \
+             budget_requests = EXCLUDED.budget_requests, budget_window = EXCLUDED.budget_window, \
+             share_active_max = EXCLUDED.share_active_max, \
+             share_bootstrap_min = EXCLUDED.share_bootstrap_min, \
+             share_retry_min = EXCLUDED.share_retry_min, \
+             active_window = EXCLUDED.active_window, updated_at = now()",
     )
-    .bind(settings.eta_window.as_secs_f64())
+    .bind(us(settings.eta_window))
     .bind(settings.egress_rate)
-    .bind(i32::try_from(settings.max_pending_interactive).unwrap_or(i32::MAX))
+    .bind(int(settings.max_pending_interactive))
+    .bind(us(settings.lease_duration))
+    .bind(us(settings.heartbeat_lost_after))
+    .bind(us(Duration::from_secs_f64(1.0 / settings.egress_rate)))
+    .bind(settings.budget_spacing.map(us))
+    .bind(us(settings.throttle_pause))
+    .bind(us(settings.throttle_pause_max))
+    .bind(ladder)
+    .bind(settings.retry_jitter)
+    .bind(int(settings.retry_max_attempts))
+    .bind(us(settings.refresh[0]))
+    .bind(us(settings.refresh[1]))
+    .bind(us(settings.refresh[2]))
+    .bind(us(settings.refresh[3]))
+    .bind(int(settings.registrations_per_hour))
+    .bind(int(settings.collectors_per_role))
+    .bind(int(settings.budget.0))
+    .bind(us(settings.budget.1))
+    .bind(settings.shares[0])
+    .bind(settings.shares[1])
+    .bind(settings.shares[2])
+    .bind(us(settings.active_window))
     .execute(pool)
     .await?;
     Ok(())

@@ -8,20 +8,20 @@
 //!   retention runs (`projector rebuild`, which resets it, holds the
 //!   retention lock), and the row is read `FOR KEY SHARE`, which never
 //!   blocks the projector's checkpoint update;
-//! - one runner at a time per database (session advisory lock
-//!   [`locks::RETENTION`], held on a [`LockConnection`] to the direct target: a
-//!   session lock cannot live behind a transaction pooler); a second runner
-//!   returns [`RetentionError::Busy`], and a run whose lock connection dies
-//!   stops before its next batch ([`RetentionError::LockLost`]);
-//! - the work itself runs through the pool, each statement and batch its
-//!   own transaction (pinned behind a transaction pooler);
+//! - one runner at a time per database: the run holds the `retention`
+//!   lease ([`Lease`], which no role but `serve`'s can take), renewed and
+//!   checked in every batch's transaction; a second runner returns
+//!   [`RetentionError::Busy`] naming the holder, and a run that lost its
+//!   lease stops before its next batch ([`RetentionError::LockLost`]);
+//! - everything runs through the pool, each statement and batch its own
+//!   transaction (pinned behind a transaction pooler);
 //! - every run is recorded in `retention_runs` (dry runs too, with
 //!   `deleted = 0` and `eligible` = what would go).
 
 use std::time::{Duration, Instant};
 
-use crate::db::{DbError, DbTarget, Pooled};
-use crate::locks::{self, LockConnection};
+use crate::db::Pooled;
+use crate::locks::{Lease, LeaseName};
 use crate::metrics::Registry;
 use crate::projector::CHECKPOINT;
 use chrono::{DateTime, Utc};
@@ -32,15 +32,16 @@ pub enum RetentionError {
     /// A query failed; batches committed before it stay deleted.
     #[error("retention query failed: {0}")]
     Db(#[from] sqlx::Error),
-    /// The lock connection could not be opened.
-    #[error("retention lock: {0}")]
-    Lock(#[from] DbError),
-    /// Another runner holds the retention lock.
-    #[error("another retention run is in progress (retention lock held); try again later")]
-    Busy,
-    /// The lock connection died mid-run; batches committed before stay deleted.
+    /// Another runner holds the retention lease.
+    #[error("another retention run is in progress ({holder}); try again later")]
+    Busy {
+        /// Who holds the lease.
+        holder: String,
+    },
+    /// The lease expired mid-run (the database was unreachable for longer
+    /// than it lasts); batches committed before stay deleted.
     #[error(
-        "the retention lock's connection was lost; the run stopped (batches committed so far stay deleted)"
+        "the retention lease was lost; the run stopped (batches committed so far stay deleted)"
     )]
     LockLost,
 }
@@ -129,35 +130,34 @@ pub fn register_series(registry: &Registry) {
     let _ = registry.counter("bf4ps_retention_deleted_events_total", &[]);
 }
 
-/// `application_name` of the retention lock's connection.
-const LOCK_APPLICATION: &str = "bf4ps-ops retention";
+/// How long one grant of the retention lease lasts (renewed by every batch).
+pub const LEASE_TTL: Duration = Duration::from_secs(60);
 
-/// One retention run: takes the retention lock on a dedicated connection
-/// to `lock_target` (the direct target), then deletes through `pool`.
+/// One retention run under the `retention` lease, through `pool`.
 /// `registry` (if any) gets `bf4ps_retention_deleted_events_total` bumped
 /// after each batch commit; `progress` is called after each batch.
 pub async fn run_once(
     pool: impl Pooled<'_>,
-    lock_target: &DbTarget,
     settings: &RetentionSettings,
     registry: Option<&Registry>,
     mut progress: impl FnMut(RetentionProgress),
 ) -> Result<RetentionReport, RetentionError> {
-    let lock =
-        LockConnection::connect(lock_target, LOCK_APPLICATION, Duration::from_secs(1)).await?;
-    if !lock.try_lock(locks::RETENTION).await? {
-        return Err(RetentionError::Busy);
+    let lease = Lease::new(LeaseName::Retention, "bf4ps-ops retention", LEASE_TTL);
+    if !lease.acquire(pool).await? {
+        let holder = crate::locks::lease_holder(pool, LeaseName::Retention).await?;
+        return Err(RetentionError::Busy {
+            holder: holder.map_or_else(|| "it just ended".to_owned(), |h| h.to_string()),
+        });
     }
-    let result = locked_run(pool, &lock, settings, registry, &mut progress).await;
-    // Dropping the connection would release the lock too, but only once
-    // the server notices; a run right after this one must find it free.
-    let _ = lock.unlock(locks::RETENTION).await;
+    let result = leased_run(pool, &lease, settings, registry, &mut progress).await;
+    // A run right after this one must find the lease free.
+    let _ = lease.release(pool).await;
     result
 }
 
-async fn locked_run(
+async fn leased_run(
     pool: impl Pooled<'_>,
-    lock: &LockConnection,
+    lease: &Lease,
     settings: &RetentionSettings,
     registry: Option<&Registry>,
     progress: &mut impl FnMut(RetentionProgress),
@@ -194,11 +194,11 @@ async fn locked_run(
         let counter = registry.map(|r| r.counter("bf4ps_retention_deleted_events_total", &[]));
         let limit = i64::from(settings.batch.max(1));
         loop {
-            if lock.lost().is_cancelled() {
-                return Err(RetentionError::LockLost);
-            }
             let started = Instant::now();
             let mut tx = pool.begin().await?;
+            if !lease.renew(&mut *tx).await? {
+                return Err(RetentionError::LockLost);
+            }
             let n = sqlx::query(DELETE_BATCH)
                 .bind(cutoff)
                 .bind(limit)
@@ -250,7 +250,7 @@ where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
     Ok(
-        sqlx::query_scalar("SELECT min(occurred_at) FROM collection_events")
+        sqlx::query_scalar("SELECT bf4ps_sane_time(min(occurred_at)) FROM collection_events")
             .fetch_one(executor)
             .await?,
     )

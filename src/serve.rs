@@ -170,6 +170,7 @@ pub struct Serve {
     tasks: Vec<(String, TaskFn)>,
     events_wake: Option<WakeFactory>,
     loop_settings: Option<LoopSettings>,
+    migrate_lock_timeout: Duration,
 }
 
 impl Serve {
@@ -183,7 +184,15 @@ impl Serve {
             tasks: Vec::new(),
             events_wake: None,
             loop_settings: None,
+            migrate_lock_timeout: crate::db::MigrateOptions::default().lock_timeout,
         }
+    }
+
+    /// How long the start-up migration waits for the migration lock before
+    /// it fails naming the holder (`BF4PS_MIGRATE_LOCK_TIMEOUT`).
+    pub fn migrate_lock_timeout(mut self, timeout: Duration) -> Serve {
+        self.migrate_lock_timeout = timeout;
+        self
     }
 
     /// INTEGRATION POINT (monitor, feeder): runs `f` as a supervised task.
@@ -261,12 +270,22 @@ impl Serve {
     /// Migrates, binds the HTTP address and starts every task.
     pub async fn start(self) -> Result<Running, ServeError> {
         let direct = self.direct.unwrap_or_else(|| self.target.clone());
-        let report = direct.migrate().await?;
+        let report = direct
+            .migrate_with(crate::db::MigrateOptions {
+                lock_timeout: self.migrate_lock_timeout,
+                dry_run: false,
+            })
+            .await?;
         let pool = self.target.open(10).await?;
         if !report.applied.is_empty() {
             tracing::info!(applied = ?report.applied, "migrations applied");
         }
         let tuning = self.tuning;
+        // The policy every collector function applies (lease, rates, budget
+        // and shares, retries, cadences): this serve's configuration.
+        crate::request::publish_settings(&pool, &crate::request::Published::from_tuning(&tuning))
+            .await
+            .map_err(|e| ServeError::Db(DbError::Other(e)))?;
         let expiry = (tuning.gauge_interval * 3).max(Duration::from_millis(500));
         let registry = Registry::with_gauge_expiry(expiry);
         let egress_keys = crate::registry::egress_keys(&pool).await?;
@@ -305,10 +324,9 @@ impl Serve {
         };
         let loop_settings = self.loop_settings.unwrap_or_default();
         {
-            let lock_config = direct.clone();
             let c = cancel.child_token();
             tasks.spawn("projector", async move {
-                projector.run(lock_config, wake, loop_settings, c).await;
+                projector.run(wake, loop_settings, c).await;
                 Ok(())
             });
         }
@@ -336,13 +354,13 @@ impl Serve {
 
         // Retention.
         {
-            let (pool, direct) = (pool.clone(), direct.clone());
+            let pool = pool.clone();
             let registry = registry.clone();
             let c = cancel.child_token();
             let settings = RetentionSettings::from_tuning(&tuning, false);
             let interval = tuning.retention_interval;
             tasks.spawn("retention", async move {
-                retention_loop(pool, direct, registry, settings, interval, c).await;
+                retention_loop(pool, registry, settings, interval, c).await;
                 Ok(())
             });
         }
@@ -536,7 +554,6 @@ impl Tasks {
 
 async fn retention_loop(
     pool: Pool,
-    lock_target: DbTarget,
     registry: Registry,
     settings: RetentionSettings,
     interval: Duration,
@@ -550,7 +567,7 @@ async fn retention_loop(
             _ = tokio::time::sleep(delay) => {}
         }
         delay = jittered(interval);
-        let run = retention::run_once(&pool, &lock_target, &settings, Some(&registry), |_| {});
+        let run = retention::run_once(&pool, &settings, Some(&registry), |_| {});
         let result = tokio::select! {
             _ = cancel.cancelled() => return,
             r = run => r,
@@ -562,7 +579,9 @@ async fn retention_loop(
                 "retention deleted old events"
             ),
             Ok(_) => {}
-            Err(RetentionError::Busy) => tracing::debug!("retention: another runner is active"),
+            Err(RetentionError::Busy { holder }) => {
+                tracing::debug!(%holder, "retention: another runner is active")
+            }
             Err(e) => tracing::warn!("{e}"),
         }
     }

@@ -78,6 +78,56 @@ pub struct Status {
     pub projector: ProjectorStatus,
     /// Retention.
     pub retention: RetentionStatus,
+    /// The fleet budget's use by class (issue 22's shares).
+    pub budget: BudgetStatus,
+    /// How fresh the soldiers who play are (what the policy works for).
+    pub activity: ActivityStatus,
+}
+
+/// The soldiers seen playing within the active window (a `bf4sw`
+/// sighting) and, per resource, how many of them have it fresh: collected
+/// within its cadence (`refresh_<resource>`). Read from BF4PS's sightings
+/// and state: bounded by the active soldiers, never the population.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ActivityStatus {
+    /// The active window, in seconds.
+    pub window_s: f64,
+    /// Soldiers seen within it.
+    pub active_soldiers: u64,
+    /// Of those, fresh per resource.
+    pub fresh: PerResource<u64>,
+}
+
+/// The fleet-wide background budget over its rolling window, by budget
+/// class (what `bf4ps_collector_claim` counts to enforce the shares).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BudgetStatus {
+    /// Whether the budget is on (`scheduling_settings.budget_spacing`).
+    pub enabled: bool,
+    /// Requests allowed per window.
+    pub requests: i64,
+    /// The rolling window, in seconds.
+    pub window_s: f64,
+    /// Requests granted in the window, all classes.
+    pub used: i64,
+    /// Per class: bootstrap, retry, active.
+    pub classes: Vec<BudgetClassUse>,
+}
+
+/// One budget class's use of the window.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
+pub struct BudgetClassUse {
+    /// `bootstrap`, `retry` or `active`.
+    pub class: String,
+    /// Requests granted to it in the window.
+    pub requests: i64,
+    /// `requests` as a share of the budget (0..1; above its share when it
+    /// borrowed what the others left).
+    pub share: f64,
+    /// Its guaranteed minimum share (bootstrap, retry), if any.
+    pub min_share: Option<f64>,
+    /// Its cap while others wait (active), if any.
+    pub max_share: Option<f64>,
 }
 
 /// One value per lane.
@@ -370,6 +420,8 @@ pub async fn gather(
     let egress = egress(&mut tx, at).await?;
     let projector = projector_status(&mut tx, at).await?;
     let retention = retention_status(&mut tx, at).await?;
+    let budget = budget(&mut tx, at).await?;
+    let activity = activity(&mut tx, at).await?;
     tx.commit().await?;
     Ok(Status {
         format: FORMAT,
@@ -380,6 +432,76 @@ pub async fn gather(
         egress,
         projector,
         retention,
+        budget,
+        activity,
+    })
+}
+
+async fn activity(
+    conn: &mut PgConnection,
+    at: DateTime<Utc>,
+) -> Result<ActivityStatus, sqlx::Error> {
+    let (window_s, active, d, p, w, v): (f64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT extract(epoch FROM s.active_window)::float8, count(cs.soldier_id), \
+                count(*) FILTER (WHERE cs.detailed_last_success_at > $1 - s.refresh_detailed), \
+                count(*) FILTER (WHERE cs.profile_last_success_at > $1 - s.refresh_profile), \
+                count(*) FILTER (WHERE cs.weapons_last_success_at > $1 - s.refresh_weapons), \
+                count(*) FILTER (WHERE cs.vehicles_last_success_at > $1 - s.refresh_vehicles) \
+         FROM scheduling_settings AS s \
+         LEFT JOIN soldier_sources AS src \
+                ON src.source_type = 'bf4sw' AND src.last_seen_at > $1 - s.active_window \
+               AND src.last_seen_at <= $1 \
+         LEFT JOIN collection_state AS cs ON cs.soldier_id = src.soldier_id \
+         GROUP BY s.active_window",
+    )
+    .bind(at)
+    .fetch_one(&mut *conn)
+    .await?;
+    let n = |x: i64| x.max(0) as u64;
+    Ok(ActivityStatus {
+        window_s,
+        active_soldiers: n(active),
+        fresh: PerResource {
+            detailed: n(d),
+            profile: n(p),
+            weapons: n(w),
+            vehicles: n(v),
+        },
+    })
+}
+
+async fn budget(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<BudgetStatus, sqlx::Error> {
+    let (enabled, requests, window_s): (bool, i64, f64) = sqlx::query_as(
+        "SELECT budget_spacing IS NOT NULL, budget_requests::bigint, \
+                extract(epoch FROM budget_window)::float8 \
+         FROM scheduling_settings",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let classes: Vec<BudgetClassUse> = sqlx::query_as(
+        "SELECT c.class, coalesce(sum(u.grants), 0)::bigint AS requests, \
+                coalesce(sum(u.grants), 0)::float8 / greatest(s.budget_requests, 1) AS share, \
+                CASE c.class WHEN 'bootstrap' THEN s.share_bootstrap_min \
+                             WHEN 'retry' THEN s.share_retry_min END AS min_share, \
+                CASE WHEN c.class = 'active' THEN s.share_active_max END AS max_share \
+         FROM scheduling_settings AS s \
+         CROSS JOIN (VALUES ('bootstrap', 1), ('retry', 2), ('active', 3)) AS c(class, ord) \
+         LEFT JOIN budget_usage AS u \
+                ON u.budget_class = c.class AND u.minute > $1 - s.budget_window \
+               AND u.minute <= $1 \
+         GROUP BY c.class, c.ord, s.budget_requests, s.share_bootstrap_min, \
+                  s.share_retry_min, s.share_active_max \
+         ORDER BY c.ord",
+    )
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(BudgetStatus {
+        enabled,
+        requests,
+        window_s,
+        used: classes.iter().map(|c| c.requests).sum(),
+        classes,
     })
 }
 
@@ -389,7 +511,7 @@ async fn egress(
 ) -> Result<Vec<EgressStatus>, sqlx::Error> {
     sqlx::query_as(
         "SELECT k.egress_key, \
-                CASE WHEN g.paused_until > $1 THEN g.paused_until END AS paused_until, \
+                CASE WHEN g.paused_until > $1 THEN bf4ps_sane_time(g.paused_until) END AS paused_until, \
                 coalesce(g.throttle_streak, 0) AS throttle_streak \
          FROM (SELECT egress_key FROM collectors WHERE retired_at IS NULL \
                UNION SELECT egress_key FROM egress_gates WHERE paused_until > $1) AS k \
@@ -405,7 +527,8 @@ async fn collectors(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Collec
     let list: Vec<CollectorRow> = sqlx::query_as(
         "SELECT collector_name AS name, lane, egress_key, heartbeat_state AS health, \
                 enabled, drained, \
-                extract(epoch FROM ($1 - last_heartbeat_at))::float8 AS heartbeat_age_s, \
+                extract(epoch FROM ($1 - bf4ps_sane_time(last_heartbeat_at)))::float8 \
+                    AS heartbeat_age_s, \
                 current_job_id \
          FROM collectors WHERE retired_at IS NULL \
          ORDER BY lane DESC, lower(collector_name)",
@@ -442,7 +565,7 @@ async fn queue(
         *q.get_mut(lane).by_status(status).get_mut(class) = n.max(0) as u64;
     }
     let oldest: Vec<(Lane, Option<f64>)> = sqlx::query_as(
-        "SELECT lane, extract(epoch FROM ($1 - min(eligible_at)))::float8 \
+        "SELECT lane, extract(epoch FROM ($1 - bf4ps_sane_time(min(eligible_at))))::float8 \
          FROM collection_jobs WHERE status = 'pending' AND eligible_at <= $1 GROUP BY lane",
     )
     .bind(at)
@@ -697,6 +820,53 @@ impl Status {
         line(format!(
             "RETENTION     {last}; oldest event {}",
             fmt_age(r.oldest_event_age_s)
+        ));
+        let b = &self.budget;
+        line(if b.enabled {
+            let classes: Vec<String> = b
+                .classes
+                .iter()
+                .map(|c| {
+                    let bound = match (c.min_share, c.max_share) {
+                        (Some(min), _) => format!(", min {:.0}%", min * 100.0),
+                        (_, Some(max)) => format!(", max {:.0}%", max * 100.0),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "{} {} ({:.1}%{bound})",
+                        c.class,
+                        c.requests,
+                        c.share * 100.0
+                    )
+                })
+                .collect();
+            format!(
+                "BUDGET        {} of {} request(s) per {} used: {}",
+                b.used,
+                b.requests,
+                fmt_age(Some(b.window_s)),
+                classes.join(", ")
+            )
+        } else {
+            "BUDGET        off (no fleet-wide background budget)".to_owned()
+        });
+        let a = &self.activity;
+        let share = |n: u64| {
+            if a.active_soldiers == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}%", n as f64 * 100.0 / a.active_soldiers as f64)
+            }
+        };
+        line(format!(
+            "ACTIVITY      {} soldier(s) seen playing within {}; fresh (within its cadence): \
+             detailed {}, weapons {}, vehicles {}, profile {}",
+            a.active_soldiers,
+            fmt_age(Some(a.window_s)),
+            share(a.fresh.detailed),
+            share(a.fresh.weapons),
+            share(a.fresh.vehicles),
+            share(a.fresh.profile)
         ));
         o
     }

@@ -67,8 +67,9 @@ crate::config::settings! {
         /// Path of the `detailed` resource; placeholders {persona_id} and {platform_id}.
         path_detailed: String = "/bf4/warsawdetailedstatspopulate/{persona_id}/{platform_id}/",
             "path-detailed", "BF4PS_PATH_DETAILED", "Upstream";
-        /// Path of the `profile` resource; placeholders {persona_id} and {platform_id}.
-        path_profile: String = "/bf4/warsawoverviewpopulate/{persona_id}/{platform_id}/",
+        /// Path of the `profile` resource, the Battlelog user page of the soldier's
+        /// account; placeholder {name} (the soldier's current name, URL-encoded).
+        path_profile: String = "/bf4/user/{name}/",
             "path-profile", "BF4PS_PATH_PROFILE", "Upstream";
         /// Path of the `weapons` resource; placeholders {persona_id} and {platform_id}.
         path_weapons: String = "/bf4/warsawWeaponsPopulateStats/{persona_id}/{platform_id}/stats/",
@@ -150,26 +151,29 @@ fn base_url(text: &str) -> Result<String, ConfigError> {
     Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
-/// A template must be an absolute path containing `{persona_id}`, with no
-/// placeholder other than `{persona_id}` and `{platform_id}`.
+/// A template must be an absolute path naming the soldier (`{persona_id}`
+/// or `{name}`), with no placeholder other than `{persona_id}`,
+/// `{platform_id}` and `{name}`.
 fn check_template(setting: &'static str, template: &str) -> Result<(), ConfigError> {
     if !template.starts_with('/') {
         return Err(err(setting, format!("{template:?} must start with '/'")));
     }
-    if !template.contains("{persona_id}") {
+    if !template.contains("{persona_id}") && !template.contains("{name}") {
         return Err(err(
             setting,
-            format!("{template:?} lacks the {{persona_id}} placeholder"),
+            format!("{template:?} lacks the {{persona_id}} (or {{name}}) placeholder"),
         ));
     }
     let rest = template
         .replace("{persona_id}", "")
-        .replace("{platform_id}", "");
+        .replace("{platform_id}", "")
+        .replace("{name}", "");
     if rest.contains('{') || rest.contains('}') {
         return Err(err(
             setting,
             format!(
-                "{template:?} has an unknown placeholder (known: {{persona_id}}, {{platform_id}})"
+                "{template:?} has an unknown placeholder (known: {{persona_id}}, {{platform_id}}, \
+                 {{name}})"
             ),
         ));
     }
@@ -257,8 +261,15 @@ impl Upstream {
         })
     }
 
-    /// The full URL fetched for one soldier's resource.
-    pub fn url_for(&self, platform: Platform, persona_id: i64, resource: Resource) -> String {
+    /// The full URL fetched for one soldier's resource (`name`, the
+    /// soldier's current name, only for templates with `{name}`).
+    pub fn url_for(
+        &self,
+        platform: Platform,
+        persona_id: i64,
+        name: &str,
+        resource: Resource,
+    ) -> String {
         let path = self
             .settings
             .path_template(resource)
@@ -266,19 +277,23 @@ impl Upstream {
             .replace(
                 "{platform_id}",
                 &battlelog_platform_id(platform).to_string(),
-            );
+            )
+            .replace("{name}", &encode_path_segment(name));
         format!("{}{path}", self.base)
     }
 
     /// Fetches and normalizes one resource. Never panics; every failure is
-    /// classified (see the module doc).
+    /// classified (see the module doc). A user page (`profile`) that
+    /// Battlelog answers with 404 is data, not a failure: BF4PS's
+    /// `not_found` access state.
     pub async fn fetch(
         &self,
         platform: Platform,
         persona_id: i64,
+        name: &str,
         resource: Resource,
     ) -> Result<Fetched, FetchFailure> {
-        let url = self.url_for(platform, persona_id, resource);
+        let url = self.url_for(platform, persona_id, name, resource);
         let started = Instant::now();
         let fail = |class, http_status, message: String| FetchFailure {
             class,
@@ -287,11 +302,25 @@ impl Upstream {
             duration: started.elapsed(),
         };
 
-        let (status, body) = match self.exchange(&url).await {
+        let accept = match resource {
+            Resource::Profile => "text/html",
+            _ => "application/json",
+        };
+        let (status, body) = match self.exchange(&url, accept).await {
             Ok(v) => v,
+            Err((ErrorClass::Unavailable, Some(404), _)) if resource == Resource::Profile => {
+                let data =
+                    serde_json::to_value(battlelog::Profile::not_found(name)).unwrap_or_default();
+                return Ok(Fetched {
+                    data,
+                    http_status: 404,
+                    duration: started.elapsed(),
+                    body_bytes: 0,
+                });
+            }
             Err((class, status, message)) => return Err(fail(class, status, message)),
         };
-        match battlelog::normalize(resource, platform, persona_id, &body) {
+        match battlelog::normalize(resource, platform, persona_id, name, &body) {
             Ok(data) => Ok(Fetched {
                 data,
                 http_status: status,
@@ -311,11 +340,12 @@ impl Upstream {
     async fn exchange(
         &self,
         url: &str,
+        accept: &str,
     ) -> Result<(u16, Vec<u8>), (ErrorClass, Option<u16>, String)> {
         let mut response = self
             .client
             .get(url)
-            .header(reqwest::header::ACCEPT, "application/json")
+            .header(reqwest::header::ACCEPT, accept)
             .send()
             .await
             .map_err(|e| {
@@ -429,6 +459,20 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cur.to_string()
 }
 
+/// `text` as one URL path segment: unreserved characters as they are,
+/// every other byte percent-encoded.
+fn encode_path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.trim().bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// Truncates to [`MAX_MESSAGE_CHARS`] characters.
 fn short(message: String) -> String {
     if message.chars().count() <= MAX_MESSAGE_CHARS {
@@ -494,17 +538,17 @@ mod tests {
     fn defaults_are_valid_and_render_real_paths() {
         let up = Upstream::new(&UpstreamArgs::default()).unwrap();
         assert_eq!(
-            up.url_for(Platform::Ps4, 303498475, Resource::Detailed),
+            up.url_for(Platform::Ps4, 303498475, "x", Resource::Detailed),
             "https://battlelog.battlefield.com/bf4/warsawdetailedstatspopulate/303498475/32/"
         );
         assert_eq!(
-            up.url_for(Platform::Pc, 7, Resource::Weapons),
+            up.url_for(Platform::Pc, 7, "x", Resource::Weapons),
             "https://battlelog.battlefield.com/bf4/warsawWeaponsPopulateStats/7/1/stats/"
         );
         let up = Upstream::new(&UpstreamArgs::with_url("http://127.0.0.1:9/prefix/")).unwrap();
         assert_eq!(
-            up.url_for(Platform::XboxOne, 5, Resource::Profile),
-            "http://127.0.0.1:9/prefix/bf4/warsawoverviewpopulate/5/64/"
+            up.url_for(Platform::XboxOne, 5, "Ann Lee/ä", Resource::Profile),
+            "http://127.0.0.1:9/prefix/bf4/user/Ann%20Lee%2F%C3%A4/"
         );
     }
 

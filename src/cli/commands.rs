@@ -20,16 +20,78 @@ use crate::output::escape;
 use crate::registry::{self, Control, Registration};
 use crate::upstream::Upstream;
 
-/// Applies pending migrations (`migrate`).
-pub async fn migrate(db: &DbArgs) -> anyhow::Result<ExitCode> {
+/// Applies pending migrations, or says what it would do (`migrate`).
+pub async fn migrate(
+    db: &DbArgs,
+    dry_run: bool,
+    json: bool,
+    settings: db::MigrateSettings,
+) -> anyhow::Result<ExitCode> {
+    settings.validate()?;
     let target = db.checked_direct_target("migrate").await?;
-    let report = target.migrate().await?;
+    let report = target
+        .migrate_with(db::MigrateOptions {
+            lock_timeout: settings.lock_timeout,
+            dry_run,
+        })
+        .await?;
+    if json {
+        crate::outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "dry_run": dry_run,
+                "plan": report.plan,
+                "applied": report.applied,
+                "current": report.current,
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let plan = &report.plan;
+    let start = match plan.start {
+        db::Start::Empty => "an empty database".to_owned(),
+        db::Start::Ours { version } => format!("a bf4ps-ops database at migration {version}"),
+        db::Start::Bf4ps => format!(
+            "a BF4PS database at Alembic revision {} (adopted in place; alembic_version is left \
+             alone)",
+            db::BF4PS_REVISION
+        ),
+    };
+    if dry_run {
+        crate::outln!("dry run: nothing was changed. This is {start}.");
+        if !plan.baseline.is_empty() {
+            crate::outln!(
+                "would record migrations {:04}-{:04} as satisfied by BF4PS's schema",
+                plan.baseline.first().copied().unwrap_or(0),
+                plan.baseline.last().copied().unwrap_or(0)
+            );
+        }
+        if plan.pending.is_empty() {
+            crate::outln!("nothing to apply");
+        } else {
+            crate::outln!("would apply:");
+            for (version, description) in &plan.pending {
+                crate::outln!("  {version:04} {}", crate::output::escape(description));
+            }
+        }
+        if !plan.disabled_collectors.is_empty() {
+            crate::outln!("would disable the collectors registered before this release:");
+            for c in &plan.disabled_collectors {
+                crate::outln!("  {}", crate::output::escape(c));
+            }
+        }
+        crate::outln!("rows kept:");
+        for (table, rows) in &plan.kept_rows {
+            crate::outln!("  {table:<26} {rows:>12}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if report.applied.is_empty() {
         crate::outln!("database is up to date (migration {})", report.current);
     } else {
         let list: Vec<String> = report.applied.iter().map(|v| format!("{v:04}")).collect();
         crate::outln!(
-            "applied migration(s) {}; database is at migration {}",
+            "{start}: applied migration(s) {}; database is at migration {}",
             list.join(", "),
             report.current
         );
@@ -111,6 +173,7 @@ pub async fn request(
     platform: &str,
     persona_id: i64,
     resources: &[String],
+    name: Option<&str>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let pool = db
@@ -118,7 +181,8 @@ pub async fn request(
         .await?
         .connect(2)
         .await?;
-    let rows = crate::request::request_refresh(&pool, platform, persona_id, resources).await?;
+    let rows =
+        crate::request::request_refresh(&pool, platform, persona_id, resources, name).await?;
     crate::out!("{}", crate::request::render(&rows, json));
     Ok(ExitCode::SUCCESS)
 }
@@ -181,10 +245,12 @@ pub async fn status(db: &DbArgs, json: bool) -> anyhow::Result<ExitCode> {
 pub async fn serve(
     db: &DbArgs,
     settings: crate::serve::ServeSettings,
+    migrate: db::MigrateSettings,
     tuning: Tuning,
 ) -> anyhow::Result<ExitCode> {
     tuning.validate()?;
     settings.validate()?;
+    migrate.validate()?;
     let target = db.target()?;
     let direct = db
         .checked_direct_target(
@@ -196,6 +262,7 @@ pub async fn serve(
     }
     let running = crate::serve::Serve::standard(target, tuning, settings)
         .direct(direct)
+        .migrate_lock_timeout(migrate.lock_timeout)
         .start()
         .await?;
     running.run_until(crate::serve::shutdown_signal()).await?;
@@ -205,12 +272,10 @@ pub async fn serve(
 /// One retention run (`retention run`).
 pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Result<ExitCode> {
     tuning.validate()?;
-    let target = db
-        .checked_direct_target("`retention run` (its lock is a session lock)")
-        .await?;
+    let target = db.checked_direct_target("`retention run`").await?;
     let pool = target.connect(2).await?;
     let settings = crate::retention::RetentionSettings::from_tuning(&tuning, dry_run);
-    let report = crate::retention::run_once(&pool, &target, &settings, None, |p| {
+    let report = crate::retention::run_once(&pool, &settings, None, |p| {
         eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
     })
     .await?;
@@ -246,13 +311,11 @@ pub async fn rebuild(
     if batch == 0 {
         anyhow::bail!("invalid --batch (BF4PS_PROJECTOR_BATCH): must be at least 1");
     }
-    let target = db
-        .checked_direct_target("`projector rebuild` (its locks are session locks)")
-        .await?;
+    let target = db.checked_direct_target("`projector rebuild`").await?;
     let pool = target.connect(2).await?;
     target.migrate().await?;
-    eprintln!("taking the projector lock…");
-    let report = crate::projector::rebuild(&pool, &target, batch, wait, |n| {
+    eprintln!("taking the projector and retention leases…");
+    let report = crate::projector::rebuild(&pool, batch, wait, |n| {
         eprintln!("replayed {n} event(s)");
     })
     .await?;

@@ -179,8 +179,18 @@ impl DbArgs {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
-    /// Apply pending database migrations (advisory-locked, idempotent).
-    Migrate,
+    /// Apply pending migrations: from an empty database, a bf4ps-ops one, or a
+    /// BF4PS database at Alembic revision 0005 (adopted in place).
+    Migrate {
+        /// Print what would be done and the rows kept; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        settings: crate::db::MigrateSettings,
+    },
     /// Validate the tuning configuration and print every effective value.
     Config {
         #[command(flatten)]
@@ -193,6 +203,8 @@ pub enum Command {
     Serve {
         #[command(flatten)]
         settings: crate::serve::ServeSettings,
+        #[command(flatten)]
+        migrate: crate::db::MigrateSettings,
         #[command(flatten)]
         tuning: Tuning,
     },
@@ -248,6 +260,10 @@ pub enum Command {
         /// A resource to refresh (repeatable; default: all four).
         #[arg(long = "resource", value_name = "RESOURCE")]
         resources: Vec<String>,
+        /// The soldier's name: required for a soldier BF4PS does not know yet
+        /// (recorded as its latest name otherwise).
+        #[arg(long)]
+        name: Option<String>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -370,9 +386,17 @@ pub enum ProjectorCommand {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let db = &cli.db;
     match cli.command {
-        Command::Migrate => commands::migrate(db).await,
+        Command::Migrate {
+            dry_run,
+            json,
+            settings,
+        } => commands::migrate(db, dry_run, json, settings).await,
         Command::Config { tuning, json } => commands::config(&tuning, json),
-        Command::Serve { settings, tuning } => commands::serve(db, settings, tuning).await,
+        Command::Serve {
+            settings,
+            migrate,
+            tuning,
+        } => commands::serve(db, settings, migrate, tuning).await,
         Command::Retention {
             command: RetentionCommand::Run { dry_run, tuning },
         } => commands::retention(db, dry_run, tuning).await,
@@ -390,8 +414,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             platform,
             persona_id,
             resources,
+            name,
             json,
-        } => commands::request(db, &platform, persona_id, &resources, json).await,
+        } => commands::request(db, &platform, persona_id, &resources, name.as_deref(), json).await,
         Command::Soldiers {
             command:
                 SoldiersCommand::Import {

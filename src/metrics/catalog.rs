@@ -177,6 +177,46 @@ pub const CATALOG: &[MetricDef] = &[
         help: "Unix time of the oldest last success among collected pairs (0 if none).",
         exporter: Serve,
     },
+    // --- activity (BF4PS's sightings) ---
+    MetricDef {
+        name: "bf4ps_active_soldiers",
+        kind: Gauge,
+        labels: &[],
+        help: "Soldiers seen playing within the active window (a bf4sw sighting).",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_active_fresh_soldiers",
+        kind: Gauge,
+        labels: &["resource"],
+        help: "Of the soldiers seen playing within the active window, those whose resource was \
+               collected within its cadence (refresh_<resource>).",
+        exporter: Serve,
+    },
+    // --- the fleet budget ---
+    MetricDef {
+        name: "bf4ps_budget_limit_requests",
+        kind: Gauge,
+        labels: &[],
+        help: "Background requests the fleet may send per budget window (0: no budget).",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_budget_window_requests",
+        kind: Gauge,
+        labels: &["class"],
+        help: "Background requests granted in the rolling budget window, by budget class \
+               (bootstrap, retry, active).",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_budget_share_ratio",
+        kind: Gauge,
+        labels: &["class"],
+        help: "A budget class's requests in the window as a share of the budget (above its \
+               share when it borrowed what the other classes left).",
+        exporter: Serve,
+    },
     // --- projector ---
     MetricDef {
         name: "bf4ps_projector_last_event_timestamp_seconds",
@@ -218,6 +258,14 @@ pub const CATALOG: &[MetricDef] = &[
         kind: Counter,
         labels: &[],
         help: "Events projected by this process.",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_projector_quarantined_events_total",
+        kind: Counter,
+        labels: &[],
+        help: "Events this process could not project (values no event of ours holds), set \
+               aside in projector_quarantine instead of stopping the projection.",
         exporter: Serve,
     },
     // --- retention ---
@@ -263,6 +311,14 @@ pub const CATALOG: &[MetricDef] = &[
         kind: Histogram,
         labels: &["egress_key"],
         help: "Time spent waiting for the shared egress gate before a request.",
+        exporter: Collector,
+    },
+    MetricDef {
+        name: "bf4ps_collector_protocol_refusals_total",
+        kind: Counter,
+        labels: &["lane"],
+        help: "Claims the database refused because its collector protocol is newer than this \
+               collector's (it drains and exits; upgrade it).",
         exporter: Collector,
     },
 ];

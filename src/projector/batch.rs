@@ -3,19 +3,29 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Timelike, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 
+use crate::db::DbTime;
 use crate::domain::{ErrorClass, EventType, Lane, Resource};
 use crate::metrics::Registry;
 
 use super::{Position, ProjectorError};
+
+/// The longest attempt an event may report (a day): a longer `duration_ms`
+/// is no measurement of ours, and summing a few of them would overflow the
+/// rollup's bigint.
+pub const MAX_DURATION_MS: i64 = 86_400_000;
+
+/// The longest refresh age counted (ten years): an older
+/// `previous_success_at` is not a refresh age, and is left out.
+pub const MAX_REFRESH_AGE_MS: i64 = 10 * 366 * 86_400_000;
 
 #[derive(sqlx::FromRow)]
 pub(super) struct EventRow {
     pub(super) event_id: i64,
     /// xid8 as text (never sort by it: text order is not numeric order).
     pub(super) tx_text: String,
-    pub(super) occurred_at: DateTime<Utc>,
+    pub(super) occurred_at: DbTime,
     pub(super) event_type: String,
     pub(super) lane: Option<String>,
     pub(super) resource: Option<String>,
@@ -78,10 +88,21 @@ pub const FAILED_CLASSES: [ErrorClass; 8] = [
     ErrorClass::Http,
 ];
 
+/// An event the projector passes over: its id, transaction and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Quarantined {
+    pub(super) event_id: i64,
+    pub(super) tx_text: String,
+    pub(super) reason: String,
+}
+
 /// One batch aggregated in memory.
 #[derive(Debug, Default)]
 pub(super) struct Batch {
+    /// Events read (projected and quarantined).
     pub(super) count: u64,
+    /// Events that could not be projected (counted in `count`).
+    pub(super) quarantined: Vec<Quarantined>,
     pub(super) last: Position,
     pub(super) max_occurred_at: Option<DateTime<Utc>>,
     pub(super) counters: BTreeMap<CounterKey, u64>,
@@ -90,6 +111,80 @@ pub(super) struct Batch {
     /// Refresh ages (s) per (lane, resource).
     pub(super) ages: BTreeMap<(String, String), Vec<f64>>,
     pub(super) rollups: BTreeMap<RollupKey, RollupDelta>,
+}
+
+/// What an event counts as in the rollups, whichever vocabulary wrote it:
+/// ours, or BF4PS's (`collection_success`, `collection_failure`,
+/// `collection_persistence_failure`; its `collection_attempt_started`,
+/// `collection_duplicate_discarded` and run markers count only as events).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meaning {
+    Succeeded,
+    /// A finished failed attempt; `bf4ps` when BF4PS wrote it (its error
+    /// classes are mapped onto ours).
+    Failed {
+        bf4ps: bool,
+    },
+    RetryScheduled,
+    LeaseExpired,
+    Reclaimed,
+    /// Any other event (counted in `bf4ps_collection_events_total` only).
+    Other,
+}
+
+fn meaning(event_type: &str) -> Meaning {
+    match event_type {
+        "succeeded" | "collection_success" => Meaning::Succeeded,
+        "failed" => Meaning::Failed { bf4ps: false },
+        "collection_failure" | "collection_persistence_failure" => Meaning::Failed { bf4ps: true },
+        "retry_scheduled" => Meaning::RetryScheduled,
+        "lease_expired" => Meaning::LeaseExpired,
+        "reclaimed" => Meaning::Reclaimed,
+        _ => Meaning::Other,
+    }
+}
+
+/// BF4PS's error class as ours (`retry_policy.py`'s classifier names): a
+/// throttle, a 5xx, another HTTP status, transport, decode/normalization;
+/// anything else (its internal and persistence classes) is `other`.
+fn bf4ps_error_class(class: Option<&str>) -> Option<&'static str> {
+    match class? {
+        "battlelog_throttle" => Some("throttled"),
+        "battlelog_http_5xx" => Some("server"),
+        "battlelog_http" => Some("http"),
+        "battlelog_transport" => Some("transport"),
+        "battlelog_decode" | "battlelog_normalization" => Some("parse"),
+        _ => None,
+    }
+}
+
+/// A metric label from a stored string (an egress key): as is when it is
+/// a plausible key (up to 200 characters, no control characters, quotes or
+/// backslashes), else `other`, so a forged or garbled value can neither
+/// blow up the exposition nor inject into it.
+pub fn label_text(text: &str) -> &str {
+    let plausible = text.len() <= 200
+        && !text
+            .chars()
+            .any(|c| c.is_control() || c == '"' || c == '\\');
+    if plausible { text } else { "other" }
+}
+
+/// Why `r` cannot be projected, if it cannot: a time outside 1970-9999
+/// (infinite, or beyond what any reader decodes), a duration outside
+/// 0-[`MAX_DURATION_MS`].
+fn unprojectable(r: &EventRow) -> Option<String> {
+    let sane = |t: DateTime<Utc>| (1970..=9999).contains(&t.year());
+    match r.occurred_at {
+        DbTime::At(t) if sane(t) => {}
+        other => return Some(format!("occurred_at {other} is outside 1970-9999")),
+    }
+    if let Some(ms) = r.duration_ms
+        && !(0..=MAX_DURATION_MS).contains(&ms)
+    {
+        return Some(format!("duration_ms {ms} is outside 0-{MAX_DURATION_MS}"));
+    }
+    None
 }
 
 /// The metric label for an event type: known types as is, other sane
@@ -156,18 +251,29 @@ impl Batch {
                 tx_id: parse_tx(&r.tx_text)?,
                 event_id: r.event_id,
             };
-            if b.max_occurred_at.is_none_or(|m| r.occurred_at > m) {
-                b.max_occurred_at = Some(r.occurred_at);
+            if let Some(reason) = unprojectable(r) {
+                b.quarantined.push(Quarantined {
+                    event_id: r.event_id,
+                    tx_text: r.tx_text.clone(),
+                    reason,
+                });
+                continue;
             }
-            b.add(r);
+            let DbTime::At(at) = r.occurred_at else {
+                continue;
+            };
+            if b.max_occurred_at.is_none_or(|m| at > m) {
+                b.max_occurred_at = Some(at);
+            }
+            b.add(r, at);
         }
         Ok(b)
     }
 
-    pub(super) fn add(&mut self, r: &EventRow) {
+    pub(super) fn add(&mut self, r: &EventRow, occurred_at: DateTime<Utc>) {
         let lane = r.lane.clone().unwrap_or_default();
         let resource = r.resource.clone().unwrap_or_default();
-        let kind = EventType::parse_lenient(&r.event_type);
+        let kind = meaning(&r.event_type);
         *self
             .counters
             .entry(CounterKey::Event(
@@ -177,29 +283,19 @@ impl Batch {
             ))
             .or_default() += 1;
         let outcome = match kind {
-            Some(EventType::Succeeded) => Some("succeeded"),
-            Some(EventType::Failed) => Some("failed"),
+            Meaning::Succeeded => Some("succeeded"),
+            Meaning::Failed { .. } => Some("failed"),
             _ => None,
         };
-        let rollup_kind = matches!(
-            kind,
-            Some(
-                EventType::Succeeded
-                    | EventType::Failed
-                    | EventType::RetryScheduled
-                    | EventType::LeaseExpired
-                    | EventType::Reclaimed
-            )
-        );
-        if !rollup_kind {
+        if kind == Meaning::Other {
             return;
         }
-        let key = (hour_bucket(r.occurred_at), resource.clone(), lane.clone());
+        let key = (hour_bucket(occurred_at), resource.clone(), lane.clone());
         let delta = self.rollups.entry(key).or_default();
         match kind {
-            Some(EventType::RetryScheduled) => delta.retry_scheduled += 1,
-            Some(EventType::LeaseExpired) => delta.lease_expired += 1,
-            Some(EventType::Reclaimed) => delta.reclaimed += 1,
+            Meaning::RetryScheduled => delta.retry_scheduled += 1,
+            Meaning::LeaseExpired => delta.lease_expired += 1,
+            Meaning::Reclaimed => delta.reclaimed += 1,
             _ => {}
         }
         let Some(result) = outcome else { return };
@@ -212,11 +308,10 @@ impl Batch {
             .counters
             .entry(CounterKey::Upstream(resource.clone(), code))
             .or_default() += 1;
+        let egress = label_text(r.egress_key_snapshot.as_deref().unwrap_or_default()).to_owned();
         *self
             .counters
-            .entry(CounterKey::Egress(
-                r.egress_key_snapshot.clone().unwrap_or_default(),
-            ))
+            .entry(CounterKey::Egress(egress.clone()))
             .or_default() += 1;
         if let Some(ms) = r.duration_ms.filter(|ms| *ms >= 0) {
             delta.duration.0 += 1;
@@ -227,11 +322,13 @@ impl Batch {
                 .or_default()
                 .push(ms as f64 / 1000.0);
         }
-        if kind == Some(EventType::Succeeded) {
+        if kind == Meaning::Succeeded {
             delta.succeeded += 1;
             let previous = r.previous_success_at.as_deref().and_then(parse_timestamp);
-            if let Some(prev) = previous {
-                let ms = (r.occurred_at - prev).num_milliseconds().max(0);
+            let age = previous
+                .map(|prev| (occurred_at - prev).num_milliseconds().max(0))
+                .filter(|ms| *ms <= MAX_REFRESH_AGE_MS);
+            if let Some(ms) = age {
                 delta.refresh_age.0 += 1;
                 delta.refresh_age.1 += ms;
                 delta.refresh_age.2 = delta.refresh_age.2.max(ms);
@@ -241,14 +338,16 @@ impl Batch {
                     .push(ms as f64 / 1000.0);
             }
         } else {
-            let (i, class) = error_class_index(r.error_class.as_deref());
+            let class = match kind {
+                Meaning::Failed { bf4ps: true } => bf4ps_error_class(r.error_class.as_deref()),
+                _ => r.error_class.as_deref(),
+            };
+            let (i, class) = error_class_index(class);
             delta.failed[i] += 1;
             if class == ErrorClass::Throttled.as_str() {
                 *self
                     .counters
-                    .entry(CounterKey::Throttled(
-                        r.egress_key_snapshot.clone().unwrap_or_default(),
-                    ))
+                    .entry(CounterKey::Throttled(egress))
                     .or_default() += 1;
             }
             if r.result.as_deref() == Some("gave_up") {
@@ -306,6 +405,9 @@ impl Batch {
         registry
             .counter("bf4ps_projector_projected_events_total", &[])
             .increment(self.count);
+        registry
+            .counter("bf4ps_projector_quarantined_events_total", &[])
+            .increment(self.quarantined.len() as u64);
     }
 }
 
@@ -371,6 +473,7 @@ pub fn register_series(registry: &Registry, egress_keys: &[String]) {
         let _ = registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)]);
     }
     let _ = registry.counter("bf4ps_projector_projected_events_total", &[]);
+    let _ = registry.counter("bf4ps_projector_quarantined_events_total", &[]);
     registry.upkeep();
 }
 
@@ -418,9 +521,11 @@ mod tests {
         EventRow {
             event_id: id,
             tx_text: (100 + id).to_string(),
-            occurred_at: DateTime::parse_from_rfc3339("2024-03-01T10:15:00Z")
-                .unwrap()
-                .with_timezone(&Utc),
+            occurred_at: DbTime::At(
+                DateTime::parse_from_rfc3339("2024-03-01T10:15:00Z")
+                    .unwrap()
+                    .with_timezone(&Utc),
+            ),
             event_type: t.to_owned(),
             lane: Some("background".into()),
             resource: Some("profile".into()),
@@ -500,6 +605,97 @@ mod tests {
                 .get(&CounterKey::Error("profile".into(), "throttled".into())),
             Some(&1)
         );
+    }
+
+    #[test]
+    fn bf4ps_events_count_in_the_same_rollups_once() {
+        let mut ok = row(1, "collection_success");
+        ok.duration_ms = Some(900);
+        ok.http_status = Some(200);
+        let mut throttle = row(2, "collection_failure");
+        throttle.error_class = Some("battlelog_throttle".into());
+        throttle.http_status = Some(429);
+        let mut decode = row(3, "collection_failure");
+        decode.error_class = Some("battlelog_decode".into());
+        let mut persist = row(4, "collection_persistence_failure");
+        persist.error_class = Some("psycopg.errors.DeadlockDetected".into());
+        let rows = vec![
+            row(5, "collection_attempt_started"),
+            ok,
+            throttle,
+            decode,
+            persist,
+            row(6, "collection_duplicate_discarded"),
+            row(7, "phase5b_step7_run_started"),
+        ];
+        let b = Batch::from_rows(&rows).unwrap();
+        assert_eq!(b.count, 7);
+        let d = b.rollups.values().next().unwrap();
+        assert_eq!(d.succeeded, 1);
+        // parse, throttled, other: FAILED_CLASSES order, other last.
+        assert_eq!(d.failed, [0, 0, 0, 0, 1, 0, 1, 0, 1]);
+        assert_eq!(d.duration, (1, 900, 900));
+        assert_eq!(
+            b.counters.get(&CounterKey::Event(
+                "collection_attempt_started".into(),
+                "background".into(),
+                "profile".into()
+            )),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn values_no_event_of_ours_holds_are_quarantined_not_fatal() {
+        let mut forever = row(1, "succeeded");
+        forever.occurred_at = DbTime::After;
+        let mut ancient = row(2, "failed");
+        ancient.occurred_at = DbTime::Before;
+        let mut slow = row(3, "succeeded");
+        slow.duration_ms = Some(i64::MAX);
+        let mut negative = row(4, "failed");
+        negative.duration_ms = Some(-1);
+        let mut far_back = row(5, "succeeded");
+        far_back.previous_success_at = Some("0001-01-01 00:00:00+00".into());
+        let b = Batch::from_rows(&[
+            forever,
+            ancient,
+            slow,
+            negative,
+            far_back,
+            row(6, "claimed"),
+        ])
+        .unwrap();
+        assert_eq!(b.count, 6);
+        let ids: Vec<i64> = b.quarantined.iter().map(|q| q.event_id).collect();
+        assert_eq!(ids, [1, 2, 3, 4]);
+        assert!(
+            b.quarantined[0].reason.contains("infinity"),
+            "{:?}",
+            b.quarantined[0]
+        );
+        assert!(
+            b.quarantined[2].reason.contains("duration_ms"),
+            "{:?}",
+            b.quarantined[2]
+        );
+        let d = b.rollups.values().next().unwrap();
+        assert_eq!(d.succeeded, 1);
+        assert_eq!(
+            d.refresh_age,
+            (0, 0, 0),
+            "a ten-centuries-old success is no refresh age"
+        );
+        assert_eq!(b.last.event_id, 6);
+    }
+
+    #[test]
+    fn egress_labels_stay_bounded() {
+        assert_eq!(label_text("203.0.113.7"), "203.0.113.7");
+        assert_eq!(label_text(&"k".repeat(100_000)), "other");
+        assert_eq!(label_text("a\nb"), "other");
+        assert_eq!(label_text("a\"b"), "other");
+        assert_eq!(label_text(""), "");
     }
 
     #[test]

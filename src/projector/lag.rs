@@ -39,9 +39,9 @@ where
         f64,
     );
     let row: Option<LagRow> = sqlx::query_as(concat!(
-        "SELECT c.tx_id::text, c.event_id, c.projected_events, c.last_event_at, c.updated_at, ",
+        "SELECT c.tx_id::text, c.event_id, c.projected_events, bf4ps_sane_time(c.last_event_at), c.updated_at, ",
         "(SELECT count(*) FROM collection_events e WHERE (e.tx_id, e.event_id) > (c.tx_id, c.event_id)), ",
-        "coalesce((SELECT extract(epoch FROM coalesce($2::timestamptz, now()) - min(o.occurred_at))::float8 FROM ",
+        "coalesce((SELECT extract(epoch FROM coalesce($2::timestamptz, now()) - bf4ps_sane_time(min(o.occurred_at)))::float8 FROM ",
         "  (SELECT e.occurred_at FROM collection_events e ",
         "   WHERE (e.tx_id, e.event_id) > (c.tx_id, c.event_id) ",
         "   ORDER BY e.tx_id, e.event_id LIMIT 10000) o), 0) ",

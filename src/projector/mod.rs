@@ -16,11 +16,20 @@
 //!   compare-and-set on its previous value and upserts the rollups; the
 //!   Prometheus series are bumped only after that commit, so the sum over
 //!   every `serve` instance equals the events projected;
-//! - **one leader**: the loop projects only while it holds the session
-//!   advisory lock [`locks::PROJECTOR`] on a dedicated connection; when that
-//!   connection dies it stops before the next commit (standbys retry every
-//!   [`LoopSettings::lock_retry`]). The compare-and-set keeps the rollups
-//!   exact even if two projectors ever overlap;
+//! - **one leader**: the loop projects only while it holds the `projector`
+//!   lease (`bf4ps_leases`, which no role but `serve`'s can take), renewed
+//!   in every batch's transaction, which fails before its commit when the
+//!   lease is gone; standbys retry every [`LoopSettings::lock_retry`] and
+//!   take over within [`LoopSettings::lease_ttl`] of a leader's death (at
+//!   once after a clean stop). The compare-and-set keeps the rollups exact
+//!   even if two projectors ever overlap;
+//! - **no value stops it**: an event no writer of ours produces (an infinite
+//!   or out-of-range time, an absurd duration) is quarantined
+//!   (`projector_quarantine`, `bf4ps_projector_quarantined_events_total`, a
+//!   log line naming its `event_id`) and passed over;
+//! - **both vocabularies**: BF4PS's own events (`collection_success`,
+//!   `collection_failure`, `collection_persistence_failure`) count in the
+//!   same outcome rollups as ours; its other events only as events;
 //! - NOTIFY is a hint: the loop also polls, and re-polls shortly when events
 //!   are committed but still behind the horizon.
 //!
@@ -64,15 +73,12 @@ pub enum ProjectorError {
          batch rolled back"
     )]
     CheckpointMoved,
-    /// The lock connection died before the batch committed; rolled back.
+    /// The lease expired before the batch committed; rolled back.
     #[error("projector leadership lost before commit; batch rolled back")]
     LeadershipLost,
-    /// The dedicated lock connection failed.
-    #[error("projector lock connection failed: {0}")]
-    LockConnection(#[from] crate::db::DbError),
-    /// `projector rebuild` could not take the projector (or retention) lock in time.
+    /// `projector rebuild` could not take the projector (or retention) lease in time.
     #[error(
-        "the {lock} lock is held by {holder} (a running `serve` leads projection and runs \
+        "the {lock} lease is held by {holder} (a running `serve` leads projection and runs \
          retention); stop it or wait, then retry"
     )]
     LockBusy {

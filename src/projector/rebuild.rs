@@ -5,26 +5,29 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use crate::db::DbTarget;
-use crate::locks::{self, LockConnection};
+use crate::locks::{Lease, LeaseName, lease_holder};
 
-use super::{Position, ProjectorError, batch::Batch, run::LOCK_APPLICATION, store};
+use super::{Position, ProjectorError, batch::Batch, store};
 
-/// Waits a little for an advisory lock, or fails naming its holder.
-pub(super) async fn busy_or_wait(
-    pool: &PgPool,
-    key: i64,
-    deadline: Instant,
-) -> Result<(), ProjectorError> {
-    if Instant::now() < deadline {
+/// How long the rebuild's grants of the projector and retention leases last
+/// (renewed, as the fence, in the rebuild's transaction before it commits).
+const REBUILD_LEASE: Duration = Duration::from_secs(6 * 3600);
+
+/// Takes `lease`, waiting until `deadline`, or fails naming its holder.
+async fn take(pool: &PgPool, lease: &Lease, deadline: Instant) -> Result<(), ProjectorError> {
+    loop {
+        if lease.acquire(pool).await? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let holder = lease_holder(pool, lease.name()).await?;
+            return Err(ProjectorError::LockBusy {
+                lock: lease.name().as_str(),
+                holder: holder.map_or_else(|| "another process".to_owned(), |h| h.to_string()),
+            });
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
-        return Ok(());
     }
-    let holder = locks::holder(pool, key).await?;
-    Err(ProjectorError::LockBusy {
-        lock: locks::name(key),
-        holder: holder.unwrap_or_else(|| "another session".to_owned()),
-    })
 }
 
 /// What `projector rebuild` did.
@@ -41,32 +44,47 @@ pub struct RebuildReport {
 /// Replays every retained event into empty rollups and resets the
 /// checkpoint, in ONE transaction: readers keep seeing the old rollups until
 /// it commits, and a failure leaves everything as it was. Takes the
-/// projector lock first and then the retention lock (waiting up to `wait`
-/// for each), so no loop projects and no retention deletes meanwhile. Prometheus counters are not
-/// touched. `progress` gets (events replayed so far) after each batch.
+/// projector lease first and then the retention lease (waiting up to
+/// `wait` for each), so no loop projects and no retention deletes
+/// meanwhile. Prometheus counters are not touched. `progress` gets (events
+/// replayed so far) after each batch.
 pub async fn rebuild(
     pool: &PgPool,
-    target: &DbTarget,
     batch: u32,
     wait: Duration,
     mut progress: impl FnMut(u64),
 ) -> Result<RebuildReport, ProjectorError> {
     let deadline = Instant::now() + wait;
-    let lock = LockConnection::connect(target, LOCK_APPLICATION, Duration::from_secs(1)).await?;
-    loop {
-        if lock.try_lock(locks::PROJECTOR).await? {
-            break;
-        }
-        busy_or_wait(pool, locks::PROJECTOR, deadline).await?;
-    }
+    let projector = Lease::new(
+        LeaseName::Projector,
+        "bf4ps-ops projector rebuild",
+        REBUILD_LEASE,
+    );
+    let retention = Lease::new(
+        LeaseName::Retention,
+        "bf4ps-ops projector rebuild",
+        REBUILD_LEASE,
+    );
+    take(pool, &projector, deadline).await?;
     // Retention must not run meanwhile: the checkpoint goes back to 0 and
     // climbs again inside this transaction.
-    loop {
-        if lock.try_lock(locks::RETENTION).await? {
-            break;
-        }
-        busy_or_wait(pool, locks::RETENTION, deadline).await?;
+    if let Err(e) = take(pool, &retention, deadline).await {
+        let _ = projector.release(pool).await;
+        return Err(e);
     }
+    let result = replay(pool, batch, &projector, &retention, &mut progress).await;
+    let _ = retention.release(pool).await;
+    let _ = projector.release(pool).await;
+    result
+}
+
+async fn replay(
+    pool: &PgPool,
+    batch: u32,
+    projector: &Lease,
+    retention: &Lease,
+    progress: &mut impl FnMut(u64),
+) -> Result<RebuildReport, ProjectorError> {
     let mut tx = pool.begin().await?;
     let horizon = store::horizon(&mut tx).await?;
     store::reset(&mut tx).await?;
@@ -80,6 +98,7 @@ pub async fn rebuild(
         }
         let b = Batch::from_rows(&rows)?;
         store::upsert_rollups(&mut tx, &b.rollups).await?;
+        store::quarantine(&mut tx, &b.quarantined).await?;
         events += b.count;
         cursor = b.last;
         if b.max_occurred_at > max_at {
@@ -92,11 +111,10 @@ pub async fn rebuild(
     }
     store::set_checkpoint(&mut tx, cursor, events, max_at).await?;
     let rollup_rows = store::rollup_rows(&mut tx).await?;
-    if lock.lost().is_cancelled() {
+    if !projector.renew(&mut *tx).await? || !retention.renew(&mut *tx).await? {
         return Err(ProjectorError::LeadershipLost);
     }
     tx.commit().await?;
-    lock.release().await?;
     Ok(RebuildReport {
         events,
         rollup_rows,

@@ -1,10 +1,10 @@
-//! The projector loop: leadership on a dedicated lock connection, then
-//! batches while leading, waking on NOTIFY or the poll.
+//! The projector loop: leadership by the `projector` lease, then batches
+//! while leading (each fenced by the lease), waking on NOTIFY or the poll.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::PROJECTOR_ERRORS;
 use crate::backoff::jittered;
-use crate::db::{DbTarget, Pool};
-use crate::locks::{self, LockConnection};
+use crate::db::Pool;
+use crate::locks::{Lease, LeaseName};
 use crate::metrics::Registry;
 
 use super::{
@@ -25,8 +25,8 @@ use super::{
     unix_seconds,
 };
 
-/// `application_name` of the projector's lock connection.
-pub(super) const LOCK_APPLICATION: &str = "bf4ps-ops projector";
+/// How the projector's lease holder describes itself.
+pub(super) const LEASE_HOLDER: &str = "bf4ps-ops serve (projector)";
 
 /// Test hook run after the batch's writes and before its commit, with the
 /// backend pid of the batch's connection.
@@ -68,15 +68,17 @@ impl Wake for PollWaiter {
 /// Settings of the projector loop.
 #[derive(Debug, Clone)]
 pub struct LoopSettings {
-    /// How often a standby tries to take the lock.
+    /// How often a standby tries to take the lease.
     pub lock_retry: Duration,
     /// First re-poll delay when committed events wait behind the horizon
     /// (doubles up to `max_held_retry`).
     pub held_retry: Duration,
     /// Cap of the horizon re-poll delay.
     pub max_held_retry: Duration,
-    /// Liveness ping of the lock connection.
-    pub lock_ping: Duration,
+    /// How long one grant of the leader's lease lasts: a leader that stops
+    /// renewing (it died, or lost the database) is replaced after at most
+    /// this long. Renewed every third of it, and by every batch.
+    pub lease_ttl: Duration,
 }
 
 impl Default for LoopSettings {
@@ -85,7 +87,7 @@ impl Default for LoopSettings {
             lock_retry: Duration::from_secs(1),
             held_retry: Duration::from_millis(10),
             max_held_retry: Duration::from_millis(250),
-            lock_ping: Duration::from_secs(1),
+            lease_ttl: Duration::from_secs(5),
         }
     }
 }
@@ -96,8 +98,7 @@ pub struct Projector {
     registry: Registry,
     batch: u32,
     progress: watch::Sender<Progress>,
-    is_leader: Arc<AtomicBool>,
-    beat: Arc<AtomicI64>,
+    state: ProjectorState,
     hook: Option<BeforeCommitHook>,
 }
 
@@ -107,6 +108,16 @@ pub struct Projector {
 pub struct ProjectorState {
     is_leader: Arc<AtomicBool>,
     beat: Arc<AtomicI64>,
+    /// Why the loop cannot lead or project now (cleared when it can).
+    problem: Arc<Mutex<Option<Problem>>>,
+    /// Who leads, when another process does.
+    leader_elsewhere: Arc<Mutex<Option<String>>>,
+}
+
+#[derive(Debug, Clone)]
+struct Problem {
+    since_ms: i64,
+    what: String,
 }
 
 pub(super) fn now_ms() -> i64 {
@@ -124,6 +135,39 @@ impl ProjectorState {
         let ms = self.beat.load(Ordering::Relaxed);
         (ms > 0).then(|| Duration::from_millis((now_ms() - ms).max(0) as u64))
     }
+
+    /// Why this process cannot lead or project, and for how long, if it
+    /// cannot (a failing step or lease, the database away).
+    pub fn problem(&self) -> Option<(Duration, String)> {
+        let p = self.problem.lock().ok()?.clone()?;
+        Some((
+            Duration::from_millis((now_ms() - p.since_ms).max(0) as u64),
+            p.what,
+        ))
+    }
+
+    /// Who leads projection, when another process does (a standby's view).
+    pub fn leader_elsewhere(&self) -> Option<String> {
+        self.leader_elsewhere.lock().ok()?.clone()
+    }
+
+    fn set_problem(&self, what: Option<String>) {
+        if let Ok(mut p) = self.problem.lock() {
+            match what {
+                None => *p = None,
+                Some(what) => {
+                    let since_ms = p.as_ref().map_or_else(now_ms, |old| old.since_ms);
+                    *p = Some(Problem { since_ms, what });
+                }
+            }
+        }
+    }
+
+    fn set_leader_elsewhere(&self, holder: Option<String>) {
+        if let Ok(mut h) = self.leader_elsewhere.lock() {
+            *h = holder;
+        }
+    }
 }
 
 impl Projector {
@@ -135,8 +179,12 @@ impl Projector {
             registry,
             batch: batch.max(1),
             progress,
-            is_leader: Arc::new(AtomicBool::new(false)),
-            beat: Arc::new(AtomicI64::new(0)),
+            state: ProjectorState {
+                is_leader: Arc::new(AtomicBool::new(false)),
+                beat: Arc::new(AtomicI64::new(0)),
+                problem: Arc::new(Mutex::new(None)),
+                leader_elsewhere: Arc::new(Mutex::new(None)),
+            },
             hook: None,
         }
     }
@@ -155,20 +203,17 @@ impl Projector {
 
     /// Liveness and leadership view for `/readyz` and gauges.
     pub fn state(&self) -> ProjectorState {
-        ProjectorState {
-            is_leader: self.is_leader.clone(),
-            beat: self.beat.clone(),
-        }
+        self.state.clone()
     }
 
     /// One bounded step: projects at most one batch. Does not take the
-    /// projector lock (the loop does); safe anyway thanks to the
+    /// projector lease (the loop does); safe anyway thanks to the
     /// compare-and-set.
     pub async fn run_once(&self) -> Result<Step, ProjectorError> {
         self.step(None).await
     }
 
-    async fn step(&self, lease: Option<&CancellationToken>) -> Result<Step, ProjectorError> {
+    async fn step(&self, lease: Option<&Lease>) -> Result<Step, ProjectorError> {
         let mut tx = self.pool.begin().await?;
         let from = checkpoint(&mut *tx).await?;
         let rows = store::read_batch(&mut tx, from, self.batch, None).await?;
@@ -206,15 +251,27 @@ impl Projector {
             return Err(ProjectorError::CheckpointMoved);
         };
         upsert_rollups(&mut tx, &batch.rollups).await?;
+        store::quarantine(&mut tx, &batch.quarantined).await?;
         if let Some(hook) = &self.hook {
             let pid = store::backend_pid(&mut tx).await?;
             hook(pid).await;
         }
-        if lease.is_some_and(|l| l.is_cancelled()) {
+        // The fence: this commit happens only while this process leads (the
+        // lease row stays locked until it, so nobody takes over meanwhile).
+        if let Some(lease) = lease
+            && !lease.renew(&mut *tx).await?
+        {
             tx.rollback().await?;
             return Err(ProjectorError::LeadershipLost);
         }
         tx.commit().await?;
+        for q in &batch.quarantined {
+            tracing::warn!(
+                event_id = q.event_id,
+                reason = %q.reason,
+                "event quarantined: it cannot be projected (see projector_quarantine)"
+            );
+        }
         // Committed: now, and only now, the Prometheus series.
         batch.apply(&self.registry);
         self.registry.upkeep();
@@ -239,80 +296,62 @@ impl Projector {
     }
 
     fn touch(&self) {
-        self.beat.store(now_ms(), Ordering::Relaxed);
+        self.state.beat.store(now_ms(), Ordering::Relaxed);
     }
 
     fn set_leader(&self, leader: bool) {
-        self.is_leader.store(leader, Ordering::Relaxed);
+        self.state.is_leader.store(leader, Ordering::Relaxed);
         self.registry
             .gauge("bf4ps_projector_is_leader", &[])
             .set(if leader { 1.0 } else { 0.0 });
     }
 
-    /// The projector loop: take (or wait for) the lock on a dedicated
-    /// connection to `target`, then project while leading,
-    /// looping at once while batches are full, re-polling shortly while
-    /// committed events wait behind the horizon, and otherwise waiting on
-    /// `wake`. Returns when `cancel` fires. Database errors are logged and
-    /// retried with backoff; they never end the loop.
+    /// The projector loop: take (or wait for) the `projector` lease, then
+    /// project while leading, looping at once while batches are full,
+    /// re-polling shortly while committed events wait behind the horizon,
+    /// and otherwise waiting on `wake` (renewing the lease every third of
+    /// its life meanwhile). Returns when `cancel` fires, giving the lease up.
+    /// Database errors are logged and retried with backoff; they never end
+    /// the loop, and [`ProjectorState::problem`] says what is wrong.
     pub async fn run(
         self,
-        target: DbTarget,
         mut wake: Box<dyn Wake>,
         settings: LoopSettings,
         cancel: CancellationToken,
     ) {
-        let mut conn: Option<LockConnection> = None;
+        let lease = Lease::new(LeaseName::Projector, LEASE_HOLDER, settings.lease_ttl);
+        let renew_every = (settings.lease_ttl / 3).max(Duration::from_millis(10));
         let mut leading = false;
         let mut errors: u32 = 0;
         let mut held_delay = settings.held_retry;
+        let mut renewed = std::time::Instant::now();
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
-            if conn.as_ref().is_some_and(|c| c.lost().is_cancelled()) {
-                conn = None;
-                if leading {
-                    tracing::warn!("projector lock connection lost; leadership given up");
-                    leading = false;
-                    self.set_leader(false);
-                    // Let a healthy standby take over before competing again.
-                    tokio::select! {
-                        _ = cancel.cancelled() => break,
-                        _ = tokio::time::sleep(jittered(settings.lock_retry * 2)) => {}
-                    }
-                    continue;
-                }
-            }
-            let lock = match conn.as_ref() {
-                Some(c) => c,
-                None => {
-                    match LockConnection::connect(&target, LOCK_APPLICATION, settings.lock_ping)
-                        .await
-                    {
-                        Ok(c) => conn.insert(c),
-                        Err(e) => {
-                            tracing::warn!("projector: {e}");
-                            tokio::select! {
-                                _ = cancel.cancelled() => break,
-                                _ = tokio::time::sleep(jittered(settings.lock_retry)) => {}
-                            }
-                            continue;
-                        }
-                    }
-                }
-            };
             if !leading {
-                match lock.try_lock(locks::PROJECTOR).await {
+                match lease.acquire(&self.pool).await {
                     Ok(true) => {
-                        tracing::info!("projector lock taken; this process leads projection");
+                        tracing::info!("projector lease taken; this process leads projection");
                         leading = true;
+                        renewed = std::time::Instant::now();
                         self.set_leader(true);
+                        self.state.set_leader_elsewhere(None);
+                        self.state.set_problem(None);
                         continue;
                     }
-                    Ok(false) => {}
+                    Ok(false) => {
+                        let holder = crate::locks::lease_holder(&self.pool, LeaseName::Projector)
+                            .await
+                            .ok()
+                            .flatten();
+                        self.state
+                            .set_leader_elsewhere(holder.as_ref().map(|h| h.detail.clone()));
+                        self.state.set_problem(None);
+                    }
                     Err(e) => {
-                        tracing::warn!("projector: taking the lock failed: {e}");
-                        conn = None;
+                        tracing::warn!("projector: taking the lease failed: {e}");
+                        self.state
+                            .set_problem(Some(format!("cannot take the projector lease: {e}")));
                     }
                 }
                 tokio::select! {
@@ -321,43 +360,64 @@ impl Projector {
                 }
                 continue;
             }
-            let lost = lock.lost().clone();
-            match self.step(Some(&lost)).await {
+            match self.step(Some(&lease)).await {
                 Ok(step) => {
                     errors = 0;
+                    self.state.set_problem(None);
                     if step.full {
                         held_delay = settings.held_retry;
                         tokio::task::yield_now().await;
                         continue;
                     }
-                    if step.held_back {
+                    let wait = if step.held_back {
                         // Re-poll soon; back off only while nothing moves.
                         if step.projected > 0 {
                             held_delay = settings.held_retry;
                         }
                         let delay = held_delay;
                         held_delay = (held_delay * 2).min(settings.max_held_retry);
-                        tokio::select! {
-                            _ = cancel.cancelled() => break,
-                            _ = lost.cancelled() => {}
-                            _ = tokio::time::sleep(delay) => {}
-                        }
-                        continue;
-                    }
-                    held_delay = settings.held_retry;
+                        delay
+                    } else {
+                        held_delay = settings.held_retry;
+                        renew_every
+                    };
                     tokio::select! {
                         _ = cancel.cancelled() => break,
-                        _ = lost.cancelled() => {}
-                        _ = wake.wait() => {}
+                        _ = tokio::time::sleep(wait.min(renew_every)) => {}
+                        _ = wake.wait(), if !step.held_back => {}
+                    }
+                    // Keep the lease alive every third of its time, however
+                    // often wake-ups end the wait (a poll waiter firing more
+                    // often than that must not let it lapse).
+                    if renewed.elapsed() >= renew_every {
+                        renewed = std::time::Instant::now();
+                        match lease.renew(&self.pool).await {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                tracing::warn!("projector lease expired; leadership given up");
+                                leading = false;
+                                self.set_leader(false);
+                            }
+                            Err(e) => {
+                                tracing::warn!("projector: renewing the lease failed: {e}");
+                                self.state.set_problem(Some(format!(
+                                    "cannot renew the projector lease: {e}"
+                                )));
+                            }
+                        }
                     }
                 }
                 Err(ProjectorError::LeadershipLost) => {
-                    tracing::warn!("projector leadership lost mid-batch; batch rolled back");
+                    tracing::warn!("projector lease lost mid-batch; batch rolled back");
+                    leading = false;
+                    self.set_leader(false);
                 }
                 Err(e) => {
                     errors = errors.saturating_add(1);
                     let delay = PROJECTOR_ERRORS.delay(errors);
                     tracing::warn!("projector step failed (retrying in {delay:?}): {e}");
+                    self.state
+                        .set_problem(Some(format!("projection fails: {e}")));
                     tokio::select! {
                         _ = cancel.cancelled() => break,
                         _ = tokio::time::sleep(delay) => {}
@@ -365,7 +425,12 @@ impl Projector {
                 }
             }
         }
-        drop(conn);
+        if leading {
+            // A standby takes over at once instead of after the lease's expiry.
+            if let Err(e) = lease.release(&self.pool).await {
+                tracing::debug!("projector: releasing the lease failed: {e}");
+            }
+        }
         self.set_leader(false);
     }
 }

@@ -9,7 +9,7 @@ use sqlx::PgConnection;
 
 use super::{
     CHECKPOINT, Position, ProjectorError, RollupDelta,
-    batch::{EventRow, RollupKey, parse_tx},
+    batch::{EventRow, Quarantined, RollupKey, parse_tx},
 };
 
 /// Commit-safe read of the next batch. `$4` fixes the horizon (rebuild);
@@ -154,6 +154,30 @@ pub(super) async fn set_checkpoint(
     .bind(events as i64)
     .bind(last_event_at)
     .bind(CHECKPOINT)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the events a batch passes over (once: a rebuild meets them again).
+pub(super) async fn quarantine(
+    conn: &mut PgConnection,
+    events: &[Quarantined],
+) -> Result<(), sqlx::Error> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = events.iter().map(|q| q.event_id).collect();
+    let txs: Vec<&str> = events.iter().map(|q| q.tx_text.as_str()).collect();
+    let reasons: Vec<&str> = events.iter().map(|q| q.reason.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO projector_quarantine (event_id, tx_id, reason) \
+         SELECT e, t::xid8, r FROM unnest($1::bigint[], $2::text[], $3::text[]) AS q(e, t, r) \
+         ON CONFLICT (event_id) DO NOTHING",
+    )
+    .bind(ids)
+    .bind(txs)
+    .bind(reasons)
     .execute(conn)
     .await?;
     Ok(())

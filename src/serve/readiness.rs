@@ -14,7 +14,9 @@
 //!   adds one short reason, in check order;
 //! - the JSON document has `ready`, one boolean field per check (their
 //!   names are a stable interface: `database`, `migrations_current`,
-//!   `projector_alive`), `projector_leader` (information, not a check) and
+//!   `projector_alive`, `projector_projecting` — not when the projector has
+//!   failed to lead or project for [`PROBLEM_GRACE`], with its reason),
+//!   `projector_leader` (information, not a check) and
 //!   `reasons`. A new check is one more [`Check`] in [`assess`]: its field
 //!   and its reason follow.
 
@@ -78,6 +80,7 @@ impl Readiness {
                 ("database", "database not checked yet"),
                 ("migrations_current", "migrations not checked yet"),
                 ("projector_alive", "projector not checked yet"),
+                ("projector_projecting", "projector not checked yet"),
             ]
             .into_iter()
             .map(|(field, reason)| Check::new(field, false, reason))
@@ -154,11 +157,26 @@ pub async fn assess(pool: &Pool, projector: &ProjectorState, alive_within: Durat
                 },
             ),
             Check::new("projector_alive", alive, "projector not alive"),
+            match projector.problem() {
+                Some((since, what)) if since >= PROBLEM_GRACE => Check::new(
+                    "projector_projecting",
+                    false,
+                    format!(
+                        "projector cannot lead or project for {}s: {what}",
+                        since.as_secs()
+                    ),
+                ),
+                _ => Check::new("projector_projecting", true, ""),
+            },
         ],
         projector_leader: projector.is_leader(),
         at: Some(Instant::now()),
     }
 }
+
+/// How long the projector may fail to lead or project before `serve` is
+/// not ready (a database blip or a leader hand-over is shorter).
+pub const PROBLEM_GRACE: Duration = Duration::from_secs(10);
 
 /// Where `/readyz` reads the latest verdict.
 #[derive(Clone)]

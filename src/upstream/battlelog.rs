@@ -1,16 +1,20 @@
-//! Battlelog's wire format and our normalized shapes: pure functions from a
-//! response body to a JSON value, or to a classified error.
-//! `docs/battlelog.md` describes both sides for operators and consumers.
+//! Battlelog's wire format and our normalized shapes (BF4PS's columns):
+//! pure functions from a response body to a JSON value, or to a classified
+//! error. `docs/battlelog.md` describes both sides for operators and
+//! consumers.
 //!
-//! Battlelog answers `{"type":"success","message":"OK","data":{...}}`. The
-//! containers (the only structural requirement) per resource:
+//! The JSON resources answer `{"type":"success","message":"OK","data":{...}}`.
+//! The containers (the only structural requirement) per resource:
 //!
 //! | resource | endpoint | main object/list in `data` |
 //! |---|---|---|
 //! | `detailed` | `warsawdetailedstatspopulate` | `generalStats` |
-//! | `profile` | `warsawoverviewpopulate` | `viewedPersonaInfo` and `overviewStats` |
 //! | `weapons` | `warsawWeaponsPopulateStats` | `mainWeaponStats[]` (each entry keyed by `guid`) |
 //! | `vehicles` | `warsawvehiclesPopulateStats` | `mainVehicleStats[]` (each entry keyed by `guid`) |
+//!
+//! `profile` is the Battlelog user page (HTML) of the soldier's account,
+//! `/bf4/user/{name}/`, read by [`profile_page`] into BF4PS's
+//! `battlelog_profiles` (country and access state).
 //!
 //! Every counter is optional and nullable: any one may be missing, `null`
 //! or an empty string (melee weapons carry `null` shots and time). A number
@@ -22,9 +26,9 @@
 //!   success envelope without `data` or without the main object/list (a
 //!   "200 without stats", which Battlelog sends transiently), a fractional
 //!   or negative value where a count is expected, a non-numeric counter, an
-//!   entry without a `guid`, a guid listed twice, or a `personaId` /
-//!   `platformInt` (at `data` level, and in `viewedPersonaInfo` for
-//!   `profile`) that contradicts the request;
+//!   entry without a `guid`, a guid listed twice, a `personaId` /
+//!   `platformInt` that contradicts the request; a user page that is not
+//!   HTML or does not show the requested user;
 //! - `unavailable` (terminal): exactly the envelope [`is_not_found`] pins —
 //!   `type` "error" and a `message` equal to [`NOT_FOUND_MESSAGE`] (both
 //!   compared trimmed and case-insensitively). Battlelog was never seen to
@@ -32,14 +36,14 @@
 //! - `server` (retryable): any other envelope whose `type` is not `success`
 //!   (e.g. "temporarily unavailable", "private").
 //!
-//! Normalized shapes (snake_case; counters as integers, times in seconds,
-//! reals rounded to 4 decimals): every key is always present, and a value
-//! Battlelog did not report (absent, `null` or `""`) is `null`, never 0.
-//! Ratios are `null` when an input is `null` or the denominator is 0. Lists
-//! are sorted by guid (unique), and entries whose counters are all 0 or
-//! `null` are dropped (an unused catalog item carries no stats). So the
-//! output, and its content hash, depend only on the stats, never on number
-//! representation, key order, list order or padding.
+//! Normalized shapes are BF4PS's columns (`detailed_stats_current`, the
+//! catalogs and per-soldier stats, `battlelog_profiles`): every key is always
+//! present, and a value Battlelog did not report (absent, `null` or `""`)
+//! is `null`, never 0 (the database stores 0 where BF4PS's column is NOT
+//! NULL, as BF4PS does). The two decimals are Battlelog's own text; the
+//! database quantizes them. Lists are sorted by guid (unique) and complete.
+//! So the output depends only on the stats, never on number representation,
+//! key order, list order or padding.
 //!
 //! Error messages are our own words: field names from our definitions and
 //! fixed texts, never a value, key or message taken from the body.
@@ -85,13 +89,19 @@ pub fn is_not_found(kind: &str, message: Option<&str>) -> bool {
 }
 
 /// Normalizes the body of a 2xx response for `resource` of the soldier
-/// (`platform`, `persona_id`).
+/// (`platform`, `persona_id`), whose current name is `username` (the
+/// `profile` resource is the Battlelog user page of that name).
 pub fn normalize(
     resource: Resource,
     platform: Platform,
     persona_id: i64,
+    username: &str,
     body: &[u8],
 ) -> Result<Value, BodyError> {
+    if resource == Resource::Profile {
+        let profile = profile_page(username, body)?;
+        return to_value(profile).map_err(|_| parse_error("normalized data does not serialize"));
+    }
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         // Also catches HTML error pages and empty bodies without a serde
         // message (which could quote them).
@@ -129,9 +139,9 @@ pub fn normalize(
     };
     let value = match resource {
         Resource::Detailed => to_value(detailed(who, data::<DetailedData>(body)?)?),
-        Resource::Profile => to_value(profile(who, data::<ProfileData>(body)?)?),
         Resource::Weapons => to_value(weapons(who, data::<WeaponsData>(body)?)?),
         Resource::Vehicles => to_value(vehicles(who, data::<VehiclesData>(body)?)?),
+        Resource::Profile => unreachable!("handled above"),
     };
     value.map_err(|_| parse_error("normalized data does not serialize"))
 }
@@ -271,9 +281,12 @@ mod lenient {
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct Cnt(pub Option<i64>);
 
-    /// A nullable finite real (integer, float or numeric string).
-    #[derive(Debug, Clone, Copy, Default, PartialEq)]
-    pub struct Dec(pub Option<f64>);
+    /// A nullable non-negative decimal kept exactly as Battlelog wrote it
+    /// (a JSON number's own text, or a numeric string's): BF4PS stores it
+    /// rounded half-even to its column's scale, which an `f64` on the way
+    /// would get wrong for ties. Absent, `null` and `""` are `None`.
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct DecText(pub Option<String>);
 
     /// A nullable, trimmed, non-empty string (ids may arrive as integers).
     #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -299,10 +312,49 @@ mod lenient {
         }
     }
 
-    impl<'de> Deserialize<'de> for Dec {
+    impl<'de> Deserialize<'de> for DecText {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(RealVisitor).map(Dec)
+            let raw: Box<serde_json::value::RawValue> = Deserialize::deserialize(d)?;
+            let text = raw.get().trim();
+            if text == "null" {
+                return Ok(DecText(None));
+            }
+            let text = if text.starts_with('"') {
+                let s: String = serde_json::from_str(text).map_err(|_| de::Error::custom(NAN))?;
+                s.trim().to_owned()
+            } else {
+                text.to_owned()
+            };
+            if text.is_empty() {
+                return Ok(DecText(None));
+            }
+            if text.starts_with('-') {
+                return Err(de::Error::custom(NEGATIVE));
+            }
+            if !is_decimal(&text) {
+                return Err(de::Error::custom(NAN));
+            }
+            Ok(DecText(Some(text)))
         }
+    }
+
+    /// `digits[.digits][e[+-]digits]`, at most 40 characters.
+    fn is_decimal(text: &str) -> bool {
+        if text.len() > 40 {
+            return false;
+        }
+        let (mantissa, exponent) = match text.find(['e', 'E']) {
+            Some(i) => (&text[..i], Some(&text[i + 1..])),
+            None => (text, None),
+        };
+        let (whole, fraction) = match mantissa.split_once('.') {
+            Some((w, f)) => (w, Some(f)),
+            None => (mantissa, None),
+        };
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        digits(whole)
+            && fraction.is_none_or(digits)
+            && exponent.is_none_or(|e| digits(e.strip_prefix(['+', '-']).unwrap_or(e)))
     }
 
     impl<'de> Deserialize<'de> for Txt {
@@ -366,57 +418,6 @@ mod lenient {
         }
     }
 
-    struct RealVisitor;
-
-    impl<'de> Visitor<'de> for RealVisitor {
-        type Value = Option<f64>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a number")
-        }
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-            Ok(Some(v as f64))
-        }
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-            Ok(Some(v as f64))
-        }
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
-            if v.is_finite() {
-                Ok(Some(v))
-            } else {
-                Err(E::custom(NAN))
-            }
-        }
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            let v = v.trim();
-            if v.is_empty() {
-                return Ok(None);
-            }
-            match v.parse::<f64>() {
-                Ok(n) if n.is_finite() => Ok(Some(n)),
-                _ => Err(E::custom(NAN)),
-            }
-        }
-        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-            Err(E::custom(NAN))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(RealVisitor)
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-            Err(de::Error::custom(NAN))
-        }
-        fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
-            Err(de::Error::custom(NAN))
-        }
-    }
-
     /// A trimmed string, `None` for null or empty; integers become text.
     struct TextVisitor;
 
@@ -460,7 +461,7 @@ mod lenient {
     }
 }
 
-use lenient::{Cnt, Dec, Txt};
+use lenient::{Cnt, DecText, Txt};
 
 // ---------------------------------------------------------------------------
 // Wire structs: every field optional, unknown fields skipped unread, and an
@@ -553,12 +554,8 @@ const KNOWN_KEYS: &[&str] = &[
     "personaId",
     "platformInt",
     "generalStats",
-    "viewedPersonaInfo",
-    "overviewStats",
     "mainWeaponStats",
     "mainVehicleStats",
-    "personaName",
-    "tag",
     "guid",
     "name",
     "slug",
@@ -572,13 +569,10 @@ const KNOWN_KEYS: &[&str] = &[
     "destroyXinY",
     "rank",
     "score",
-    "totalScore",
-    "skill",
     "deaths",
     "timePlayed",
     "numWins",
     "numLosses",
-    "numRounds",
     "combatScore",
     "killAssists",
     "revives",
@@ -656,23 +650,6 @@ fn missing(what: &str) -> BodyError {
     parse_error(format!("envelope `data` lacks `{what}` (no stats)"))
 }
 
-/// `num / den` rounded to 4 decimals; `None` when either is unknown or
-/// `den` is 0.
-fn ratio(num: Option<i64>, den: Option<i64>) -> Option<f64> {
-    match (num, den) {
-        (Some(n), Some(d)) if d != 0 => Some(round4(n as f64 / d as f64)),
-        _ => None,
-    }
-}
-
-fn round4(v: f64) -> f64 {
-    (v * 10_000.0).round() / 10_000.0
-}
-
-fn real(d: Dec) -> Option<f64> {
-    d.0.map(round4)
-}
-
 // ---------------------------------------------------------------------------
 // detailed
 
@@ -682,320 +659,250 @@ wire!(DetailedData {
     general_stats: Option<GeneralStats> = "generalStats",
 });
 
-wire!(GeneralStats {
+/// Declares [`GeneralStats`] (the wire) and [`Detailed`] (BF4PS's 48
+/// columns) from one table: column name, Battlelog key, type.
+macro_rules! detailed_columns {
+    ($($column:ident : $ty:ident = $key:literal),+ $(,)?) => {
+        wire!(GeneralStats { $($column: $ty = $key),+ });
+
+        /// Normalized `detailed` data: BF4PS's `detailed_stats_current`
+        /// columns, each `null` when Battlelog did not report it.
+        /// `quit_percentage` and `longest_headshot` are the decimals exactly
+        /// as Battlelog wrote them (text); the database rounds them half-even
+        /// to its column scales.
+        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[allow(missing_docs)]
+        pub struct Detailed {
+            /// The persona the stats belong to (the requested one).
+            pub persona_id: i64,
+            $(pub $column: <$ty as Column>::Out,)+
+        }
+
+        /// BF4PS's column names in order (the migration's and the tests').
+        pub const DETAILED_COLUMNS: &[&str] = &[$(stringify!($column)),+];
+
+        fn detailed(who: Identity, d: DetailedData) -> Result<Detailed, BodyError> {
+            who.check(&[d.persona_id], &[d.platform_int])?;
+            let g = d.general_stats.ok_or_else(|| missing("generalStats"))?;
+            let d = Detailed {
+                persona_id: who.persona_id,
+                $($column: g.$column.0,)+
+            };
+            fits("generalStats.quitPercentage", &d.quit_percentage, QUIT_PERCENTAGE_MAX)?;
+            fits("generalStats.longestHeadshot", &d.longest_headshot, LONGEST_HEADSHOT_MAX)?;
+            Ok(d)
+        }
+    };
+}
+
+/// BF4PS's `numeric(10,6)` for `quit_percentage`: below 10^4, 6 places.
+const QUIT_PERCENTAGE_MAX: (f64, i32) = (10_000.0, 6);
+
+/// BF4PS's `numeric(14,4)` for `longest_headshot`: below 10^10, 4 places.
+const LONGEST_HEADSHOT_MAX: (f64, i32) = (10_000_000_000.0, 4);
+
+/// A decimal must fit its column once rounded (half-even) to the column's
+/// scale: a value beyond it is a `parse` failure naming the field (the
+/// database would refuse the whole row).
+fn fits(field: &str, value: &Option<String>, (bound, scale): (f64, i32)) -> Result<(), BodyError> {
+    let factor = 10f64.powi(scale);
+    match value.as_deref().map(str::parse::<f64>) {
+        None => Ok(()),
+        Some(Ok(v)) if (v * factor).round_ties_even() / factor < bound => Ok(()),
+        Some(_) => Err(parse_error(format!("`{field}` {}", lenient::RANGE))),
+    }
+}
+
+/// What a wire value normalizes to (the type of a [`Detailed`] field).
+pub trait Column {
+    /// The field's Rust type.
+    type Out;
+}
+
+impl Column for Cnt {
+    type Out = Option<i64>;
+}
+
+impl Column for DecText {
+    type Out = Option<String>;
+}
+
+// BF4PS's mapping (its detailed collector's 48 retained fields), in its
+// column order.
+detailed_columns! {
     rank: Cnt = "rank",
-    score: Cnt = "score",
+    time_played_seconds: Cnt = "timePlayed",
+    assault_score: Cnt = "assault",
+    engineer_score: Cnt = "engineer",
+    support_score: Cnt = "support",
+    recon_score: Cnt = "recon",
+    commander_score: Cnt = "commander",
+    squad_score: Cnt = "sc_squad",
+    vehicle_score: Cnt = "sc_vehicle",
+    award_score: Cnt = "sc_award",
+    unlock_score: Cnt = "sc_unlock",
+    total_score: Cnt = "score",
     combat_score: Cnt = "combatScore",
-    skill: Dec = "skill",
-    time_played: Cnt = "timePlayed",
+    conquest_score: Cnt = "conquest",
+    rush_score: Cnt = "rush",
+    team_deathmatch_score: Cnt = "teamdeathmatch",
+    domination_score: Cnt = "domination",
+    obliteration_score: Cnt = "obliteration",
+    defuse_score: Cnt = "elimination",
+    capture_the_flag_score: Cnt = "capturetheflag",
+    air_superiority_score: Cnt = "airsuperiority",
+    carrier_assault_score: Cnt = "carrierassault",
+    chain_link_score: Cnt = "chainlink",
     kills: Cnt = "kills",
     deaths: Cnt = "deaths",
     kill_assists: Cnt = "killAssists",
-    headshots: Cnt = "headshots",
-    num_wins: Cnt = "numWins",
-    num_losses: Cnt = "numLosses",
-    num_rounds: Cnt = "numRounds",
+    wins: Cnt = "numWins",
+    losses: Cnt = "numLosses",
     shots_fired: Cnt = "shotsFired",
     shots_hit: Cnt = "shotsHit",
-    revives: Cnt = "revives",
     repairs: Cnt = "repairs",
+    revives: Cnt = "revives",
     heals: Cnt = "heals",
     resupplies: Cnt = "resupplies",
     avenger_kills: Cnt = "avengerKills",
     savior_kills: Cnt = "saviorKills",
     suppression_assists: Cnt = "suppressionAssists",
-    flag_captures: Cnt = "flagCaptures",
-    flag_defend: Cnt = "flagDefend",
+    quit_percentage: DecText = "quitPercentage",
+    flags_captured: Cnt = "flagCaptures",
+    flags_defended: Cnt = "flagDefend",
     dogtags_taken: Cnt = "dogtagsTaken",
     vehicles_destroyed: Cnt = "vehiclesDestroyed",
     vehicle_damage: Cnt = "vehicleDamage",
-    kill_streak_bonus: Cnt = "killStreakBonus",
+    headshots: Cnt = "headshots",
+    longest_headshot: DecText = "longestHeadshot",
+    highest_kill_streak: Cnt = "killStreakBonus",
     nemesis_kills: Cnt = "nemesisKills",
-    nemesis_streak: Cnt = "nemesisStreak",
-    longest_headshot: Dec = "longestHeadshot",
-    quit_percentage: Dec = "quitPercentage",
-    assault: Cnt = "assault",
-    engineer: Cnt = "engineer",
-    support: Cnt = "support",
-    recon: Cnt = "recon",
-    commander: Cnt = "commander",
-    sc_squad: Cnt = "sc_squad",
-    sc_vehicle: Cnt = "sc_vehicle",
-    sc_award: Cnt = "sc_award",
-    sc_unlock: Cnt = "sc_unlock",
-    conquest: Cnt = "conquest",
-    rush: Cnt = "rush",
-    team_deathmatch: Cnt = "teamdeathmatch",
-    domination: Cnt = "domination",
-    obliteration: Cnt = "obliteration",
-    elimination: Cnt = "elimination",
-    capture_the_flag: Cnt = "capturetheflag",
-    air_superiority: Cnt = "airsuperiority",
-    carrier_assault: Cnt = "carrierassault",
-    chain_link: Cnt = "chainlink",
-});
-
-/// Normalized `detailed` data. Every field but `persona_id` is `null` when
-/// Battlelog did not report it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Detailed {
-    /// The persona the stats belong to (the requested one).
-    pub persona_id: i64,
-    /// Rank (0..=140).
-    pub rank: Option<i64>,
-    /// Total score.
-    pub score: Option<i64>,
-    /// Combat score.
-    pub combat_score: Option<i64>,
-    /// Battlelog skill rating.
-    pub skill: Option<f64>,
-    /// Seconds played.
-    pub time_played_s: Option<i64>,
-    /// Kills.
-    pub kills: Option<i64>,
-    /// Deaths.
-    pub deaths: Option<i64>,
-    /// kills / deaths.
-    pub kd_ratio: Option<f64>,
-    /// Rounds won.
-    pub wins: Option<i64>,
-    /// Rounds lost.
-    pub losses: Option<i64>,
-    /// Rounds played.
-    pub rounds: Option<i64>,
-    /// Shots fired.
-    pub shots_fired: Option<i64>,
-    /// Shots that hit.
-    pub shots_hit: Option<i64>,
-    /// shots_hit / shots_fired.
-    pub accuracy: Option<f64>,
-    /// Headshots.
-    pub headshots: Option<i64>,
-    /// Kill assists.
-    pub kill_assists: Option<i64>,
-    /// Revives.
-    pub revives: Option<i64>,
-    /// Repairs.
-    pub repairs: Option<i64>,
-    /// Heals.
-    pub heals: Option<i64>,
-    /// Resupplies.
-    pub resupplies: Option<i64>,
-    /// Avenger kills.
-    pub avenger_kills: Option<i64>,
-    /// Savior kills.
-    pub savior_kills: Option<i64>,
-    /// Suppression assists.
-    pub suppression_assists: Option<i64>,
-    /// Flags captured.
-    pub flags_captured: Option<i64>,
-    /// Flags defended.
-    pub flags_defended: Option<i64>,
-    /// Dogtags taken.
-    pub dogtags_taken: Option<i64>,
-    /// Vehicles destroyed.
-    pub vehicles_destroyed: Option<i64>,
-    /// Vehicle damage.
-    pub vehicle_damage: Option<i64>,
-    /// Highest kill streak.
-    pub highest_kill_streak: Option<i64>,
-    /// Nemesis kills.
-    pub nemesis_kills: Option<i64>,
-    /// Highest nemesis streak.
-    pub highest_nemesis_streak: Option<i64>,
-    /// Longest headshot in metres.
-    pub longest_headshot: Option<f64>,
-    /// Quit percentage as Battlelog reports it.
-    pub quit_percentage: Option<f64>,
-    /// Score per kit and category.
-    pub kit_scores: KitScores,
-    /// Score per game mode.
-    pub mode_scores: ModeScores,
-}
-
-/// Score per kit/category (`assault`, ..., `sc_unlock`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[allow(missing_docs)]
-pub struct KitScores {
-    pub assault: Option<i64>,
-    pub engineer: Option<i64>,
-    pub support: Option<i64>,
-    pub recon: Option<i64>,
-    pub commander: Option<i64>,
-    pub squad: Option<i64>,
-    pub vehicle: Option<i64>,
-    pub award: Option<i64>,
-    pub unlock: Option<i64>,
-}
-
-/// Score per game mode.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[allow(missing_docs)]
-pub struct ModeScores {
-    pub conquest: Option<i64>,
-    pub rush: Option<i64>,
-    pub team_deathmatch: Option<i64>,
-    pub domination: Option<i64>,
-    pub obliteration: Option<i64>,
-    pub defuse: Option<i64>,
-    pub capture_the_flag: Option<i64>,
-    pub air_superiority: Option<i64>,
-    pub carrier_assault: Option<i64>,
-    pub chain_link: Option<i64>,
-}
-
-fn detailed(who: Identity, d: DetailedData) -> Result<Detailed, BodyError> {
-    who.check(&[d.persona_id], &[d.platform_int])?;
-    let g = d.general_stats.ok_or_else(|| missing("generalStats"))?;
-    Ok(Detailed {
-        persona_id: who.persona_id,
-        rank: g.rank.0,
-        score: g.score.0,
-        combat_score: g.combat_score.0,
-        skill: real(g.skill),
-        time_played_s: g.time_played.0,
-        kills: g.kills.0,
-        deaths: g.deaths.0,
-        kd_ratio: ratio(g.kills.0, g.deaths.0),
-        wins: g.num_wins.0,
-        losses: g.num_losses.0,
-        rounds: g.num_rounds.0,
-        shots_fired: g.shots_fired.0,
-        shots_hit: g.shots_hit.0,
-        accuracy: ratio(g.shots_hit.0, g.shots_fired.0),
-        headshots: g.headshots.0,
-        kill_assists: g.kill_assists.0,
-        revives: g.revives.0,
-        repairs: g.repairs.0,
-        heals: g.heals.0,
-        resupplies: g.resupplies.0,
-        avenger_kills: g.avenger_kills.0,
-        savior_kills: g.savior_kills.0,
-        suppression_assists: g.suppression_assists.0,
-        flags_captured: g.flag_captures.0,
-        flags_defended: g.flag_defend.0,
-        dogtags_taken: g.dogtags_taken.0,
-        vehicles_destroyed: g.vehicles_destroyed.0,
-        vehicle_damage: g.vehicle_damage.0,
-        highest_kill_streak: g.kill_streak_bonus.0,
-        nemesis_kills: g.nemesis_kills.0,
-        highest_nemesis_streak: g.nemesis_streak.0,
-        longest_headshot: real(g.longest_headshot),
-        quit_percentage: real(g.quit_percentage),
-        kit_scores: KitScores {
-            assault: g.assault.0,
-            engineer: g.engineer.0,
-            support: g.support.0,
-            recon: g.recon.0,
-            commander: g.commander.0,
-            squad: g.sc_squad.0,
-            vehicle: g.sc_vehicle.0,
-            award: g.sc_award.0,
-            unlock: g.sc_unlock.0,
-        },
-        mode_scores: ModeScores {
-            conquest: g.conquest.0,
-            rush: g.rush.0,
-            team_deathmatch: g.team_deathmatch.0,
-            domination: g.domination.0,
-            obliteration: g.obliteration.0,
-            defuse: g.elimination.0,
-            capture_the_flag: g.capture_the_flag.0,
-            air_superiority: g.air_superiority.0,
-            carrier_assault: g.carrier_assault.0,
-            chain_link: g.chain_link.0,
-        },
-    })
+    highest_nemesis_streak: Cnt = "nemesisStreak",
 }
 
 // ---------------------------------------------------------------------------
-// profile
+// profile: the Battlelog user page of the soldier's account
 
-wire!(ProfileData {
-    persona_id: Cnt = "personaId",
-    platform_int: Cnt = "platformInt",
-    viewed_persona_info: Option<PersonaInfo> = "viewedPersonaInfo",
-    overview_stats: Option<OverviewStats> = "overviewStats",
-});
+/// The access states of BF4PS's `battlelog_profiles` a page can show
+/// (`error` is a failed fetch, never stored from a page).
+pub const ACCESS_STATES: &[&str] = &[
+    "public_country",
+    "public_no_country",
+    "friends_only",
+    "not_found",
+];
 
-wire!(PersonaInfo {
-    persona_id: Cnt = "personaId",
-    platform_int: Cnt = "platformInt",
-    persona_name: Txt = "personaName",
-    tag: Txt = "tag",
-});
+/// What a user page says when its owner shares it only with friends
+/// (compared case-insensitively).
+pub const FRIENDS_ONLY_MARKER: &str = "only with friends";
 
-wire!(OverviewStats {
-    rank: Cnt = "rank",
-    skill: Dec = "skill",
-    kills: Cnt = "kills",
-    deaths: Cnt = "deaths",
-    time_played: Cnt = "timePlayed",
-    score: Cnt = "score",
-    total_score: Cnt = "totalScore",
-    num_wins: Cnt = "numWins",
-    num_losses: Cnt = "numLosses",
-});
-
-/// Normalized `profile` data (`null`: not reported).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Normalized `profile` data: BF4PS's `battlelog_profiles` columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Profile {
-    /// The persona (the requested one).
-    pub persona_id: i64,
-    /// Soldier (persona) name.
-    pub name: Option<String>,
-    /// Clan tag; `null` when none.
-    pub clan_tag: Option<String>,
-    /// Rank.
-    pub rank: Option<i64>,
-    /// Total score (`score`, else `totalScore`).
-    pub score: Option<i64>,
-    /// Skill rating.
-    pub skill: Option<f64>,
-    /// Kills.
-    pub kills: Option<i64>,
-    /// Deaths.
-    pub deaths: Option<i64>,
-    /// kills / deaths.
-    pub kd_ratio: Option<f64>,
-    /// Rounds won.
-    pub wins: Option<i64>,
-    /// Rounds lost.
-    pub losses: Option<i64>,
-    /// Seconds played.
-    pub time_played_s: Option<i64>,
+    /// The Battlelog account's name (the page that was fetched).
+    pub battlelog_username: String,
+    /// The account's numeric id, when the page shows it.
+    pub battlelog_user_id: Option<i64>,
+    /// ISO country code, upper case, when the page shows a country.
+    pub country_code: Option<String>,
+    /// The country as the page names it.
+    pub country_name: Option<String>,
+    /// One of [`ACCESS_STATES`].
+    pub access_state: &'static str,
 }
 
-fn profile(who: Identity, p: ProfileData) -> Result<Profile, BodyError> {
-    let info = p
-        .viewed_persona_info
-        .ok_or_else(|| missing("viewedPersonaInfo"))?;
-    who.check(
-        &[p.persona_id, info.persona_id],
-        &[p.platform_int, info.platform_int],
-    )?;
-    let s = p.overview_stats.ok_or_else(|| missing("overviewStats"))?;
-    Ok(Profile {
-        persona_id: who.persona_id,
-        name: info.persona_name.0,
-        clan_tag: info.tag.0,
-        rank: s.rank.0,
-        score: s.score.0.or(s.total_score.0),
-        skill: real(s.skill),
-        kills: s.kills.0,
-        deaths: s.deaths.0,
-        kd_ratio: ratio(s.kills.0, s.deaths.0),
-        wins: s.num_wins.0,
-        losses: s.num_losses.0,
-        time_played_s: s.time_played.0,
+impl Profile {
+    /// The profile of an account Battlelog does not know (HTTP 404).
+    pub fn not_found(username: &str) -> Profile {
+        Profile {
+            battlelog_username: username.to_owned(),
+            battlelog_user_id: None,
+            country_code: None,
+            country_name: None,
+            access_state: "not_found",
+        }
+    }
+}
+
+/// Reads a Battlelog user page (HTML): `friends_only` when it says the
+/// owner shares it only with friends; `public_country` when it shows the
+/// location flag (`<span class="location-information"><img
+/// src=".../flags/xx.gif" alt="Country">`, the code from the file name,
+/// upper-cased); else `public_no_country`. A page that does not name the
+/// requested user (an error or maintenance page, a "200 without stats") is a
+/// `parse` failure. Nothing of the page reaches a message.
+pub fn profile_page(username: &str, body: &[u8]) -> Result<Profile, BodyError> {
+    let page = String::from_utf8_lossy(body);
+    let lower = page.to_lowercase();
+    if !lower.contains("<html") {
+        return Err(parse_error("the profile body is not an HTML page"));
+    }
+    if username.trim().is_empty() || !lower.contains(&username.trim().to_lowercase()) {
+        return Err(parse_error(
+            "the profile page does not show the requested user",
+        ));
+    }
+    let user_id = attribute(&page, &lower, "data-user-id=\"", 0)
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|v| *v > 0);
+    if lower.contains(FRIENDS_ONLY_MARKER) {
+        return Ok(Profile {
+            battlelog_username: username.trim().to_owned(),
+            battlelog_user_id: user_id,
+            country_code: None,
+            country_name: None,
+            access_state: "friends_only",
+        });
+    }
+    let location = lower.find("class=\"location-information\"");
+    let flag = location.and_then(|at| {
+        let img = at + lower[at..].find("<img")?;
+        let end = img + lower[img..].find('>')?;
+        let tag = &lower[img..end];
+        let src = tag.find("flags/")? + "flags/".len();
+        let code: String = tag[src..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphabetic())
+            .collect();
+        if code.len() != 2 || !tag[src + 2..].starts_with(".gif") {
+            return None;
+        }
+        let name = attribute(&page, &lower, "alt=\"", img).filter(|n| {
+            !n.is_empty() && n.chars().count() <= 200 && !n.chars().any(char::is_control)
+        });
+        Some((code.to_uppercase(), name))
+    });
+    Ok(match flag {
+        Some((code, name)) => Profile {
+            battlelog_username: username.trim().to_owned(),
+            battlelog_user_id: user_id,
+            country_code: Some(code),
+            country_name: name,
+            access_state: "public_country",
+        },
+        None => Profile {
+            battlelog_username: username.trim().to_owned(),
+            battlelog_user_id: user_id,
+            country_code: None,
+            country_name: None,
+            access_state: "public_no_country",
+        },
     })
+}
+
+/// The value of the first `prefix"…"` attribute at or after `from` (the
+/// prefix ends with the opening quote), from the original text.
+fn attribute(page: &str, lower: &str, prefix: &str, from: usize) -> Option<String> {
+    let start = from + lower.get(from..)?.find(prefix)? + prefix.len();
+    let len = page.get(start..)?.find('"')?;
+    (len <= 400).then(|| page[start..start + len].trim().to_owned())
 }
 
 // ---------------------------------------------------------------------------
 // weapons and vehicles
 
 /// An entry of a catalog list (`mainWeaponStats`, `mainVehicleStats`):
-/// identified by Battlelog's guid, kept only when it has any stat.
+/// identified by Battlelog's guid.
 trait CatalogEntry: Sized {
     /// What one entry is called in messages ("weapon").
     const WHAT: &'static str;
@@ -1009,12 +916,11 @@ trait CatalogEntry: Sized {
     fn wire_guid(wire: &mut Self::Wire) -> Option<String>;
     /// Its guid.
     fn guid(&self) -> &str;
-    /// Its counters (an entry whose counters are all absent or 0 is dropped).
-    fn counters(&self) -> Vec<Option<i64>>;
 }
 
 /// A catalog list, normalized: every entry has a guid, sorted by guid, no
-/// guid twice (the message never quotes it), entries without stats dropped.
+/// guid twice (the message never quotes it). Every entry is kept, the
+/// unused ones too: BF4PS stores a soldier's whole list.
 fn catalog<T: CatalogEntry>(wire: Option<Vec<T::Wire>>) -> Result<Vec<T>, BodyError> {
     let wire = wire.ok_or_else(|| missing(T::FIELD))?;
     let mut list = Vec::with_capacity(wire.len());
@@ -1027,7 +933,6 @@ fn catalog<T: CatalogEntry>(wire: Option<Vec<T::Wire>>) -> Result<Vec<T>, BodyEr
     if list.windows(2).any(|w| w[0].guid() == w[1].guid()) {
         return Err(parse_error(format!("a {} guid is listed twice", T::WHAT)));
     }
-    list.retain(|e| e.counters().iter().any(|c| c.unwrap_or(0) != 0));
     Ok(list)
 }
 
@@ -1052,29 +957,26 @@ wire!(WeaponWire {
 /// Normalized `weapons` data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Weapons {
-    /// Weapons with any stat, sorted by guid.
+    /// Every weapon of the list, sorted by guid.
     pub weapons: Vec<Weapon>,
 }
 
-/// One weapon's stats (`null`: not reported, e.g. melee shots).
+/// One weapon: `weapon_catalog`'s identity and `soldier_weapon_stats`'
+/// counters (`null`: not reported, e.g. melee shots; stored as 0, as BF4PS
+/// stores them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct Weapon {
     /// Battlelog's stable catalog id.
     pub guid: String,
-    /// Display name (or slug).
     pub name: Option<String>,
-    /// Category.
+    pub slug: Option<String>,
     pub category: Option<String>,
-    /// Kills.
     pub kills: Option<i64>,
-    /// Headshots.
     pub headshots: Option<i64>,
-    /// Shots fired.
     pub shots_fired: Option<i64>,
-    /// Shots that hit.
     pub shots_hit: Option<i64>,
-    /// Seconds equipped.
-    pub time_equipped_s: Option<i64>,
+    pub time_equipped_seconds: Option<i64>,
 }
 
 impl CatalogEntry for Weapon {
@@ -1085,13 +987,14 @@ impl CatalogEntry for Weapon {
     fn from_wire(guid: String, w: WeaponWire) -> Weapon {
         Weapon {
             guid,
-            name: w.name.0.or(w.slug.0),
+            name: w.name.0,
+            slug: w.slug.0,
             category: w.category.0,
             kills: w.kills.0,
             headshots: w.headshots.0,
             shots_fired: w.shots_fired.0,
             shots_hit: w.shots_hit.0,
-            time_equipped_s: w.time_equipped.0,
+            time_equipped_seconds: w.time_equipped.0,
         }
     }
 
@@ -1101,16 +1004,6 @@ impl CatalogEntry for Weapon {
 
     fn guid(&self) -> &str {
         &self.guid
-    }
-
-    fn counters(&self) -> Vec<Option<i64>> {
-        vec![
-            self.kills,
-            self.headshots,
-            self.shots_fired,
-            self.shots_hit,
-            self.time_equipped_s,
-        ]
     }
 }
 
@@ -1140,25 +1033,24 @@ wire!(VehicleWire {
 /// Normalized `vehicles` data.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Vehicles {
-    /// Vehicles with any stat, sorted by guid.
+    /// Every vehicle of the list, sorted by guid.
     pub vehicles: Vec<Vehicle>,
 }
 
-/// One vehicle's stats (`null`: not reported).
+/// One vehicle: `vehicle_catalog`'s identity and `soldier_vehicle_stats`'
+/// counters (`null`: not reported; `destroy_x_in_y` stays null, the others
+/// are stored as 0).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)]
 pub struct Vehicle {
     /// Battlelog's stable catalog id.
     pub guid: String,
-    /// Display name (or slug).
     pub name: Option<String>,
-    /// Category.
+    pub slug: Option<String>,
     pub category: Option<String>,
-    /// Kills with the vehicle.
     pub kills: Option<i64>,
-    /// Vehicles of this kind destroyed (`destroyXinY`).
-    pub destroyed: Option<i64>,
-    /// Seconds in the vehicle.
-    pub time_in_s: Option<i64>,
+    pub time_in_seconds: Option<i64>,
+    pub destroy_x_in_y: Option<i64>,
 }
 
 impl CatalogEntry for Vehicle {
@@ -1169,11 +1061,12 @@ impl CatalogEntry for Vehicle {
     fn from_wire(guid: String, v: VehicleWire) -> Vehicle {
         Vehicle {
             guid,
-            name: v.name.0.or(v.slug.0),
+            name: v.name.0,
+            slug: v.slug.0,
             category: v.category.0,
             kills: v.kills.0,
-            destroyed: v.destroy_x_in_y.0,
-            time_in_s: v.time_in.0,
+            time_in_seconds: v.time_in.0,
+            destroy_x_in_y: v.destroy_x_in_y.0,
         }
     }
 
@@ -1183,10 +1076,6 @@ impl CatalogEntry for Vehicle {
 
     fn guid(&self) -> &str {
         &self.guid
-    }
-
-    fn counters(&self) -> Vec<Option<i64>> {
-        vec![self.kills, self.time_in_s, self.destroyed]
     }
 }
 
@@ -1220,7 +1109,7 @@ mod tests {
             "numWins": 900, "numLosses": 700, "timePlayed": 3_600_000.0,
             "skill": "312.5", "shotsFired": 1_000_000, "shotsHit": 180_000,
             "headshots": 4000, "sc_squad": 10, "teamdeathmatch": 5,
-            "sc_heist": 0, "statsTemplate": MARKER
+            "elimination": 6, "sc_heist": 0, "statsTemplate": MARKER
         })
     }
 
@@ -1230,7 +1119,16 @@ mod tests {
     }
 
     fn norm(resource: Resource, persona: i64, body: &[u8]) -> Result<Value, BodyError> {
-        normalize(resource, PC, persona, body)
+        normalize(resource, PC, persona, "Soldier_7", body)
+    }
+
+    fn page(inner: &str) -> Vec<u8> {
+        format!(
+            "<!DOCTYPE html><html><head><title>Soldier_7</title></head><body>\
+             <div id=\"profile-user\" data-user-id=\"2832658801\">\
+             <h1 class=\"username\">Soldier_7</h1>{inner}</div></body></html>"
+        )
+        .into_bytes()
     }
 
     #[test]
@@ -1238,9 +1136,6 @@ mod tests {
         for keys in [
             DetailedData::KEYS,
             GeneralStats::KEYS,
-            ProfileData::KEYS,
-            PersonaInfo::KEYS,
-            OverviewStats::KEYS,
             WeaponsData::KEYS,
             WeaponWire::KEYS,
             VehiclesData::KEYS,
@@ -1254,7 +1149,7 @@ mod tests {
     }
 
     #[test]
-    fn detailed_normalizes_and_is_lenient_about_number_types() {
+    fn detailed_has_bf4ps_columns_and_is_lenient_about_number_types() {
         let v = norm(
             Resource::Detailed,
             7,
@@ -1262,16 +1157,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["persona_id"], 7);
-        assert_eq!(v["time_played_s"], 3_600_000);
-        assert_eq!(v["skill"], 312.5);
-        assert_eq!(v["kd_ratio"], 2.0);
-        assert_eq!(v["accuracy"], 0.18);
+        assert_eq!(v["time_played_seconds"], 3_600_000);
+        assert_eq!(v["total_score"], 12_345_678);
         assert_eq!(v["wins"], 900);
-        assert_eq!(v["kit_scores"]["squad"], 10);
-        assert_eq!(v["mode_scores"]["team_deathmatch"], 5);
+        assert_eq!(v["squad_score"], 10);
+        assert_eq!(v["team_deathmatch_score"], 5);
+        assert_eq!(
+            v["defuse_score"], 6,
+            "BF4PS maps `elimination` to defuse_score"
+        );
         // Not reported: null, and the key is there.
         assert_eq!(v.get("revives"), Some(&Value::Null));
-        assert!(v.get("sc_heist").is_none());
+        assert_eq!(v.get("quit_percentage"), Some(&Value::Null));
+        // Fields BF4PS does not keep are not carried.
+        assert!(v.get("skill").is_none() && v.get("sc_heist").is_none());
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys.len(), DETAILED_COLUMNS.len() + 1, "{keys:?}");
+        for c in DETAILED_COLUMNS {
+            assert!(v.get(*c).is_some(), "{c}");
+        }
+        assert_eq!(DETAILED_COLUMNS.len(), 48);
     }
 
     #[test]
@@ -1297,30 +1202,62 @@ mod tests {
     }
 
     #[test]
+    fn decimals_are_kept_exactly_as_written() {
+        let mut g = general();
+        g["quitPercentage"] = json!(3.0000005);
+        g["longestHeadshot"] = json!("1234.56785");
+        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
+        // The text, not an f64's rendering: the database rounds half-even.
+        assert_eq!(v["quit_percentage"], "3.0000005");
+        assert_eq!(v["longest_headshot"], "1234.56785");
+        let raw = br#"{"type":"success","data":{"generalStats":{"quitPercentage":12.34567850000000000001}}}"#;
+        let v = norm(Resource::Detailed, 7, raw).unwrap();
+        assert_eq!(v["quit_percentage"], "12.34567850000000000001");
+    }
+
+    #[test]
+    fn decimals_beyond_bf4ps_columns_are_refused() {
+        for (key, value) in [
+            ("quitPercentage", json!(10_000)),
+            ("quitPercentage", json!("1e300")),
+            ("longestHeadshot", json!(1e12)),
+        ] {
+            let mut g = general();
+            g[key] = value.clone();
+            let e = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse, "{key}={value}");
+            assert_eq!(e.message, format!("`generalStats.{key}` is out of range"));
+        }
+        let mut g = general();
+        g["quitPercentage"] = json!(9999.999999);
+        g["longestHeadshot"] = json!("9999999999.9999");
+        assert!(norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).is_ok());
+        // What rounds into the column fits; what rounds past it does not.
+        let mut g = general();
+        g["quitPercentage"] = json!("9999.9999994");
+        assert!(norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).is_ok());
+        g["quitPercentage"] = json!("9999.9999996");
+        assert!(norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).is_err());
+    }
+
+    #[test]
     fn any_counter_may_be_missing_null_or_empty() {
         let v = norm(
             Resource::Detailed,
             7,
-            &ok(json!({"generalStats": {"kills": null, "deaths": "", "rank": 3}})),
+            &ok(
+                json!({"generalStats": {"kills": null, "deaths": "", "rank": 3,
+                                        "quitPercentage": ""}}),
+            ),
         )
         .unwrap();
         assert_eq!(v["kills"], Value::Null);
         assert_eq!(v["deaths"], Value::Null);
-        assert_eq!(v["kd_ratio"], Value::Null);
+        assert_eq!(v["quit_percentage"], Value::Null);
         assert_eq!(v["rank"], 3);
         let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": {}}))).unwrap();
         assert_eq!(v["persona_id"], 7);
-        assert_eq!(v["score"], Value::Null);
-    }
-
-    #[test]
-    fn ratios_are_null_when_undefined() {
-        let mut g = general();
-        g["deaths"] = json!(0);
-        g["shotsFired"] = json!(0);
-        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
-        assert_eq!(v["kd_ratio"], Value::Null);
-        assert_eq!(v["accuracy"], Value::Null);
+        assert_eq!(v["total_score"], Value::Null);
     }
 
     #[test]
@@ -1334,7 +1271,9 @@ mod tests {
             ("rank", json!(true), "is not a number"),
             ("score", json!([1]), "is not a number"),
             ("score", json!(1e300), "is out of range"),
-            ("skill", json!({"x": MARKER}), "is not a number"),
+            ("quitPercentage", json!({"x": MARKER}), "is not a number"),
+            ("quitPercentage", json!(-0.5), "is negative"),
+            ("longestHeadshot", json!(MARKER), "is not a number"),
         ];
         for (field, value, what) in cases {
             let mut g = general();
@@ -1348,15 +1287,6 @@ mod tests {
             );
             assert_clean(&e);
         }
-        // Reals accept fractions and signs.
-        let mut g = general();
-        g["skill"] = json!(-12.25);
-        g["longestHeadshot"] = json!("1234.56789");
-        g["quitPercentage"] = json!(3.25);
-        let v = norm(Resource::Detailed, 7, &ok(json!({"generalStats": g}))).unwrap();
-        assert_eq!(v["skill"], -12.25);
-        assert_eq!(v["longest_headshot"], 1234.5679);
-        assert_eq!(v["quit_percentage"], 3.25);
     }
 
     #[test]
@@ -1371,16 +1301,6 @@ mod tests {
                 Resource::Detailed,
                 ok(json!({"generalStats": null})),
                 "generalStats",
-            ),
-            (
-                Resource::Profile,
-                ok(json!({"overviewStats": {}})),
-                "viewedPersonaInfo",
-            ),
-            (
-                Resource::Profile,
-                ok(json!({"viewedPersonaInfo": {}})),
-                "overviewStats",
             ),
             (
                 Resource::Weapons,
@@ -1448,7 +1368,7 @@ mod tests {
     fn only_the_pinned_envelope_means_not_found() {
         let not_found = |kind: &str, message: &str| {
             norm(
-                Resource::Profile,
+                Resource::Detailed,
                 7,
                 &body(json!({"type": kind, "message": message, "data": {"note": MARKER}})),
             )
@@ -1475,7 +1395,7 @@ mod tests {
             assert_clean(&e);
         }
         let e = norm(
-            Resource::Profile,
+            Resource::Detailed,
             7,
             &body(json!({"type": "error", "data": null})),
         )
@@ -1506,18 +1426,6 @@ mod tests {
                 Resource::Vehicles,
                 json!({"platformInt": "64", "mainVehicleStats": []}),
             ),
-            (
-                Resource::Profile,
-                json!({"viewedPersonaInfo": {"personaId": "8"}, "overviewStats": {}}),
-            ),
-            (
-                Resource::Profile,
-                json!({"viewedPersonaInfo": {"platformInt": 2}, "overviewStats": {}}),
-            ),
-            (
-                Resource::Profile,
-                json!({"personaId": 8, "viewedPersonaInfo": {}, "overviewStats": {}}),
-            ),
         ];
         for (resource, data) in cases {
             let e = norm(resource, 7, &ok(data.clone())).unwrap_err();
@@ -1535,26 +1443,63 @@ mod tests {
     }
 
     #[test]
-    fn profile_normalizes() {
-        let data = json!({
-            "viewedPersonaInfo": {"personaId": "7", "personaName": "Soldier", "tag": ""},
-            "overviewStats": {"rank": 50, "skill": 200, "kills": 10, "deaths": 4,
-                              "timePlayed": 3600, "totalScore": 99, "numWins": 3}
-        });
-        let v = norm(Resource::Profile, 7, &ok(data.clone())).unwrap();
+    fn the_user_page_gives_bf4ps_profile_columns() {
+        let with_flag = page(
+            "<span class=\"location-information\"><img class=\"flag\" \
+             src=\"https://cdn.example/public/common/flags/se.gif\" alt=\"Sweden\"/> Sweden</span>",
+        );
+        let v = norm(Resource::Profile, 7, &with_flag).unwrap();
         assert_eq!(
             v,
-            json!({"persona_id": 7, "name": "Soldier", "clan_tag": null, "rank": 50,
-                   "score": 99, "skill": 200.0, "kills": 10, "deaths": 4, "kd_ratio": 2.5,
-                   "wins": 3, "losses": null, "time_played_s": 3600})
+            json!({"battlelog_username": "Soldier_7", "battlelog_user_id": 2832658801_i64,
+                   "country_code": "SE", "country_name": "Sweden",
+                   "access_state": "public_country"})
         );
-        let mut no_score = data;
-        no_score["overviewStats"]
-            .as_object_mut()
-            .unwrap()
-            .remove("totalScore");
-        let v = norm(Resource::Profile, 7, &ok(no_score)).unwrap();
-        assert_eq!(v["score"], Value::Null);
+        let v = norm(Resource::Profile, 7, &page("<p>no location</p>")).unwrap();
+        assert_eq!(v["access_state"], "public_no_country");
+        assert_eq!(v["country_code"], Value::Null);
+        let v = norm(
+            Resource::Profile,
+            7,
+            &page("<p>Soldier_7 has chosen to share this profile only with friends.</p>"),
+        )
+        .unwrap();
+        assert_eq!(v["access_state"], "friends_only");
+        // A flag that is not a two-letter code is no country.
+        let odd = page(
+            "<span class=\"location-information\"><img src=\"/flags/xyz.gif\" alt=\"X\"></span>",
+        );
+        assert_eq!(
+            norm(Resource::Profile, 7, &odd).unwrap()["access_state"],
+            "public_no_country"
+        );
+        assert_eq!(Profile::not_found("Soldier_7").access_state, "not_found");
+        for s in [
+            json!(Profile::not_found("x"))["access_state"]
+                .as_str()
+                .unwrap(),
+            "public_country",
+            "public_no_country",
+            "friends_only",
+        ] {
+            assert!(ACCESS_STATES.contains(&s));
+        }
+    }
+
+    #[test]
+    fn a_page_that_is_not_the_users_is_a_parse_error() {
+        for b in [
+            format!("<html><body>Battlelog is down for maintenance {MARKER}</body></html>")
+                .into_bytes(),
+            format!("{{\"type\":\"success\",\"data\":\"{MARKER}\"}}").into_bytes(),
+            Vec::new(),
+        ] {
+            let e = norm(Resource::Profile, 7, &b).unwrap_err();
+            assert_eq!(e.class, ErrorClass::Parse, "{e:?}");
+            assert_clean(&e);
+        }
+        let e = normalize(Resource::Profile, PC, 7, "  ", &page("")).unwrap_err();
+        assert_eq!(e.class, ErrorClass::Parse);
     }
 
     fn weapon(guid: &str, kills: i64) -> Value {
@@ -1564,7 +1509,7 @@ mod tests {
     }
 
     #[test]
-    fn weapons_are_sorted_and_zero_rows_dropped() {
+    fn weapons_are_sorted_and_every_entry_kept() {
         let mut unused = weapon("A", 0);
         for k in ["headshots", "shotsFired", "shotsHit", "timeEquipped"] {
             unused[k] = json!(0);
@@ -1579,8 +1524,13 @@ mod tests {
             .iter()
             .map(|w| w["guid"].as_str().unwrap())
             .collect();
-        assert_eq!(guids, ["B", "C"]);
-        assert_eq!(va["weapons"][0]["time_equipped_s"], 60);
+        assert_eq!(guids, ["A", "B", "C"], "BF4PS stores the whole list");
+        assert_eq!(
+            va["weapons"][1],
+            json!({"guid": "B", "name": "WB", "slug": "w", "category": "Carbines", "kills": 1,
+                   "headshots": 1, "shots_fired": 10, "shots_hit": 5,
+                   "time_equipped_seconds": 60})
+        );
         let e = norm(Resource::Weapons, 1, &ok(json!({"mainWeaponStats": null}))).unwrap_err();
         assert_eq!(e.class, ErrorClass::Parse);
     }
@@ -1590,22 +1540,18 @@ mod tests {
         let knife = json!({"guid": "K", "name": "Knife", "category": "Special", "kills": 12,
                            "headshots": null, "shotsFired": null, "shotsHit": null,
                            "timeEquipped": null});
-        let unused = json!({"guid": "U", "category": "Special", "kills": 0,
-                            "headshots": null, "shotsFired": null, "shotsHit": null,
-                            "timeEquipped": null});
         let v = norm(
             Resource::Weapons,
             1,
-            &ok(json!({"mainWeaponStats": [knife, unused, weapon("B", 1)]})),
+            &ok(json!({"mainWeaponStats": [knife]})),
         )
         .unwrap();
         assert_eq!(
-            v["weapons"][1],
-            json!({"guid": "K", "name": "Knife", "category": "Special", "kills": 12,
-                   "headshots": null, "shots_fired": null, "shots_hit": null,
-                   "time_equipped_s": null})
+            v["weapons"][0],
+            json!({"guid": "K", "name": "Knife", "slug": null, "category": "Special",
+                   "kills": 12, "headshots": null, "shots_fired": null, "shots_hit": null,
+                   "time_equipped_seconds": null})
         );
-        assert_eq!(v["weapons"].as_array().unwrap().len(), 2);
     }
 
     #[test]
@@ -1669,19 +1615,16 @@ mod tests {
         let data = json!({"mainVehicleStats": [
             {"guid": "Z", "name": "M1 Abrams", "category": "Main battle tanks", "kills": 5,
              "timeIn": 600, "destroyXinY": 0.0, "killsDelta": null},
-            {"guid": "Y", "slug": "quad", "kills": 0, "timeIn": 0, "destroyXinY": 0},
             {"guid": "X", "slug": "rhib", "kills": "2", "timeIn": 30},
-            {"guid": "W", "slug": "jet", "kills": null, "destroyXinY": 3.0},
         ]});
         let v = norm(Resource::Vehicles, 1, &ok(data)).unwrap();
         assert_eq!(
             v,
             json!({"vehicles": [
-                {"guid": "W", "name": "jet", "category": null, "kills": null, "destroyed": 3,
-                 "time_in_s": null},
-                {"guid": "X", "name": "rhib", "category": null, "kills": 2, "destroyed": null, "time_in_s": 30},
-                {"guid": "Z", "name": "M1 Abrams", "category": "Main battle tanks", "kills": 5,
-                 "destroyed": 0, "time_in_s": 600},
+                {"guid": "X", "name": null, "slug": "rhib", "category": null, "kills": 2,
+                 "time_in_seconds": 30, "destroy_x_in_y": null},
+                {"guid": "Z", "name": "M1 Abrams", "slug": null, "category": "Main battle tanks",
+                 "kills": 5, "time_in_seconds": 600, "destroy_x_in_y": 0},
             ]})
         );
     }
