@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collector::{Collector, CollectorMetrics, Stats};
 use crate::config::{Tuning, parse_duration};
-use crate::db::{self, DbTarget};
+use crate::db::DbTarget;
 use crate::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use crate::dev::pgcluster::{PgClusterArgs, PrivateCluster};
 use crate::domain::{Lane, Platform};
@@ -206,7 +206,7 @@ async fn run_on(
     // Six collectors each hold one connection per job, plus heartbeats,
     // renewals, requests and status.
     let pool = target.connect(12).await?;
-    db::migrate(&pool).await?;
+    target.migrate().await?;
     let soldiers = populate(&pool, args.soldiers).await?;
     let events_before: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
         .fetch_one(&pool)
@@ -504,7 +504,7 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
     )
     .fetch_one(pool)
     .await?;
-    let rows = crate::request::request_refresh(pool, &platform, persona, &[]).await?;
+    let rows = crate::request::request_refresh(pool, &platform, persona, &[], None).await?;
     let eta = rows
         .iter()
         .filter_map(|r| r.eta_seconds)

@@ -127,7 +127,7 @@ fn normalize_report(n: usize) -> Result<Report, BenchError> {
             let body = synthetic_body(1, Platform::Pc, persona, 0, resource);
             bytes += body.len();
             let t = Instant::now();
-            normalize(resource, Platform::Pc, persona, &body).map_err(|e| {
+            normalize(resource, Platform::Pc, persona, "bench", &body).map_err(|e| {
                 other(format!(
                     "the fake's {resource} body does not normalize: {}",
                     e.message
@@ -280,12 +280,7 @@ async fn scenario(
     s: &Scenario,
 ) -> Result<Figures, BenchError> {
     let url = url_with_database(url, db.name())?;
-    sqlx::query(
-        "INSERT INTO soldiers (platform, persona_id) SELECT 'pc', g FROM generate_series(1, $1) g",
-    )
-    .bind(s.soldiers)
-    .execute(&db.pool)
-    .await?;
+    super::seed_soldiers(&db.pool, s.soldiers, 0).await?;
     let mut procs = Vec::new();
     for i in 0..s.collectors {
         procs.push(CollectorProcess::spawn(

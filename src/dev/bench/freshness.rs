@@ -44,8 +44,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             // A working set of the usual size (the feeder's default depth).
             sqlx::query(
                 "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
-                 SELECT soldier_id, resource, 'background', 'recent', 'bench'
-                 FROM collection_state ORDER BY soldier_id, resource LIMIT 1000",
+                 SELECT soldier_id, 'detailed', 'background', 'recent', 'bench'
+                 FROM collection_state ORDER BY soldier_id LIMIT 1000",
             )
             .execute(&db.pool)
             .await?;
@@ -81,9 +81,9 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
 async fn seed_working_set(db: &ScratchDb) -> Result<(), BenchError> {
     sqlx::query(
         "INSERT INTO collectors (collector_name, hostname, lane, egress_key, heartbeat_state,
-                                 last_heartbeat_at)
+                                 last_heartbeat_at, started_at)
          SELECT 'bench-' || g, 'bench', CASE WHEN g <= 2 THEN 'interactive' ELSE 'background' END,
-                'egress-' || (g % 4), 'healthy', now()
+                'egress-' || (g % 4), 'healthy', now(), now()
          FROM generate_series(1, 10) g",
     )
     .execute(&db.pool)
@@ -91,22 +91,32 @@ async fn seed_working_set(db: &ScratchDb) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Adds `n` soldiers after the first `offset`, with their four pairs: a
-/// fifth never collected, the rest last collected at random times over the
-/// last 30 days (every 5-minute slot and day slot of that span in use).
+/// Adds `n` soldiers after the first `offset`, with their state row (four
+/// pairs): a fifth of the pairs never collected, the rest last collected at
+/// random times over the last 30 days (every 5-minute slot and day slot of
+/// that span in use).
 async fn grow(db: &ScratchDb, offset: i64, n: i64) -> Result<(), BenchError> {
     sqlx::query(
         "WITH s AS (
-            INSERT INTO soldiers (platform, persona_id)
-            SELECT 'pc', $1 + g FROM generate_series(1, $2) g
+            INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at)
+            SELECT 'pc', $1 + g, 'soldier_' || ($1 + g), now(), now()
+            FROM generate_series(1, $2) g
             RETURNING soldier_id
+        ), at AS (
+            SELECT soldier_id, array_agg(CASE WHEN random() < 0.2 THEN NULL
+                                              ELSE now() - random() * interval '30 days' END) AS t
+            FROM s CROSS JOIN generate_series(1, 4)
+            GROUP BY soldier_id
         )
-        INSERT INTO collection_state (soldier_id, resource, last_success_at, next_attempt_at)
-        SELECT s.soldier_id, r,
-               CASE WHEN random() < 0.2 THEN NULL
-                    ELSE now() - random() * interval '30 days' END,
-               now() + random() * interval '3 days'
-        FROM s CROSS JOIN unnest(ARRAY['detailed', 'profile', 'weapons', 'vehicles']) AS r",
+        INSERT INTO collection_state (soldier_id,
+            detailed_state, detailed_last_success_at, profile_state, profile_last_success_at,
+            weapons_state, weapons_last_success_at, vehicles_state, vehicles_last_success_at)
+        SELECT soldier_id,
+               CASE WHEN t[1] IS NULL THEN 'never_attempted' ELSE 'success' END, t[1],
+               CASE WHEN t[2] IS NULL THEN 'never_attempted' ELSE 'success' END, t[2],
+               CASE WHEN t[3] IS NULL THEN 'never_attempted' ELSE 'success' END, t[3],
+               CASE WHEN t[4] IS NULL THEN 'never_attempted' ELSE 'success' END, t[4]
+        FROM at",
     )
     .bind(offset)
     .bind(n)

@@ -10,6 +10,7 @@
 //! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
 //! in [`BENCHES`] and add its arm to `run_one`.
 
+pub mod adopt;
 pub mod collect;
 pub mod feeder;
 pub mod freshness;
@@ -19,6 +20,7 @@ pub mod queue;
 pub mod reference;
 pub mod retention;
 pub mod scale;
+pub mod schedule;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -117,6 +119,7 @@ impl Ctx {
 /// Every benchmark, in `bench all` order.
 pub const BENCHES: &[&str] = &[
     "reference",
+    "adopt",
     "wake",
     "claim",
     "claim-depth",
@@ -128,6 +131,7 @@ pub const BENCHES: &[&str] = &[
     "retention",
     "freshness",
     "scale",
+    "schedule",
 ];
 
 /// Names accepted by `bench`.
@@ -139,6 +143,8 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
     match name {
         "reference" => reference::run(ctx).await,
         "wake" => queue::wake(ctx).await,
+        "adopt" => adopt::run(ctx).await,
+        "schedule" => schedule::run(ctx).await,
         "claim" => queue::claim(ctx).await,
         "claim-depth" => queue::claim_depth(ctx).await,
         "collect" => collect::run(ctx).await,
@@ -212,6 +218,37 @@ where
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
+/// Inserts `n` PC soldiers with persona ids `persona_base + 1 ..= persona_base
+/// + n` as BF4PS's discovery gives them: a `soldiers` row with its name, the
+/// name in `soldier_names`, a `bf4sw` sighting and the default
+/// `collection_state` row, in one statement.
+pub(crate) async fn seed_soldiers(
+    pool: &PgPool,
+    n: i64,
+    persona_base: i64,
+) -> Result<(), BenchError> {
+    sqlx::query(
+        "WITH s AS (
+             INSERT INTO soldiers (persona_id, platform, current_name, first_seen_at, last_seen_at)
+             SELECT $2 + i, 'pc', 'bench_' || ($2 + i), now(), now()
+             FROM generate_series(1, $1) AS i
+             RETURNING soldier_id, current_name
+         ), n AS (
+             INSERT INTO soldier_names (soldier_id, name, first_seen_at, last_seen_at)
+             SELECT soldier_id, current_name, now(), now() FROM s
+         ), src AS (
+             INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
+             SELECT soldier_id, 'bf4sw', now(), now() FROM s
+         )
+         INSERT INTO collection_state (soldier_id) SELECT soldier_id FROM s",
+    )
+    .bind(n)
+    .bind(persona_base)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
 /// A migrated scratch database, dropped by [`ScratchDb::drop`].
 pub struct ScratchDb {
     /// Where it is (for extra pools and LISTEN connections).
@@ -225,12 +262,25 @@ pub struct ScratchDb {
 impl ScratchDb {
     /// Creates and migrates `bf4ps_bench_<pid>_<n>` on the server of `base`.
     pub async fn create(base: &DbTarget, max_connections: u32) -> Result<ScratchDb, BenchError> {
+        let db = ScratchDb::create_unmigrated(base, max_connections).await?;
+        db.target.migrate().await?;
+        Ok(db)
+    }
+
+    /// Creates `bf4ps_bench_<pid>_<n>` without migrating it.
+    pub async fn create_unmigrated(
+        base: &DbTarget,
+        max_connections: u32,
+    ) -> Result<ScratchDb, BenchError> {
         let name = format!(
             "bf4ps_bench_{}_{}",
             std::process::id(),
             SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let admin = base.connect(2).await?;
+        // Dropping a database can take a second: no slow-statement warning.
+        let mut quiet = base.clone();
+        quiet.options = sqlx::ConnectOptions::disable_statement_logging(quiet.options);
+        let admin = quiet.connect(2).await?;
         // The name is generated above from digits and underscores only.
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
@@ -239,7 +289,6 @@ impl ScratchDb {
         // Benchmarks run long statements on purpose: no slow-statement warnings.
         target.options = sqlx::ConnectOptions::disable_statement_logging(target.options);
         let pool = target.connect(max_connections).await?;
-        crate::db::migrate(&pool).await?;
         Ok(ScratchDb {
             target,
             pool,
@@ -262,6 +311,24 @@ impl ScratchDb {
         f: impl AsyncFnOnce(&ScratchDb) -> Result<T, BenchError>,
     ) -> Result<T, BenchError> {
         let db = ScratchDb::create(base, max_connections).await?;
+        db.run(f).await
+    }
+
+    /// [`ScratchDb::with`] on a database that is not migrated.
+    pub async fn with_unmigrated<T>(
+        base: &DbTarget,
+        max_connections: u32,
+        f: impl AsyncFnOnce(&ScratchDb) -> Result<T, BenchError>,
+    ) -> Result<T, BenchError> {
+        let db = ScratchDb::create_unmigrated(base, max_connections).await?;
+        db.run(f).await
+    }
+
+    async fn run<T>(
+        self,
+        f: impl AsyncFnOnce(&ScratchDb) -> Result<T, BenchError>,
+    ) -> Result<T, BenchError> {
+        let db = self;
         let result = f(&db).await;
         let dropped = db.drop().await;
         match (result, dropped) {

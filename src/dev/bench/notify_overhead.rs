@@ -41,12 +41,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let seconds = ctx.size(5, 1) as f64;
     // Room for one pending job per transaction: soldiers × resources.
     let soldiers = ctx.size(40_000, 2_000);
-    sqlx::query(
-        "INSERT INTO soldiers (platform, persona_id) SELECT 'pc', g FROM generate_series(1, $1) g",
-    )
-    .bind(soldiers as i64)
-    .execute(&db.pool)
-    .await?;
+    super::seed_soldiers(&db.pool, soldiers as i64, 0).await?;
     let scenarios = [
         Scenario {
             name: "events_triggers_off",

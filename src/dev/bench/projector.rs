@@ -144,7 +144,6 @@ async fn steady_lag(
         .await
         .map_err(|_| other("LISTEN connection did not come up"))?;
     let projector = tokio::spawn(p.run(
-        db.target.clone(),
         Box::new(listener.waiter(Channel::Events)),
         LoopSettings::default(),
         cancel.clone(),

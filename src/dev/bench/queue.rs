@@ -3,7 +3,6 @@
 //! claim-and-start → finalize throughput, as collectors run it) and
 //! `claim-depth` (claim latency as the pending working set grows).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -14,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::domain::Lane;
 use crate::listener::{Channel, Listener, ListenerSettings, Wake};
-use crate::queue::{self, ClaimedJob, Collected, Policy};
+use crate::queue::{self, ClaimedJob, Collected};
 use crate::registry::CollectorId;
 use crate::registry::{self, Registration};
 
@@ -32,15 +31,30 @@ async fn register(pool: &PgPool, name: &str, lane: Lane) -> Result<CollectorId, 
             egress_key: "bench".to_owned(),
             software_version: env!("CARGO_PKG_VERSION").to_owned(),
         },
-        Duration::from_secs(30),
     )
     .await
     .map_err(other)
 }
 
+/// A `detailed` document in BF4PS's shape (all 48 counters), as a
+/// collector finalizes it.
+pub(super) fn detailed_document(kills: i64) -> serde_json::Value {
+    let mut doc = serde_json::Map::new();
+    for (i, column) in crate::upstream::battlelog::DETAILED_COLUMNS
+        .iter()
+        .enumerate()
+    {
+        doc.insert((*column).into(), json!(1000 + i as i64));
+    }
+    doc.insert("kills".into(), json!(kills));
+    doc.insert("quit_percentage".into(), json!("3.1415926535"));
+    doc.insert("longest_headshot".into(), json!("512.3456789"));
+    serde_json::Value::Object(doc)
+}
+
 fn collected() -> Collected {
     Collected {
-        data: json!({"kills": 1}),
+        data: detailed_document(1),
         http_status: 200,
         duration: Duration::from_millis(1),
     }
@@ -49,10 +63,10 @@ fn collected() -> Collected {
 /// Finalizes a started job as a success.
 async fn succeed(
     conn: &mut PgConnection,
+    me: &CollectorId,
     job: &ClaimedJob,
-    policy: &Policy,
 ) -> Result<(), BenchError> {
-    queue::finalize_success(&mut *conn, &job.lease(), &collected(), policy)
+    queue::finalize_success(&mut *conn, me, &job.lease(me), &collected())
         .await
         .map_err(other)?
         .committed()
@@ -64,40 +78,30 @@ async fn succeed(
 /// on one connection.
 async fn start_and_succeed(
     conn: &mut PgConnection,
+    me: &CollectorId,
     job: &ClaimedJob,
-    policy: &Policy,
 ) -> Result<(), BenchError> {
-    queue::start(&mut *conn, &job.lease())
+    queue::start(&mut *conn, me, &job.lease(me))
         .await
         .map_err(other)?
         .committed()
         .ok_or_else(lost)?;
-    succeed(conn, job, policy).await
+    succeed(conn, me, job).await
 }
 
-/// Inserts `n` pending jobs of `lane` on fresh soldiers, in one statement.
-/// Each soldier gets its four `collection_state` rows (never collected), as
-/// `soldiers import` and `bf4ps_request_refresh` give them: a finalization
-/// then updates an existing pair, as it does in production (and fires the
-/// freshness rollup's update trigger, not its insert trigger).
+/// Inserts `n` pending `detailed` jobs of `lane` on fresh soldiers (with
+/// their default `collection_state` rows, as BF4PS's discovery, `soldiers
+/// import` and `bf4ps_request_refresh` give them: a finalization then
+/// updates an existing row, as in production), in one statement.
 async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Result<(), BenchError> {
+    super::seed_soldiers(pool, n, persona_base).await?;
     sqlx::query(
-        "WITH s AS (
-            INSERT INTO soldiers (platform, persona_id)
-            SELECT 'pc', $3 + g FROM generate_series(1, $1) g
-            RETURNING soldier_id
-        ), pairs AS (
-            INSERT INTO collection_state (soldier_id, resource)
-            SELECT s.soldier_id, r.resource
-            FROM s CROSS JOIN (VALUES ('detailed'), ('profile'), ('weapons'), ('vehicles'))
-                AS r (resource)
-        )
-        INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
                                      priority_value)
-        SELECT soldier_id, 'profile', $2,
-               CASE WHEN $2 = 'interactive' THEN 'interactive' ELSE 'recent' END,
-               'bench', (soldier_id % 100)::int
-        FROM s",
+         SELECT soldier_id, 'detailed', $2,
+                CASE WHEN $2 = 'interactive' THEN 'interactive' ELSE 'recent' END,
+                'bench', (soldier_id % 100)::int
+         FROM soldiers WHERE persona_id > $3 AND persona_id <= $3 + $1 AND platform = 'pc'",
     )
     .bind(n)
     .bind(lane)
@@ -189,26 +193,22 @@ async fn wake_scenario(
             .map_err(|_| other("LISTEN connection did not come up"))?;
     }
     let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant)>();
-    let policy = Arc::new(Policy::default());
     let mut workers = Vec::new();
     for i in 0..collectors {
         let me = register(&db.pool, &format!("wake-{i}"), Lane::Interactive).await?;
         let waiter = listener.waiter(Channel::Jobs(Lane::Interactive));
-        let (pool, tx, policy) = (db.pool.clone(), tx.clone(), policy.clone());
+        let (pool, tx) = (db.pool.clone(), tx.clone());
         workers.push(tokio::spawn(async move {
             loop {
                 if waiter.wait().await == Wake::Cancelled {
                     return Ok::<(), BenchError>(());
                 }
                 // As a collector: claim and start in one transaction.
-                while let Some(job) = queue::claim_and_start(&pool, &me, policy.lease)
-                    .await
-                    .map_err(other)?
-                {
+                while let Some(job) = queue::claim_and_start(&pool, &me).await.map_err(other)? {
                     let claimed = Instant::now();
                     waiter.pass_on();
                     let _ = tx.send((job.job_id, claimed));
-                    succeed(&mut *pool.acquire().await?, &job, &policy).await?;
+                    succeed(&mut *pool.acquire().await?, &me, &job).await?;
                 }
             }
         }));
@@ -218,7 +218,8 @@ async fn wake_scenario(
     let mut latencies = Vec::with_capacity(samples);
     for i in 0..samples {
         let soldier: i64 = sqlx::query_scalar(
-            "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', $1) RETURNING soldier_id",
+            "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at)
+             VALUES ('pc', $1, 'bench', now(), now()) RETURNING soldier_id",
         )
         .bind(1_000_000 + i as i64)
         .fetch_one(&db.pool)
@@ -258,8 +259,12 @@ async fn wake_scenario(
 }
 
 /// `claim`: claim_and_start → finalize_success throughput with 1, 4 and 16
-/// workers, default trigger configuration, over plain connections and over
-/// TLS (`sslmode=require`; throughput compared with plain).
+/// workers through the collector interface (as collectors run it), over
+/// plain connections and over TLS (`sslmode=require`; throughput compared
+/// with plain). Each plain scenario is beside its replay: the same jobs as
+/// the contract's bare statements, run by `pgbench` at the same
+/// concurrency (`replay.pgbench`; `replay_jobs_per_s`, `replay_ratio` =
+/// ours ÷ replay), the physical limit of the work on this server.
 pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let jobs = ctx.size(20_000, 300) as i64;
     let mut reports = Vec::new();
@@ -273,6 +278,21 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 claim_scenario(db, workers, jobs, tls).await
             })
             .await?;
+            if !tls {
+                let replay = ScratchDb::with(&target, 4, async |db| {
+                    replay_scenario(ctx, db, workers, jobs).await
+                })
+                .await?;
+                report = match replay {
+                    Some(replay) => {
+                        let ours = report.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+                        report
+                            .figure("replay_jobs_per_s", replay)
+                            .figure("replay_ratio", ours / replay)
+                    }
+                    None => report,
+                };
+            }
             let plain = reports.iter().find(|r: &&Report| {
                 r.params["workers"] == json!(workers) && r.params["tls"] == json!(false)
             });
@@ -297,7 +317,6 @@ async fn claim_scenario(
     sqlx::query("VACUUM ANALYZE collection_jobs, collection_state")
         .execute(&db.pool)
         .await?;
-    let policy = Arc::new(Policy::default());
     let mut ids = Vec::new();
     for i in 0..workers {
         ids.push(register(&db.pool, &format!("claim-{i}"), Lane::Background).await?);
@@ -305,18 +324,18 @@ async fn claim_scenario(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for me in ids {
-        let (pool, policy) = (db.pool.clone(), policy.clone());
+        let pool = db.pool.clone();
         tasks.push(tokio::spawn(async move {
             // One connection per worker, as a collector holds one for its
             // job; claim and start in one transaction, as a collector does
             // once its egress gate has passed.
             let mut conn = pool.acquire().await?;
             let mut done = 0u64;
-            while let Some(job) = queue::claim_and_start(&mut *conn, &me, policy.lease)
+            while let Some(job) = queue::claim_and_start(&mut *conn, &me)
                 .await
                 .map_err(other)?
             {
-                succeed(&mut conn, &job, &policy).await?;
+                succeed(&mut conn, &me, &job).await?;
                 done += 1;
             }
             Ok::<u64, BenchError>(done)
@@ -340,6 +359,93 @@ async fn claim_scenario(
     .figure("jobs_per_s", total as f64 / secs)
     .figure("commits_per_s", 2.0 * total as f64 / secs)
     .figure("events_per_s", events as f64 / secs))
+}
+
+/// The replay of `jobs` jobs with `workers` pgbench clients on a database
+/// seeded like [`claim_scenario`]'s: jobs per second, or `None` (with a
+/// note on stderr) when pgbench is not installed.
+async fn replay_scenario(
+    ctx: &Ctx,
+    db: &ScratchDb,
+    workers: usize,
+    jobs: i64,
+) -> Result<Option<f64>, BenchError> {
+    let Some(url) = ctx.database_url.as_deref() else {
+        eprintln!("claim: no replay (it needs DATABASE_URL for pgbench)");
+        return Ok(None);
+    };
+    let per_client = jobs / workers as i64;
+    seed_jobs(&db.pool, per_client * workers as i64, Lane::Background, 0).await?;
+    sqlx::raw_sql(
+        "CREATE TABLE bench_replay_collectors (client_id int PRIMARY KEY, collector_uuid uuid);
+         CREATE TABLE bench_replay_doc (doc jsonb)",
+    )
+    .execute(&db.pool)
+    .await?;
+    sqlx::query("INSERT INTO bench_replay_doc VALUES ($1)")
+        .bind(detailed_document(1))
+        .execute(&db.pool)
+        .await?;
+    for i in 0..workers {
+        let me = register(&db.pool, &format!("replay-{i}"), Lane::Background).await?;
+        sqlx::query("INSERT INTO bench_replay_collectors VALUES ($1, $2)")
+            .bind(i as i32)
+            .bind(me.uuid)
+            .execute(&db.pool)
+            .await?;
+    }
+    sqlx::query("VACUUM ANALYZE collection_jobs, collection_state")
+        .execute(&db.pool)
+        .await?;
+    let script = std::env::temp_dir().join(format!("bf4ps-replay-{}.pgbench", std::process::id()));
+    std::fs::write(&script, include_str!("replay.pgbench")).map_err(other)?;
+    let mut url = super::collect::url_with_database(url, db.name())?;
+    if !url.contains("sslmode=") {
+        url.push_str(if url.contains('?') { "&" } else { "?" });
+        url.push_str("sslmode=disable");
+    }
+    let out = tokio::process::Command::new("pgbench")
+        .args(["-n", "-M", "prepared", "-c", &workers.to_string(), "-j"])
+        .arg(workers.to_string())
+        .args(["-t", &per_client.to_string(), "-f"])
+        .arg(&script)
+        .arg(&url)
+        .output()
+        .await;
+    let _ = std::fs::remove_file(&script);
+    let out = match out {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("claim: no replay (pgbench is not installed)");
+            return Ok(None);
+        }
+        Err(e) => return Err(other(format!("pgbench: {e}"))),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(other(format!(
+            "pgbench failed: {}{}",
+            stdout.lines().last().unwrap_or(""),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join("; ")
+        )));
+    }
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_jobs")
+        .fetch_one(&db.pool)
+        .await?;
+    if left != 0 {
+        return Err(other(format!("the replay left {left} jobs")));
+    }
+    let tps = stdout
+        .lines()
+        .find(|l| l.starts_with("tps = "))
+        .and_then(|l| l["tps = ".len()..].split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .ok_or_else(|| other(format!("no tps in pgbench's output: {stdout}")))?;
+    Ok(Some(tps))
 }
 
 /// `claim-depth`: single-claim latency with 1k, 10k and 100k pending jobs.
@@ -380,23 +486,24 @@ async fn depth_scenario(
         .execute(&db.pool)
         .await?;
     let me = register(&db.pool, "depth", Lane::Background).await?;
-    let policy = Policy::default();
     let mut lat = Vec::with_capacity(samples);
     for _ in 0..samples {
         let t = Instant::now();
-        let job = queue::claim(&db.pool, &me, policy.lease)
+        let job = queue::claim(&db.pool, &me)
             .await
             .map_err(other)?
             .ok_or_else(|| other("queue ran dry"))?;
         lat.push(t.elapsed().as_secs_f64() * 1e3);
-        start_and_succeed(&mut *db.pool.acquire().await?, &job, &policy).await?;
+        start_and_succeed(&mut *db.pool.acquire().await?, &me, &job).await?;
     }
     // How many index rows the candidate scan reads: constant means depth-independent.
     let plan: serde_json::Value = sqlx::query_scalar(
         "EXPLAIN (ANALYZE, FORMAT JSON)
          SELECT job_id FROM collection_jobs
          WHERE status = 'pending' AND lane = 'background' AND eligible_at <= now()
-         ORDER BY claim_rank, priority_value DESC, eligible_at, created_at, job_id
+         ORDER BY CASE priority_class WHEN 'interactive' THEN 1 WHEN 'active' THEN 2
+                                      WHEN 'recent' THEN 3 WHEN 'bootstrap' THEN 4 END,
+                  priority_value DESC, eligible_at, created_at, job_id
          FOR UPDATE SKIP LOCKED LIMIT 1",
     )
     .fetch_one(&db.pool)

@@ -34,7 +34,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let tuning = Tuning::default();
     let settings = RetentionSettings::from_tuning(&tuning, false);
     let start = Instant::now();
-    let report = retention::run_once(&db.pool, &db.target, &settings, None, |p| {
+    let report = retention::run_once(&db.pool, &settings, None, |p| {
         if p.batches % 50 == 0 {
             eprintln!("deleted {} events", p.deleted);
         }

@@ -101,7 +101,7 @@ async fn measure(
 
     // 3. Rebuild: replay every retained event into fresh rollups.
     let start = Instant::now();
-    let rebuilt = projector::rebuild(&db.pool, &db.target, batch, Duration::from_secs(10), |_| {})
+    let rebuilt = projector::rebuild(&db.pool, batch, Duration::from_secs(10), |_| {})
         .await
         .map_err(other)?;
     let rebuild = start.elapsed().as_secs_f64();
@@ -116,7 +116,7 @@ async fn measure(
     let tuning = Tuning::default();
     let settings = RetentionSettings::from_tuning(&tuning, false);
     let start = Instant::now();
-    let deleted = retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
+    let deleted = retention::run_once(&db.pool, &settings, None, |_| {})
         .await
         .map_err(other)?;
     let retention_s = start.elapsed().as_secs_f64();

@@ -255,6 +255,11 @@ impl Shared {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The fake's seed (what every body is a function of).
+    pub(super) fn seed(&self) -> u64 {
+        self.lock().settings.seed
+    }
+
     /// Decides what to do with a request and logs it.
     pub(super) fn plan(
         &self,

@@ -188,6 +188,12 @@ impl FakeServer {
             .extend(responses);
     }
 
+    /// How the fake keys the user page of `name` (the `profile` resource) in
+    /// [`FakeServer::script`] and the request log: `pc` and this number.
+    pub fn user_key(name: &str) -> (Platform, i64) {
+        (Platform::Pc, stats::name_key(name) as i64 & i64::MAX)
+    }
+
     /// Advances a persona's stats by one generation (about one round).
     pub fn bump(&self, platform: Platform, persona_id: i64) {
         *self
@@ -308,9 +314,19 @@ mod tests {
         for platform in Platform::ALL.iter().copied() {
             for persona in [1_i64, 303_498_475, 1_006_883_131_478] {
                 for resource in Resource::ALL.iter().copied() {
-                    let body = synthetic_body(7, platform, persona, 0, resource);
-                    let v = normalize(resource, platform, persona, &body)
-                        .unwrap_or_else(|e| panic!("{platform} {persona} {resource}: {e:?}"));
+                    let body = if resource == Resource::Profile {
+                        stats::user_page(7, &format!("user{persona}"))
+                    } else {
+                        synthetic_body(7, platform, persona, 0, resource)
+                    };
+                    let v = normalize(
+                        resource,
+                        platform,
+                        persona,
+                        &format!("user{persona}"),
+                        &body,
+                    )
+                    .unwrap_or_else(|e| panic!("{platform} {persona} {resource}: {e:?}"));
                     assert!(v.is_object());
                 }
             }
@@ -356,7 +372,7 @@ mod tests {
                 soldier.body_bad_counter(resource),
                 soldier.body_without_stats(resource),
             ] {
-                let e = normalize(resource, Platform::Ps4, 9, &body).unwrap_err();
+                let e = normalize(resource, Platform::Ps4, 9, "user9", &body).unwrap_err();
                 assert_eq!(e.class, ErrorClass::Parse, "{resource}");
                 assert!(!e.message.contains(BODY_MARKER));
             }

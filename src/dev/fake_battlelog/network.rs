@@ -291,6 +291,67 @@ pub(super) async fn serve_resource(
     }
 }
 
+/// A user page request (`profile`): planned like the JSON resources (its
+/// fault plans and scripts are keyed by the fake's number for the name,
+/// on `pc`), answered with the page, a 404 for a user Battlelog does not
+/// know, or the planned fault.
+pub(super) async fn serve_user_page(shared: Arc<Shared>, peer: Peer, name: String) -> Response {
+    let at = Instant::now();
+    let (platform, key) = super::FakeServer::user_key(&name);
+    let plan = shared.plan(at, peer.addr.ip(), platform, key, Resource::Profile);
+    let wait = match plan.action {
+        Action::Delay(d) => d,
+        _ => plan.latency,
+    };
+    if !wait.is_zero() {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = shared.shutdown.cancelled() => {
+                return html(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+            }
+        }
+    }
+    let seed = shared.seed();
+    let page = |body: Vec<u8>| {
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            body,
+        )
+            .into_response()
+    };
+    match plan.action {
+        Action::Ok | Action::Delay(_) if super::stats::user_exists(seed, &name) => {
+            page(super::stats::user_page(seed, &name))
+        }
+        Action::Ok | Action::Delay(_) | Action::Unavailable | Action::NotFound => not_found(),
+        // A page that is not the user's (maintenance, an error page).
+        Action::MissingFields | Action::NoStats | Action::Malformed => {
+            html(StatusCode::OK, "Battlelog is down for maintenance")
+        }
+        Action::Status(code) => html(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "scripted error",
+        ),
+        Action::Throttled(code) => html(
+            StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
+            "request blocked",
+        ),
+        Action::Redirect(code) => redirect(code, &format!("/bf4/user/{name}/")),
+        Action::Hang => {
+            tokio::select! {
+                _ = shared.shutdown.cancelled() => {}
+                _ = tokio::time::sleep(HANG_LIMIT) => {}
+            }
+            html(StatusCode::SERVICE_UNAVAILABLE, "gave up hanging")
+        }
+        Action::Reset => {
+            peer.kill.store(true, Ordering::Relaxed);
+            html(StatusCode::INTERNAL_SERVER_ERROR, "reset")
+        }
+    }
+}
+
 /// A request for the redirect target: counted, answered with an envelope
 /// without stats (a client that followed the redirect fails to parse it).
 pub(super) async fn serve_redirect_target(shared: Arc<Shared>) -> Response {
@@ -305,7 +366,19 @@ pub(super) async fn serve_redirect_target(shared: Arc<Shared>) -> Response {
 
 pub(super) fn router(shared: Arc<Shared>) -> Router {
     let mut router = Router::new();
+    let user = |State(shared): State<Arc<Shared>>,
+                ConnectInfo(peer): ConnectInfo<Peer>,
+                Path(name): Path<String>| serve_user_page(shared, peer, name);
+    let user_path = UpstreamArgs::default()
+        .path_template(Resource::Profile)
+        .to_owned();
+    router = router
+        .route(&user_path, get(user).post(user))
+        .route(user_path.trim_end_matches('/'), get(user).post(user));
     for resource in Resource::ALL.iter().copied() {
+        if resource == Resource::Profile {
+            continue;
+        }
         let handler =
             move |State(shared): State<Arc<Shared>>,
                   ConnectInfo(peer): ConnectInfo<Peer>,

@@ -33,6 +33,7 @@ const TAG_ORDER: u64 = 10;
 const TAG_STYLE: u64 = 11;
 const TAG_PAD: u64 = 12;
 const TAG_DROP: u64 = 13;
+const TAG_USER: u64 = 15;
 
 fn between(x: u64, lo: f64, hi: f64) -> f64 {
     lo + (hi - lo) * unit(x)
@@ -68,6 +69,77 @@ const WEAPON_CATEGORIES: &[(&str, &str, &str, usize)] = &[
     ("Grenades", "GRENADE", "GR", 10),
     ("Battle pickups", "PICKUP", "BP", 3),
 ];
+
+/// Whether the Battlelog user `name` exists (a few do not: 404).
+pub(super) fn user_exists(seed: u64, name: &str) -> bool {
+    unit(hash(&[seed, TAG_USER, name_key(name), 0])) >= 0.02
+}
+
+/// The fake's stable number for a user name (its fault plans and scripts
+/// key the user page by it; see `FakeBattlelog::user_key`).
+pub(super) fn name_key(name: &str) -> u64 {
+    name.to_lowercase()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+const COUNTRIES: &[(&str, &str)] = &[
+    ("us", "United States"),
+    ("de", "Germany"),
+    ("gb", "United Kingdom"),
+    ("au", "Australia"),
+    ("br", "Brazil"),
+    ("fr", "France"),
+    ("se", "Sweden"),
+    ("pl", "Poland"),
+    ("ca", "Canada"),
+    ("ru", "Russian Federation"),
+];
+
+/// A Battlelog user page (HTML) for `name`: 70% show a country flag, 20%
+/// no country, 10% are shared only with friends; the size of a live page.
+pub(super) fn user_page(seed: u64, name: &str) -> Vec<u8> {
+    let key = name_key(name);
+    let pick = unit(hash(&[seed, TAG_USER, key, 1]));
+    let country = COUNTRIES[(hash(&[seed, TAG_USER, key, 2]) % COUNTRIES.len() as u64) as usize];
+    let user_id = 2_000_000_000 + hash(&[seed, TAG_USER, key, 3]) % 1_000_000_000;
+    let mut page = String::with_capacity(40 * 1024);
+    let _ = write!(
+        page,
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{name} - \
+         Battlelog / Battlefield 4</title></head><body class=\"profile\">\
+         <div id=\"profile-user\" data-user-id=\"{user_id}\"><h1 class=\"username\">{name}</h1>"
+    );
+    if pick < 0.1 {
+        let _ = write!(
+            page,
+            "<div class=\"profile-private\"><p>{name} has chosen to share this profile only \
+             with friends.</p></div>"
+        );
+    } else if pick < 0.8 {
+        let (code, country) = country;
+        let _ = write!(
+            page,
+            "<span class=\"location-information\"><img class=\"flag\" \
+             src=\"https://eaassets-a.akamaihd.net/bl-cdn/cdnprefix/public/common/flags/{code}.gif\" \
+             alt=\"{country}\" data-tooltip=\"{country}\"/> {country}</span>"
+        );
+    }
+    page.push_str("</div><div id=\"profile-soldiers\">");
+    // Padding: the soldier list, feed and friends boxes of a live page.
+    for i in 0..120 {
+        let _ = write!(
+            page,
+            "<div class=\"soldier-box\" data-index=\"{i}\"><span class=\"name\">soldier \
+             {i}</span><span class=\"stat\">{}</span></div>",
+            hash(&[seed, TAG_USER, key, 10 + i]) % 100_000
+        );
+    }
+    page.push_str("</div></body></html>");
+    page.into_bytes()
+}
 
 /// The 20 `Special` entries (melee and similar).
 const SPECIAL: &[&str] = &[
@@ -577,7 +649,8 @@ impl Soldier {
         j.s.into_bytes()
     }
 
-    /// The whole response body of `resource`.
+    /// The whole response body of `resource` (`profile`: the JSON
+    /// overview; the user page is [`user_page`]).
     pub fn body(&self, resource: Resource) -> Vec<u8> {
         match resource {
             Resource::Detailed => self.envelope(6 * 1024, |j| self.detailed(j)),
@@ -700,8 +773,17 @@ impl Soldier {
             j.key(key);
             match *key {
                 "skill" => j.dec(c.skill),
-                "longestHeadshot" => j.dec(100.0 + (c.headshots % 900) as f64 + 0.37),
-                "quitPercentage" => j.dec(between(self.r(TAG_STATS, 20), 0.5, 12.0)),
+                // More decimals than BF4PS's columns keep (scale 4 and 6), as
+                // Battlelog sends them; fixed per soldier, so a refetch with
+                // unchanged play quantizes to the same values.
+                "longestHeadshot" => j.raw(format_args!(
+                    "{:.7}",
+                    100.0 + (self.r(TAG_STATS, 21) % 900) as f64 + 0.3712345
+                )),
+                "quitPercentage" => j.raw(format_args!(
+                    "{:.9}",
+                    between(self.r(TAG_STATS, 20), 0.5, 12.0)
+                )),
                 _ => j.count(count, self.style(1, i as u64)),
             };
         }
