@@ -1,72 +1,78 @@
-//! The attack suite: what a member of `bf4ps_collector`, `bf4ps_reader` or
-//! `bf4ps_website` (the NOLOGIN group roles of migration 0006) can do to a
-//! running fleet, each attack run as a LOGIN role of that group against a
-//! real `bf4ps-ops serve` process and a real "victim" `bf4ps-ops collector`
-//! process (its own LOGIN role in `bf4ps_collector`, background lane)
-//! working jobs against the fake Battlelog over HTTP.
+//! The attack suite of issue 20 ("a compromised collector host, reader or
+//! website can harm nobody else"), against the collector boundary of
+//! migration 0014: what a member of `bf4ps_collector`, `bf4ps_reader` or
+//! `bf4ps_website` can do to a running fleet, each attack run as a LOGIN
+//! role of that group against a real `bf4ps-ops serve` process and a real
+//! "victim" `bf4ps-ops collector` process (its own LOGIN role in
+//! `bf4ps_collector`, background lane, the fleet budget on) working
+//! `detailed` jobs against the fake Battlelog over HTTP.
 //!
-//! Every test is implementation-agnostic. Each attempt must end one of two
-//! ways, and the test records which:
-//!   (a) refused by the database with a SQLSTATE of an expected set
-//!       ([`PRIVILEGE`], [`INVALID_VALUE`], [`LOCK_BUSY`], [`LIMIT`]); or
-//!   (b) accepted but harmless: it changed no row the attacker does not own,
-//!       or (where the harm is a consequence) the consequence does not
-//!       happen.
+//! The design answers each attack of the report, and every test asserts the
+//! answer:
+//!   (a) **refused** with the documented SQLSTATE: [`PRIVILEGE`] (42501: no
+//!       grant, a wrong secret), [`INVALID`] (22023: a bad value), [`LIMIT`]
+//!       (53400: a bound), [`UNDEFINED_FUNCTION`] (42883: an interface that
+//!       no longer exists) — and then nothing of it is stored; or
+//!   (b) **harmless**: the call is answered without effect (a lease that is
+//!       not the caller's: no row), or its consequence does not happen (a
+//!       foreign advisory lock blocks nothing).
 //!
-//! After every attack [`Fleet::check_healthy`] proves the fleet is still
-//! whole: `serve` still runs and keeps projecting (a canary event written by
-//! the owner and the victim's new events move the checkpoint, and
+//! Values no writer of ours produces (infinite times, absurd durations) can
+//! no longer reach the tables through a collector, but a superuser or
+//! BF4PS's own code still can write them: those tests also write the value
+//! as the owner and prove that `serve` survives it (the projector
+//! quarantines such an event, with its metric, a log line naming it, and
+//! `/readyz` still ready).
+//!
+//! After every attack [`Fleet::check_healthy`] proves the fleet whole:
+//! `serve` still runs and keeps projecting (a canary event written by the
+//! owner and the victim's new events move the checkpoint, and
 //! `bf4ps_projector_projected_events_total` follows it); the victim
 //! collector still runs, is not retired and finishes new jobs; the
 //! projection is exact (the checkpoint's count equals the events at or
 //! below it, every event committed before the check is reached, and the
-//! hourly rollups' outcome counts equal `collection_events`); the gauges
-//! still refresh (the victim's heartbeat gauge is current) and
-//! `bf4ps-ops status` works as the reader role; and the freshness rollup
-//! (what `status` and the gauges read) equals a full scan of
-//! `collection_state`. A test fails with every problem it saw, one per line.
+//! hourly rollups' outcome counts equal `collection_events` less the
+//! quarantined events); the gauges still refresh and `bf4ps-ops status`
+//! works as the reader role; and the freshness rollup equals a full scan of
+//! BF4PS's wide `collection_state`. A test fails with every problem it saw,
+//! one per line.
 //!
-//! What each test proves (numbers are the security report's):
-//! - `a01_*`: an event with `occurred_at` = ±infinity (as the collector role)
-//!   neither crashes nor stalls the projector.
-//! - `a02_*`: `UPDATE egress_gates SET paused_until = 'infinity'` neither
-//!   crashes the gauges nor `status`, nor stops the victim.
-//! - `a03_*`: two events with `duration_ms` = i64::MAX neither crash nor
-//!   stall the projector (while /readyz says ready).
-//! - `a04_*_eligible_at_*`: a pending job made eligible at '-infinity' does
-//!   not make the lane's claims fail.
-//! - `a04_*_last_success_*`: '-infinity' in `collection_state.last_success_at`
-//!   breaks neither `status`, the gauges nor the freshness rollup.
-//! - `a05_*`: `bf4ps_collector_register` under the live victim's name with a
-//!   `lost_after` of 0 or a negative interval neither retires the victim
-//!   nor hands its name to the attacker.
-//! - `a06_*`: direct table writes on what belongs to another collector or to
-//!   no collector: the victim's `current_job_id`, lease and running job;
-//!   pending jobs' `eligible_at` and rows; events forged under the victim's
-//!   identity; forged `tx_id`s (max and 0) on insert and update; egress
-//!   pauses (set, cleared, pre-set) and the fleet budget's slot; forged
-//!   `freshness_deltas`; `soldier_resource_current` rewritten without a
-//!   lease.
-//! - `a07_*`: a temporary `freshness_deltas` table of the collector role's
-//!   session does not capture the freshness triggers' deltas (on a direct
-//!   `collection_state` update and on a real finalization): the real
-//!   rollup stays exact.
-//! - `a08_*`: each advisory lock key of `src/locks.rs`, held on an open
-//!   session by a reader, website or collector login role: the website's
-//!   `bf4ps_request_refresh` returns or fails with [`LOCK_BUSY`] within
-//!   [`REFRESH_WAIT`]; `DbTarget::migrate` returns within [`MIGRATE_WAIT`]
-//!   (success, or an error naming the holder); a restarted `serve` leads
-//!   projection, or answers /readyz with `ready: false` and a reason, within
-//!   [`RESTART_WAIT`] (never `ready: true` while not leading). Beyond the
-//!   report: with the feeder's or the freshness compaction's key held, that
-//!   work must still happen (a due pair is fed; a new delta is folded) —
-//!   these keys are taken with try-locks, so a holder silently pauses the
-//!   work forever. (Retention is not probed: its first run comes about a
-//!   minute after start.)
-//! - `a09_*`: 2,000 registrations in a few seconds meet a bound (the function
-//!   refuses at some point); a 100 kB collector name or egress key is
-//!   refused or never becomes a metric label longer than [`MAX_LABEL`]
-//!   bytes on serve's /metrics.
+//! What each test proves (numbers are the report's):
+//! - `a01`-`a04`: ±infinity in `occurred_at`, `egress_gates.paused_until`,
+//!   `collection_jobs.eligible_at` and `collection_state.*_last_success_at`,
+//!   and `duration_ms` = i64::MAX: refused to the collector role (42501);
+//!   written by the owner, survived (quarantined, claimed, read). The
+//!   reading clamp `bf4ps_sane_time` keeps a missing time missing (NULL is
+//!   never, not 1970: `status`, `collectors list`, the lag gauge and a first
+//!   success's `previous_success_at` read through it).
+//! - `a05`: registering under the live victim's name (any case, padded)
+//!   never retires it; the caller-supplied `lost_after` is gone (42883),
+//!   and the server's threshold cannot be changed (42501).
+//! - `a06`: direct writes on what belongs to others — the victim's job and
+//!   `current_job_id`, pending jobs, forged events and `tx_id`s, egress
+//!   pauses and the budget, `freshness_deltas`, BF4PS's gameplay tables —
+//!   are refused (42501).
+//! - `a07`: temporary tables shadowing ours (`freshness_deltas`,
+//!   `scheduling_settings`, `collector_secrets`) capture nothing and change
+//!   no decision of the functions.
+//! - `a08`: advisory locks of a reader or the website on any key block
+//!   neither `bf4ps_request_refresh`, `request`, projector leadership,
+//!   retention, the feeder nor freshness compaction; the row locks and
+//!   leases cannot be taken by other roles (42501); `migrate` behind a
+//!   foreign holder of its advisory lock fails after
+//!   `--migrate-lock-timeout` naming the holder.
+//! - `a09`: registrations per login role are bounded (53400), and
+//!   oversized names or names with control characters are refused (22023)
+//!   and never become metric labels.
+//! - `a10`: attacks through the interface functions: a wrong secret
+//!   (42501), another collector's lease (answered without effect), bad
+//!   durations, statuses and data on the caller's own lease (22023 or the
+//!   type's own refusal; NaN too), bad weapon lists and profiles (22023),
+//!   messages with control characters (neutralized), a throttle report on
+//!   another collector's egress key (it must not pause the victim).
+//! - `a11`, `a12`: sessions that keep a transaction open (after a call of
+//!   an interface function, or holding a transaction id as a reader) must
+//!   not stall other collectors, registrations or the projection.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -75,7 +81,6 @@ use std::time::{Duration, Instant};
 
 use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, Resource};
-use bf4ps_ops::locks;
 use bf4ps_ops::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use bf4ps_ops::metrics::parse_exposition;
 use bf4ps_ops::registry::Registration;
@@ -84,22 +89,23 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, PgPool};
 use uuid::Uuid;
 
-use crate::projector::sample;
 use crate::support::{LoginRole, Proc, TestDb, bin, free_port, run_bin, sqlstate, within};
 
-/// SQLSTATEs of a refused privilege (a revoked grant, a row-level security
-/// policy, a trigger refusing the caller).
+/// SQLSTATE of a refused privilege (no grant; a wrong incarnation secret).
 const PRIVILEGE: &[&str] = &["42501"];
-/// SQLSTATEs of a refused value: a privilege, invalid_parameter_value,
-/// invalid_datetime_format, datetime_field_overflow, numeric_value_out_of_range,
-/// check_violation.
-const INVALID_VALUE: &[&str] = &["42501", "22023", "22007", "22008", "22003", "23514"];
-/// SQLSTATEs of a lock that is not waited for: lock_not_available,
-/// query_canceled (a statement or lock timeout).
-const LOCK_BUSY: &[&str] = &["55P03", "57014"];
-/// SQLSTATEs of a bound: configuration_limit_exceeded, program_limit_exceeded,
-/// insufficient_resources, a privilege, invalid_parameter_value, check_violation.
-const LIMIT: &[&str] = &["53400", "54000", "53000", "42501", "22023", "23514"];
+/// SQLSTATE of a value the functions refuse (invalid_parameter_value).
+const INVALID: &[&str] = &["22023"];
+/// A bad value refused by the functions or by the column type's own input
+/// or range check (numeric_value_out_of_range, invalid_text_representation).
+/// Either way nothing is stored.
+const BAD_VALUE: &[&str] = &["22023", "22003", "22P02"];
+/// SQLSTATE of a bound (configuration_limit_exceeded).
+const LIMIT: &[&str] = &["53400"];
+/// SQLSTATE of a function signature that does not exist (any more).
+const UNDEFINED_FUNCTION: &[&str] = &["42883"];
+
+/// The collector protocol the interface speaks (`bf4ps_collector_protocol`).
+const PROTOCOL: i32 = 2;
 
 /// The victim collector's identity.
 const VICTIM: &str = "victim";
@@ -108,22 +114,35 @@ const VICTIM_KEY: &str = "victim-key";
 /// `application_name` of the attacker's sessions.
 const ATTACKER_APP: &str = "bf4ps-it attacker";
 
+/// The advisory lock keys of the old design (0.1's `src/locks.rs`): the
+/// keys an attacker would try first. Only [`MIGRATE_KEY`] is still used.
+const OLD_LOCK_KEYS: &[(&str, i64)] = &[
+    ("projector", 0x6266_3470_7370_726a),
+    ("retention", 0x6266_3470_7372_6574),
+    ("feeder", 0x6266_3470_7366_6564),
+    ("interactive admission", 0x6266_3470_7361_646d),
+    ("freshness", 0x6266_3470_7366_7273),
+];
+/// `migrate`'s advisory lock ("bf4psmig").
+const MIGRATE_KEY: i64 = bf4ps_ops::locks::MIGRATE;
+
 /// How long a health check waits for each condition.
 const HEALTH_WAIT: Duration = Duration::from_secs(20);
 /// New jobs a health check gives the victim.
 const HEALTH_JOBS: usize = 3;
 /// How long `bf4ps_request_refresh` may take while a lock is held.
 const REFRESH_WAIT: Duration = Duration::from_secs(5);
-/// How long `migrate` may take while a lock is held.
-const MIGRATE_WAIT: Duration = Duration::from_secs(20);
-/// How long a restarted `serve` has to lead or to say why it is not ready.
+/// How long a restarted `serve` has to lead.
 const RESTART_WAIT: Duration = Duration::from_secs(20);
 /// The longest metric label value accepted on /metrics.
 const MAX_LABEL: usize = 256;
 
 /// Tuning shared by `serve` and the victim (short cadences; the fleet
-/// budget on, generous, so that it can be tampered with).
+/// budget on, generous, so that it can be tampered with; the feeder feeds
+/// `detailed` only, so the jobs of this suite are the only other work).
 const TUNING: &[(&str, &str)] = &[
+    // The monitor ends a collector's or website's transaction open longer.
+    ("BF4PS_CLIENT_TRANSACTION_LIMIT", "2s"),
     ("BF4PS_LEASE_DURATION", "5s"),
     ("BF4PS_MAX_CLAIM_TO_START", "2s"),
     ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
@@ -132,6 +151,7 @@ const TUNING: &[(&str, &str)] = &[
     ("BF4PS_RETRY_BASE_DELAY", "100ms"),
     ("BF4PS_EGRESS_RATE", "1000"),
     ("BF4PS_GLOBAL_HOURLY_BUDGET", "1000000"),
+    ("BF4PS_BACKGROUND_RESOURCES", "detailed"),
     ("BF4PS_GAUGE_INTERVAL", "200ms"),
     ("BF4PS_MONITOR_INTERVAL", "200ms"),
     ("BF4PS_FEEDER_INTERVAL", "1s"),
@@ -178,12 +198,12 @@ impl Report {
         }
     }
 
-    /// Records an error of `what`: outcome (a) when its SQLSTATE is in
-    /// `allowed`, else a problem.
-    fn refused(&mut self, what: &str, e: &sqlx::Error, allowed: &[&str]) {
+    /// An error of `what`: a refusal when its SQLSTATE is in `allowed`,
+    /// else a problem.
+    fn refused_with(&mut self, what: &str, e: &sqlx::Error, allowed: &[&str]) {
         match sqlstate(e) {
             Some(code) if allowed.contains(&code.as_str()) => {
-                self.note(format!("{what}: refused, SQLSTATE {code} ({e})"))
+                self.note(format!("{what}: refused, SQLSTATE {code}"))
             }
             Some(code) => self.fail(format!(
                 "{what}: failed with SQLSTATE {code}, not one of {allowed:?}: {e}"
@@ -192,38 +212,13 @@ impl Report {
         }
     }
 
-    /// An attempt whose harm is judged later by its consequences: true if
-    /// it was accepted.
-    fn accepted<T>(
-        &mut self,
-        what: &str,
-        result: &Result<T, sqlx::Error>,
-        allowed: &[&str],
-    ) -> bool {
+    /// An attempt that must be refused with a SQLSTATE of `allowed`.
+    fn refused<T>(&mut self, what: &str, result: Result<T, sqlx::Error>, allowed: &[&str]) {
         match result {
-            Ok(_) => {
-                self.note(format!("{what}: accepted; judged by its consequences"));
-                true
-            }
-            Err(e) => {
-                self.refused(what, e, allowed);
-                false
-            }
-        }
-    }
-
-    /// A direct write on rows the attacker does not own: refused, or
-    /// accepted changing none of them.
-    fn write(&mut self, what: &str, result: Result<PgQueryResult, sqlx::Error>, allowed: &[&str]) {
-        match result {
-            Ok(r) if r.rows_affected() == 0 => {
-                self.note(format!("{what}: accepted but changed no row (harmless)"))
-            }
-            Ok(r) => self.fail(format!(
-                "{what}: accepted and changed {} row(s) the attacker does not own",
-                r.rows_affected()
+            Ok(_) => self.fail(format!(
+                "{what}: accepted (must be refused with {allowed:?})"
             )),
-            Err(e) => self.refused(what, &e, allowed),
+            Err(e) => self.refused_with(what, &e, allowed),
         }
     }
 
@@ -306,12 +301,45 @@ async fn readyz(addr: SocketAddr) -> Option<(u16, serde_json::Value)> {
     ))
 }
 
+/// The value of the series `name` with exactly `labels`.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut want: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    want.sort();
+    parse_exposition(text)
+        .into_iter()
+        .find_map(|(n, mut l, v)| {
+            l.sort();
+            (n == name && l == want).then_some(v)
+        })
+}
+
 /// Which group role an attacker session belongs to.
 #[derive(Clone, Copy, Debug)]
 enum Who {
     Collector,
     Reader,
     Website,
+}
+
+/// An incarnation the attacker registered for itself through the
+/// interface: its uuid and the secret it was given.
+#[derive(Debug, Clone, Copy)]
+struct Incarnation {
+    uuid: Uuid,
+    secret: Uuid,
+}
+
+/// A job's lease as the owner reads it (a leaked token, at best: a
+/// collector cannot read `collection_jobs`).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+struct JobRow {
+    status: String,
+    collector_uuid: Option<Uuid>,
+    lease_token: Option<Uuid>,
+    attempt_count: i32,
 }
 
 /// A running fleet and the roles that attack it. Dropping it kills both
@@ -331,7 +359,7 @@ struct Fleet {
     reader: LoginRole,
     website: LoginRole,
     /// The victim's own LOGIN role in `bf4ps_collector`.
-    _victim_role: LoginRole,
+    victim_role: LoginRole,
     next_persona: AtomicI64,
 }
 
@@ -359,11 +387,22 @@ impl Fleet {
         let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
         let port = free_port();
         let serve = Proc::spawn("serve", serve_cmd(&db.url, port));
+        let serve_addr = SocketAddr::from(([127, 0, 0, 1], port));
+        // The victim starts once serve has published the policy.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut serve = serve;
+        while !matches!(readyz(serve_addr).await, Some((200, v)) if v["ready"] == true) {
+            serve.assert_running();
+            assert!(
+                Instant::now() < deadline,
+                "serve was not ready within 30 s (a harness problem)"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let victim = Proc::spawn(
             "victim collector",
             victim_cmd(&victim_role.url(&db), &fake.url()),
         );
-        let serve_addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut fleet = Fleet {
             serve,
             victim,
@@ -375,10 +414,9 @@ impl Fleet {
             attacker,
             reader,
             website,
-            _victim_role: victim_role,
+            victim_role,
             next_persona: AtomicI64::new(2_000_000),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             fleet.serve.assert_running();
             fleet.victim.assert_running();
@@ -429,8 +467,10 @@ impl Fleet {
         self.next_persona.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A pending `profile` job of `lane` on a new soldier of `persona`,
-    /// eligible in `eligible_in_s` seconds.
+    /// A pending `detailed` job of `lane` on a new soldier of `persona`
+    /// (written as BF4PS's discovery writes soldiers, in the same statement
+    /// as the job, so the feeder never races it), eligible in
+    /// `eligible_in_s` seconds.
     async fn job_for(&self, persona: i64, lane: Lane, eligible_in_s: f64) -> i64 {
         let class = match lane {
             Lane::Interactive => "interactive",
@@ -438,10 +478,20 @@ impl Fleet {
         };
         sqlx::query_scalar(
             "WITH s AS (
-                INSERT INTO soldiers (platform, persona_id) VALUES ('pc', $1) RETURNING soldier_id
+                INSERT INTO soldiers (persona_id, platform, current_name, first_seen_at, last_seen_at)
+                VALUES ($1, 'pc', 'p' || $1::text, now(), now())
+                RETURNING soldier_id, current_name
+             ), n AS (
+                INSERT INTO soldier_names (soldier_id, name, first_seen_at, last_seen_at)
+                SELECT soldier_id, current_name, now(), now() FROM s
+             ), src AS (
+                INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
+                SELECT soldier_id, 'bf4sw', now(), now() FROM s
+             ), st AS (
+                INSERT INTO collection_state (soldier_id) SELECT soldier_id FROM s
              )
              INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, eligible_at)
-             SELECT soldier_id, 'profile', $2, $3, 'attack-suite', now() + $4 * interval '1 second'
+             SELECT soldier_id, 'detailed', $2, $3, 'attack-suite', now() + $4 * interval '1 second'
              FROM s RETURNING job_id",
         )
         .bind(persona)
@@ -462,6 +512,15 @@ impl Fleet {
         ids
     }
 
+    /// The soldier of a job.
+    async fn soldier_of(&self, job: i64) -> i64 {
+        sqlx::query_scalar("SELECT soldier_id FROM collection_jobs WHERE job_id = $1")
+            .bind(job)
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap()
+    }
+
     /// How many of `jobs` the victim finished successfully.
     async fn victim_finished(&self, jobs: &[i64]) -> i64 {
         sqlx::query_scalar(
@@ -475,12 +534,32 @@ impl Fleet {
         .unwrap()
     }
 
+    /// Whether the victim finishes `jobs` within `wait`; a problem otherwise.
+    async fn victim_finishes(&self, jobs: &[i64], wait: Duration) -> Result<String, String> {
+        let done = within(wait, || async {
+            (self.victim_finished(jobs).await == jobs.len() as i64).then_some(())
+        })
+        .await;
+        match done {
+            Some(()) => Ok(format!("the victim finished {} new job(s)", jobs.len())),
+            None => Err(format!(
+                "the victim collector finished {} of {} new jobs within {wait:?}",
+                self.victim_finished(jobs).await,
+                jobs.len()
+            )),
+        }
+    }
+
     /// A background job of the victim that is running now and will keep
     /// running for about `hold` (the fake answers it after that delay).
     async fn running_victim_job(&self, hold: Duration) -> i64 {
         let persona = self.new_persona();
-        self.fake
-            .script(Platform::Pc, persona, None, vec![Scripted::Delay(hold)]);
+        self.fake.script(
+            Platform::Pc,
+            persona,
+            Some(Resource::Detailed),
+            vec![Scripted::Delay(hold)],
+        );
         let job = self.job_for(persona, Lane::Background, 0.0).await;
         let pool = &self.db.pool;
         let victim = self.victim_uuid;
@@ -502,6 +581,52 @@ impl Fleet {
         )
         .await;
         job
+    }
+
+    /// A job's lease as stored (None: the job is gone).
+    async fn job_row(&self, job: i64) -> Option<JobRow> {
+        sqlx::query_as(
+            "SELECT status, collector_uuid, lease_token, attempt_count
+             FROM collection_jobs WHERE job_id = $1",
+        )
+        .bind(job)
+        .fetch_optional(&self.db.pool)
+        .await
+        .unwrap()
+    }
+
+    /// The event types of a job, in order.
+    async fn job_events(&self, job: i64) -> Vec<String> {
+        crate::fixtures::event_types(&self.db.pool, job).await
+    }
+
+    /// Registers an incarnation of the attacker's own through the
+    /// interface (as the attacker role).
+    async fn incarnation(&self, atk: &PgPool, name: &str, lane: Lane, key: &str) -> Incarnation {
+        let (uuid, secret): (Option<Uuid>, Option<Uuid>) = sqlx::query_as(
+            "SELECT collector_uuid, secret FROM bf4ps_collector_register($1, 'evilhost', $2, $3, 'x')",
+        )
+        .bind(name)
+        .bind(lane)
+        .bind(key)
+        .fetch_one(atk)
+        .await
+        .expect("the attacker registers an incarnation of its own");
+        Incarnation {
+            uuid: uuid.expect("a free name"),
+            secret: secret.expect("a secret"),
+        }
+    }
+
+    /// Claims and starts (as `who`) the next job of its lane; (job_id, token).
+    async fn claim(&self, atk: &PgPool, who: Incarnation) -> Option<(i64, Uuid)> {
+        sqlx::query_as("SELECT job_id, lease_token FROM bf4ps_collector_claim($1, $2, $3, true)")
+            .bind(who.uuid)
+            .bind(who.secret)
+            .bind(PROTOCOL)
+            .fetch_optional(atk)
+            .await
+            .expect("claim")
     }
 
     async fn checkpoint_projected(&self) -> i64 {
@@ -547,7 +672,7 @@ impl Fleet {
     }
 
     /// Rollup rows whose outcome counts differ from the events at or below
-    /// the checkpoint, as text (empty: exact).
+    /// the checkpoint (less the quarantined ones), as text (empty: exact).
     async fn rollup_mismatches(&self) -> Result<Vec<String>, String> {
         sqlx::query_scalar(
             "WITH cp AS (
@@ -561,6 +686,8 @@ impl Fleet {
                        count(*) FILTER (WHERE e.event_type = 'reclaimed') AS reclaimed
                 FROM collection_events e, cp
                 WHERE (e.tx_id, e.event_id) <= (cp.tx_id, cp.event_id)
+                  AND NOT EXISTS (SELECT 1 FROM projector_quarantine q
+                                  WHERE q.event_id = e.event_id)
                 GROUP BY 1, 2
              ), ro AS (
                 SELECT resource, lane, sum(succeeded)::int8 AS succeeded,
@@ -594,15 +721,16 @@ impl Fleet {
         .map_err(|e| format!("comparing rollups with events failed: {e}"))
     }
 
-    /// This serve's `bf4ps_projector_projected_events_total`.
-    async fn projected_metric(&self) -> Option<f64> {
+    /// This serve's `/metrics` sample of `name` (no labels).
+    async fn serve_metric(&self, name: &str) -> Option<f64> {
         let (_, text) = get(self.serve_addr, "/metrics").await?;
-        sample(&text, "bf4ps_projector_projected_events_total", &[])
+        sample(&text, name, &[])
     }
 
     /// Pairs per (resource, band): what `status` and the gauges read, and a
-    /// full scan of `collection_state` bucketed the same way, in one
-    /// snapshot. `Err` when either cannot be computed.
+    /// full scan of BF4PS's wide `collection_state` (four pairs a row)
+    /// bucketed the same way, in one snapshot. `Err` when either cannot be
+    /// computed.
     async fn freshness_mismatch(&self) -> Result<Option<String>, String> {
         type Pairs = std::collections::BTreeMap<(String, usize), u64>;
         let mut conn = self.db.pool.acquire().await.map_err(|e| e.to_string())?;
@@ -626,15 +754,20 @@ impl Fleet {
                     }
                 }
             }
-            let rows: Vec<(Resource, Option<i32>, i64)> = sqlx::query_as(
-                "SELECT resource,
-                        CASE WHEN s.slot = '-infinity' THEN NULL
-                             WHEN s.slot = 'infinity' THEN 0
-                             ELSE width_bucket(extract(epoch FROM ($1 - s.slot))::float8,
+            let rows: Vec<(String, Option<i32>, i64)> = sqlx::query_as(
+                "SELECT p.resource,
+                        CASE WHEN p.slot = '-infinity' THEN NULL
+                             WHEN p.slot = 'infinity' THEN 0
+                             ELSE width_bucket(extract(epoch FROM ($1 - p.slot))::float8,
                                                $2::float8[]) END,
                         count(*)
-                 FROM (SELECT resource, bf4ps_freshness_slot(last_success_at) AS slot
-                       FROM collection_state) AS s
+                 FROM collection_state AS s
+                 CROSS JOIN LATERAL (VALUES
+                     ('detailed', bf4ps_freshness_slot(s.detailed_last_success_at)),
+                     ('profile', bf4ps_freshness_slot(s.profile_last_success_at)),
+                     ('weapons', bf4ps_freshness_slot(s.weapons_last_success_at)),
+                     ('vehicles', bf4ps_freshness_slot(s.vehicles_last_success_at))
+                 ) AS p(resource, slot)
                  GROUP BY 1, 2",
             )
             .bind(at)
@@ -646,7 +779,7 @@ impl Fleet {
             let mut scanned = Pairs::new();
             for (resource, band, n) in rows {
                 let i = band.map_or(never, |b| (b.max(0) as usize).min(never - 1));
-                *scanned.entry((resource.to_string(), i)).or_default() += n as u64;
+                *scanned.entry((resource, i)).or_default() += n as u64;
             }
             Ok((rolled, scanned))
         }
@@ -686,6 +819,77 @@ impl Fleet {
         }
     }
 
+    /// The owner's events with these values, projected by serve: each is
+    /// quarantined (a row naming it, with a reason containing `why`), this
+    /// serve's `bf4ps_projector_quarantined_events_total` counts them, its
+    /// log names each `event_id`, and `/readyz` still says ready and
+    /// projecting.
+    async fn expect_quarantined(&self, r: &mut Report, ids: &[i64], why: &str) {
+        let quarantined = within(HEALTH_WAIT, || async {
+            let reasons: Vec<String> = sqlx::query_scalar(
+                "SELECT reason FROM projector_quarantine WHERE event_id = ANY($1) ORDER BY event_id",
+            )
+            .bind(ids)
+            .fetch_all(&self.db.pool)
+            .await
+            .unwrap();
+            (reasons.len() == ids.len()).then_some(reasons)
+        })
+        .await;
+        match quarantined {
+            None => r.fail(format!(
+                "events {ids:?} were not quarantined within {HEALTH_WAIT:?}{}",
+                self.serve_last_words()
+            )),
+            Some(reasons) if reasons.iter().all(|x| x.contains(why)) => r.note(format!(
+                "events {ids:?} quarantined: {}",
+                reasons.join("; ")
+            )),
+            Some(reasons) => r.fail(format!(
+                "events {ids:?} quarantined with reasons that do not name {why:?}: {reasons:?}"
+            )),
+        }
+        let all: i64 = sqlx::query_scalar("SELECT count(*) FROM projector_quarantine")
+            .fetch_one(&self.db.pool)
+            .await
+            .unwrap();
+        let counted = within(Duration::from_secs(5), || async {
+            let m = self
+                .serve_metric("bf4ps_projector_quarantined_events_total")
+                .await?;
+            (m == all as f64).then_some(m)
+        })
+        .await;
+        match counted {
+            Some(m) => r.note(format!("bf4ps_projector_quarantined_events_total = {m}")),
+            None => r.fail(format!(
+                "bf4ps_projector_quarantined_events_total is {:?}, not the {all} quarantined events",
+                self.serve_metric("bf4ps_projector_quarantined_events_total")
+                    .await
+            )),
+        }
+        for id in ids {
+            let named = self
+                .serve
+                .log_lines("quarantined")
+                .iter()
+                .any(|l| l.contains(&format!("event_id={id}")));
+            if !named {
+                r.fail(format!(
+                    "serve logged no quarantine line naming event_id={id}"
+                ));
+            }
+        }
+        match readyz(self.serve_addr).await {
+            Some((200, v)) if v["ready"] == true && v["projector_projecting"] == true => {
+                r.note("/readyz: ready and projecting")
+            }
+            other => r.fail(format!(
+                "/readyz after the quarantine answers {other:?}, not ready and projecting"
+            )),
+        }
+    }
+
     /// Proves the fleet whole after an attack (module doc); records every
     /// problem in `report`.
     async fn check_healthy(&mut self, report: &mut Report) {
@@ -695,16 +899,8 @@ impl Fleet {
             report.fail(format!("the victim collector exited ({status})"));
         } else {
             let jobs = self.jobs(HEALTH_JOBS, Lane::Background, 0.0).await;
-            let done = within(HEALTH_WAIT, || async {
-                (self.victim_finished(&jobs).await == jobs.len() as i64).then_some(())
-            })
-            .await;
-            if done.is_none() {
-                report.fail(format!(
-                    "the victim collector finished {} of {} new jobs within {HEALTH_WAIT:?}",
-                    self.victim_finished(&jobs).await,
-                    jobs.len()
-                ));
+            if let Err(problem) = self.victim_finishes(&jobs, HEALTH_WAIT).await {
+                report.fail(problem);
             }
         }
         let retired: Option<bool> = sqlx::query_scalar(
@@ -796,7 +992,9 @@ impl Fleet {
             // The counter of this serve follows the checkpoint.
             let agree = within(HEALTH_WAIT, || async {
                 let cp = self.checkpoint_projected().await;
-                let m = self.projected_metric().await?;
+                let m = self
+                    .serve_metric("bf4ps_projector_projected_events_total")
+                    .await?;
                 (m == (cp - self.serve_base) as f64).then_some(())
             })
             .await;
@@ -804,7 +1002,8 @@ impl Fleet {
                 report.fail(format!(
                     "serve's bf4ps_projector_projected_events_total ({:?}) does not follow the \
                      checkpoint ({} projected, {} before this serve started)",
-                    self.projected_metric().await,
+                    self.serve_metric("bf4ps_projector_projected_events_total")
+                        .await,
                     self.checkpoint_projected().await,
                     self.serve_base
                 ));
@@ -905,12 +1104,23 @@ where
     executor.execute(sqlx::AssertSqlSafe(sql)).await
 }
 
+/// Runs each statement as the attacker; each must be refused with 42501.
+async fn all_refused(r: &mut Report, atk: &PgPool, statements: &[(&str, String)]) {
+    for (what, sql) in statements {
+        let res = run(atk, sql.clone()).await;
+        r.refused(what, res, PRIVILEGE);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // 1-4: values that break readers.
 // ---------------------------------------------------------------------------
 
 #[sqlx::test]
-async fn a01_an_event_at_infinity_is_refused_or_harmless(_: PgPoolOptions, opts: PgConnectOptions) {
+async fn a01_an_event_at_infinity_is_refused_and_quarantined_when_the_owner_writes_it(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a01 occurred_at = ±infinity");
     let atk = f.attacker_pool().await;
@@ -923,135 +1133,339 @@ async fn a01_an_event_at_infinity_is_refused_or_harmless(_: PgPoolOptions, opts:
             ),
         )
         .await;
-        r.accepted(
-            &format!("INSERT of a succeeded event with occurred_at '{at}'"),
-            &res,
-            INVALID_VALUE,
+        r.refused(
+            &format!("INSERT of a succeeded event with occurred_at '{at}' (collector role)"),
+            res,
+            PRIVILEGE,
         );
     }
     atk.close().await;
+    // The owner (or BF4PS's own code) still can write them.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, occurred_at, lane, resource) VALUES \
+         ('succeeded', 'infinity', 'interactive', 'profile'), \
+         ('succeeded', '-infinity', 'interactive', 'profile') RETURNING event_id",
+    )
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    f.expect_quarantined(&mut r, &ids, "occurred_at").await;
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 #[sqlx::test]
-async fn a02_an_infinite_egress_pause_is_refused_or_harmless(
+async fn a02_an_infinite_egress_pause_is_refused_and_harmless_when_the_owner_sets_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a02 egress_gates.paused_until = infinity");
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        "UPDATE egress_gates SET paused_until = 'infinity'".to_owned(),
+        &[
+            (
+                "UPDATE egress_gates SET paused_until = 'infinity' (every key)",
+                "UPDATE egress_gates SET paused_until = 'infinity'".to_owned(),
+            ),
+            (
+                "INSERT of a key paused until 'infinity'",
+                "INSERT INTO egress_gates (egress_key, next_slot_at, paused_until) \
+                 VALUES ('future-key', 'infinity', 'infinity')"
+                    .to_owned(),
+            ),
+            (
+                "UPDATE egress_budget SET next_slot_at = 'infinity'",
+                "UPDATE egress_budget SET next_slot_at = 'infinity'".to_owned(),
+            ),
+        ],
     )
     .await;
-    r.accepted(
-        "UPDATE egress_gates SET paused_until = 'infinity' (every key)",
-        &res,
-        INVALID_VALUE,
-    );
     atk.close().await;
+    // The owner pauses another key for ever: the gauges and status read it.
+    crate::support::exec(
+        &f.db.pool,
+        "INSERT INTO egress_gates (egress_key, next_slot_at, paused_until, throttle_streak) \
+         VALUES ('other-key', 'infinity', 'infinity', 3)",
+    )
+    .await
+    .unwrap();
+    let gauge = within(Duration::from_secs(10), || async {
+        let (_, text) = get(f.serve_addr, "/metrics").await?;
+        sample(
+            &text,
+            "bf4ps_egress_paused_until_seconds",
+            &[("egress_key", "other-key")],
+        )
+    })
+    .await;
+    match gauge {
+        Some(v) if v.is_finite() => r.note(format!(
+            "bf4ps_egress_paused_until_seconds{{egress_key=\"other-key\"}} = {v}"
+        )),
+        other => r.fail(format!(
+            "the gauges show no finite pause for the owner's infinitely paused key: {other:?}"
+        )),
+    }
+    let url = f.reader.url(&f.db);
+    let out = tokio::task::spawn_blocking(move || run_bin(&["status"], Some(&url)))
+        .await
+        .unwrap();
+    if out.status.success() {
+        r.note("`bf4ps-ops status` reads the infinite pause");
+    } else {
+        r.fail(format!(
+            "`bf4ps-ops status` fails on an infinite pause: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 #[sqlx::test]
-async fn a03_overflowing_durations_are_refused_or_harmless(
+async fn a03_overflowing_durations_are_refused_and_quarantined_when_the_owner_writes_them(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a03 duration_ms = i64::MAX twice");
+    let insert = format!(
+        "INSERT INTO collection_events (event_type, lane, resource, duration_ms) VALUES \
+         ('succeeded', 'background', 'profile', {max}), \
+         ('succeeded', 'background', 'profile', {max}) RETURNING event_id",
+        max = i64::MAX
+    );
     let atk = f.attacker_pool().await;
-    let res = run(
-        &atk,
-        format!(
-            "INSERT INTO collection_events (event_type, lane, resource, duration_ms) VALUES \
-             ('succeeded', 'background', 'profile', {max}), \
-             ('succeeded', 'background', 'profile', {max})",
-            max = i64::MAX
-        ),
-    )
-    .await;
-    r.accepted(
-        "INSERT of two succeeded events with duration_ms = 9223372036854775807",
-        &res,
-        INVALID_VALUE,
+    let res = run(&atk, insert.clone()).await;
+    r.refused(
+        "INSERT of two succeeded events with duration_ms = 9223372036854775807 (collector role)",
+        res,
+        PRIVILEGE,
     );
     atk.close().await;
+    let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(insert))
+        .fetch_all(&f.db.pool)
+        .await
+        .unwrap();
+    f.expect_quarantined(&mut r, &ids, "duration_ms").await;
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 #[sqlx::test]
-async fn a04_a_job_eligible_at_minus_infinity_is_refused_or_harmless(
+async fn a04_a_job_eligible_at_minus_infinity_is_refused_and_claimed_when_the_owner_writes_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a04 collection_jobs.eligible_at = -infinity");
-    // The collector role may not insert jobs; it may update eligible_at.
-    let parked = f.jobs(1, Lane::Background, 86_400.0).await[0];
+    let parked = f.jobs(2, Lane::Background, 86_400.0).await;
+    let soldier = f.soldier_of(parked[0]).await;
     let atk = f.attacker_pool().await;
-    let insert = run(
+    all_refused(
+        &mut r,
         &atk,
+        &[
+            (
+                "INSERT of a pending job eligible at '-infinity'",
+                format!(
+                    "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, \
+                     reason, eligible_at) \
+                     VALUES ({soldier}, 'weapons', 'background', 'recent', 'x', '-infinity')"
+                ),
+            ),
+            (
+                "UPDATE of a pending job's eligible_at to '-infinity'",
+                format!(
+                    "UPDATE collection_jobs SET eligible_at = '-infinity' WHERE job_id = {}",
+                    parked[0]
+                ),
+            ),
+        ],
+    )
+    .await;
+    atk.close().await;
+    // The owner writes both infinities: the lane's claims go on, the job at
+    // -infinity is claimed and finished, the one at infinity waits (and the
+    // victim's sleep until the next eligible job neither overflows nor
+    // keeps it from waking for new work).
+    crate::support::exec(
+        &f.db.pool,
         format!(
-            "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, eligible_at) \
-             SELECT soldier_id, 'weapons', 'background', 'recent', 'x', '-infinity' \
-             FROM collection_jobs WHERE job_id = {parked}"
+            "UPDATE collection_jobs SET eligible_at = '-infinity' WHERE job_id = {}; \
+             UPDATE collection_jobs SET eligible_at = 'infinity' WHERE job_id = {}; \
+             SELECT pg_notify('bf4ps_jobs_background', '')",
+            parked[0], parked[1]
         ),
     )
-    .await;
-    r.accepted(
-        "INSERT of a pending job eligible at '-infinity'",
-        &insert,
-        INVALID_VALUE,
-    );
-    let update = run(
-        &atk,
-        format!("UPDATE collection_jobs SET eligible_at = '-infinity' WHERE job_id = {parked}"),
-    )
-    .await;
-    r.accepted(
-        "UPDATE of a pending job's eligible_at to '-infinity'",
-        &update,
-        INVALID_VALUE,
-    );
-    atk.close().await;
+    .await
+    .unwrap();
+    r.record(f.victim_finishes(&parked[..1], HEALTH_WAIT).await);
+    match f.job_row(parked[1]).await {
+        Some(j) if j.status == "pending" => r.note("the job at 'infinity' still waits"),
+        other => r.fail(format!("the job at 'infinity' is {other:?}, not pending")),
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 #[sqlx::test]
-async fn a04_a_last_success_at_minus_infinity_is_refused_or_harmless(
+async fn a04_infinite_collection_state_times_are_refused_and_harmless_when_the_owner_writes_them(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a04 collection_state.last_success_at = -infinity");
-    let (soldier, resource): (i64, String) = sqlx::query_as(
-        "SELECT soldier_id, resource FROM collection_state WHERE last_success_at IS NOT NULL LIMIT 1",
+    let mut r = Report::new("a04 collection_state times = ±infinity");
+    let soldiers: Vec<i64> = sqlx::query_scalar(
+        "SELECT soldier_id FROM collection_state WHERE detailed_last_success_at IS NOT NULL \
+         ORDER BY soldier_id LIMIT 2",
     )
-    .fetch_one(&f.db.pool)
+    .fetch_all(&f.db.pool)
     .await
     .unwrap();
+    assert_eq!(soldiers.len(), 2, "the warm-up collected soldiers");
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        format!(
-            "UPDATE collection_state SET last_success_at = '-infinity' \
-             WHERE soldier_id = {soldier} AND resource = '{resource}'"
-        ),
+        &[
+            (
+                "UPDATE of a pair's last success to '-infinity'",
+                format!(
+                    "UPDATE collection_state SET detailed_last_success_at = '-infinity' \
+                     WHERE soldier_id = {}",
+                    soldiers[0]
+                ),
+            ),
+            (
+                "UPDATE of a pair's next due time to 'infinity'",
+                format!(
+                    "UPDATE collection_state SET detailed_next_due_at = 'infinity' \
+                     WHERE soldier_id = {}",
+                    soldiers[0]
+                ),
+            ),
+        ],
     )
     .await;
-    r.accepted(
-        "UPDATE of a pair's last_success_at to '-infinity'",
-        &res,
-        INVALID_VALUE,
-    );
     atk.close().await;
+    // The owner writes both infinities into the times status, the gauges,
+    // the freshness triggers and the feeder read.
+    crate::support::exec(
+        &f.db.pool,
+        format!(
+            "UPDATE collection_state SET detailed_last_success_at = '-infinity', \
+                    detailed_next_due_at = '-infinity', weapons_last_success_at = 'infinity' \
+             WHERE soldier_id = {0}; \
+             UPDATE collection_state SET detailed_last_success_at = 'infinity', \
+                    detailed_next_due_at = 'infinity', vehicles_next_due_at = '-infinity' \
+             WHERE soldier_id = {1}",
+            soldiers[0], soldiers[1]
+        ),
+    )
+    .await
+    .unwrap();
+    let url = f.reader.url(&f.db);
+    let out = tokio::task::spawn_blocking(move || run_bin(&["status"], Some(&url)))
+        .await
+        .unwrap();
+    if out.status.success() {
+        r.note("`bf4ps-ops status` reads the infinite times");
+    } else {
+        r.fail(format!(
+            "`bf4ps-ops status` fails on infinite collection_state times: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// Readers decode times through `bf4ps_sane_time`: it must clamp the
+/// infinities an owner can write, and keep a missing time missing (a NULL
+/// is "never", not 1970).
+#[sqlx::test]
+async fn a04_readers_clamp_infinite_times_and_keep_missing_ones_missing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a04 bf4ps_sane_time and what reads through it");
+    let reader = f.reader.pool(&f.db).await;
+    let (inf, minus_inf, null): (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>) =
+        sqlx::query_as(
+            "SELECT bf4ps_sane_time('infinity'), bf4ps_sane_time('-infinity'), \
+             bf4ps_sane_time(NULL)",
+        )
+        .fetch_one(&reader)
+        .await
+        .unwrap();
+    r.note(format!(
+        "bf4ps_sane_time: infinity -> {inf}, -infinity -> {minus_inf}"
+    ));
+    if null.is_some() {
+        r.fail(format!("bf4ps_sane_time(NULL) is {null:?}, not NULL"));
+    }
+    reader.close().await;
+    // The fleet is caught up (the warm-up's check): status says so, the
+    // victim is not retired, and a first success has no previous one.
+    let url = f.reader.url(&f.db);
+    let (status, list) = tokio::task::spawn_blocking(move || {
+        (
+            run_bin(&["status", "--json"], Some(&url)),
+            run_bin(&["collectors", "list", "--json"], Some(&url)),
+        )
+    })
+    .await
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap_or_default();
+    let lag = status["projector"]["lag_s"].as_f64();
+    let backlog = status["projector"]["backlog_events"].as_i64();
+    if backlog == Some(0) && !lag.is_some_and(|l| l < 3_600.0) {
+        r.fail(format!(
+            "`status --json` reports a projector lag of {lag:?} s with no backlog"
+        ));
+    }
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap_or_default();
+    let victim = list
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["collector_name"] == VICTIM))
+        .cloned()
+        .unwrap_or_default();
+    for field in ["retired_at", "heartbeat_lost_at"] {
+        if !victim[field].is_null() {
+            r.fail(format!(
+                "`collectors list --json` shows the live victim with {field} = {}",
+                victim[field]
+            ));
+        }
+    }
+    let previous: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT metadata->>'previous_success_at' FROM collection_events \
+         WHERE event_type = 'succeeded' AND collector_uuid = $1 ORDER BY event_id LIMIT 1",
+    )
+    .bind(f.victim_uuid)
+    .fetch_optional(&f.db.pool)
+    .await
+    .unwrap();
+    if let Some(Some(at)) = previous {
+        r.fail(format!(
+            "a soldier's first success records a previous success at {at} (its refresh age is \
+             counted from it)"
+        ));
+    }
+    let gauge = within(Duration::from_secs(5), || async {
+        f.serve_metric("bf4ps_projector_lag_seconds").await
+    })
+    .await;
+    if !gauge.is_some_and(|g| g < 3_600.0) {
+        r.fail(format!(
+            "serve's bf4ps_projector_lag_seconds is {gauge:?} while caught up"
+        ));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1066,32 +1480,87 @@ async fn a05_registering_over_a_live_collector_never_retires_it(
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a05 takeover with lost_after <= 0");
+    let mut r = Report::new("a05 takeover of the live victim");
     let atk = f.attacker_pool().await;
-    for (name, lost_after) in [
-        (VICTIM, "interval '0'"),
-        (VICTIM, "interval '-1 hour'"),
-        ("VICTIM", "interval '0'"),
-    ] {
-        let what = format!(
-            "bf4ps_collector_register('{name}', 'evilhost', 'background', 'evil-key', 'x', {lost_after})"
-        );
-        let res: Result<Option<Uuid>, sqlx::Error> =
-            sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-                "SELECT collector_uuid FROM bf4ps_collector_register('{name}', 'evilhost', \
-             'background', 'evil-key', 'x', {lost_after})"
-            )))
-            .fetch_one(&atk)
-            .await;
+    for name in [VICTIM, "VICTIM", " victim ", "Victim"] {
+        let what = format!("bf4ps_collector_register({name:?}, 'evilhost', 'background', ...)");
+        let res: Result<(Option<Uuid>, Option<String>), sqlx::Error> = sqlx::query_as(
+            "SELECT collector_uuid, holder_hostname FROM bf4ps_collector_register($1, \
+             'evilhost', 'background', 'evil-key', 'x')",
+        )
+        .bind(name)
+        .fetch_one(&atk)
+        .await;
         match res {
-            Ok(None) => r.note(format!("{what}: name in use, nothing written (harmless)")),
-            Ok(Some(uuid)) => r.fail(format!(
+            Ok((None, holder)) => r.note(format!(
+                "{what}: the name is in use (holder {holder:?}), nothing written"
+            )),
+            Ok((Some(uuid), _)) => r.fail(format!(
                 "{what}: the attacker took the victim's name as incarnation {uuid}"
             )),
-            Err(e) => r.refused(&what, &e, INVALID_VALUE),
+            // The name belongs to the victim's role (42501).
+            Err(e) => r.refused_with(&what, &e, PRIVILEGE),
         }
     }
+    // The caller's threshold of 0.1 is gone; the server's cannot be moved.
+    for lost_after in ["interval '0'", "interval '-1 hour'"] {
+        let res = run(
+            &atk,
+            format!(
+                "SELECT * FROM bf4ps_collector_register('{VICTIM}', 'evilhost', 'background', \
+                 'evil-key', 'x', {lost_after})"
+            ),
+        )
+        .await;
+        r.refused(
+            &format!("the old register signature with lost_after {lost_after}"),
+            res,
+            UNDEFINED_FUNCTION,
+        );
+    }
+    all_refused(
+        &mut r,
+        &atk,
+        &[
+            (
+                "UPDATE scheduling_settings SET heartbeat_lost_after",
+                "UPDATE scheduling_settings SET heartbeat_lost_after = interval '1 microsecond'"
+                    .to_owned(),
+            ),
+            (
+                "UPDATE collectors SET heartbeat_state = 'lost' (the victim)",
+                format!(
+                    "UPDATE collectors SET heartbeat_state = 'lost' WHERE collector_name = '{VICTIM}'"
+                ),
+            ),
+            (
+                "SELECT the incarnation secrets",
+                "SELECT * FROM collector_secrets".to_owned(),
+            ),
+            (
+                "INSERT a secret of one's own for the victim",
+                format!(
+                    "INSERT INTO collector_secrets (collector_uuid, secret_sha256) \
+                     VALUES ('{}', sha256('x'))",
+                    f.victim_uuid
+                ),
+            ),
+        ],
+    )
+    .await;
     atk.close().await;
+    let (hostname, retired): (String, bool) = sqlx::query_as(
+        "SELECT hostname, retired_at IS NOT NULL FROM collectors WHERE collector_uuid = $1",
+    )
+    .bind(f.victim_uuid)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if hostname != VICTIM_HOST || retired {
+        r.fail(format!(
+            "the victim's incarnation changed: hostname {hostname:?}, retired {retired}"
+        ));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1108,55 +1577,47 @@ async fn a06_the_victims_running_job_cannot_be_cleared_extended_or_deleted(
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 the victim's running job");
     let job = f.running_victim_job(Duration::from_secs(4)).await;
+    let before = f.job_row(job).await;
     let victim = f.victim_uuid;
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        format!("UPDATE collectors SET current_job_id = NULL WHERE collector_uuid = '{victim}'"),
+        &[
+            (
+                "UPDATE collectors SET current_job_id = NULL (the victim, busy)",
+                format!(
+                    "UPDATE collectors SET current_job_id = NULL WHERE collector_uuid = '{victim}'"
+                ),
+            ),
+            (
+                "UPDATE collection_jobs SET lease_expires_at = 'infinity' (the victim's job)",
+                format!(
+                    "UPDATE collection_jobs SET lease_expires_at = 'infinity' WHERE job_id = {job}"
+                ),
+            ),
+            (
+                "UPDATE collection_jobs SET lease_token (the victim's job)",
+                format!(
+                    "UPDATE collection_jobs SET lease_token = gen_random_uuid() WHERE job_id = {job}"
+                ),
+            ),
+            (
+                "DELETE FROM collection_jobs (the victim's running job)",
+                format!("DELETE FROM collection_jobs WHERE job_id = {job}"),
+            ),
+        ],
     )
     .await;
-    r.write(
-        "UPDATE collectors SET current_job_id = NULL (the victim, busy)",
-        res,
-        PRIVILEGE,
-    );
-    // What the statement stored, as it stored it (a clamp is harmless).
-    let res: Result<Vec<bool>, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "UPDATE collection_jobs SET lease_expires_at = 'infinity' WHERE job_id = {job} \
-         RETURNING lease_expires_at = 'infinity'"
-    )))
-    .fetch_all(&atk)
-    .await;
-    let what =
-        "UPDATE collection_jobs SET lease_expires_at = 'infinity' (the victim's running job)";
-    match res {
-        Ok(rows) if rows.contains(&true) => r.fail(format!(
-            "{what}: the job's lease now never expires (if the victim dies, the job is never recovered)"
-        )),
-        Ok(_) => r.note(format!("{what}: accepted but stored no infinite lease (harmless)")),
-        Err(e) => r.refused(what, &e, INVALID_VALUE),
-    }
-    let res = run(
-        &atk,
-        format!("DELETE FROM collection_jobs WHERE job_id = {job}"),
-    )
-    .await;
-    r.write(
-        "DELETE FROM collection_jobs (the victim's running job)",
-        res,
-        PRIVILEGE,
-    );
     atk.close().await;
-    // The victim's attempt is not lost: it finishes the job.
-    let finished = within(Duration::from_secs(15), || async {
-        (f.victim_finished(&[job]).await == 1).then_some(())
-    })
-    .await;
-    if finished.is_none() {
+    if f.job_row(job).await != before {
         r.fail(format!(
-            "the victim's attempt on job {job} was lost: no succeeded event within 15 s"
+            "the victim's job changed under the attack: {before:?} -> {:?}",
+            f.job_row(job).await
         ));
     }
+    // The victim's attempt is not lost: it finishes the job.
+    r.record(f.victim_finishes(&[job], Duration::from_secs(15)).await);
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1167,31 +1628,45 @@ async fn a06_pending_jobs_cannot_be_deferred_or_deleted(_: PgPoolOptions, opts: 
     let mut r = Report::new("a06 pending jobs");
     let parked = f.jobs(2, Lane::Background, 3_600.0).await;
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        format!(
-            "UPDATE collection_jobs SET eligible_at = '2100-01-01' \
-             WHERE status = 'pending' AND job_id IN ({}, {})",
-            parked[0], parked[1]
-        ),
+        &[
+            (
+                "UPDATE collection_jobs SET eligible_at = '2100-01-01' (pending jobs nobody holds)",
+                format!(
+                    "UPDATE collection_jobs SET eligible_at = '2100-01-01' \
+                     WHERE status = 'pending' AND job_id IN ({}, {})",
+                    parked[0], parked[1]
+                ),
+            ),
+            (
+                "DELETE FROM collection_jobs (a pending job nobody holds)",
+                format!("DELETE FROM collection_jobs WHERE job_id = {}", parked[1]),
+            ),
+            (
+                "UPDATE collection_jobs SET lane = 'interactive' (jumping the queue)",
+                format!(
+                    "UPDATE collection_jobs SET lane = 'interactive', priority_class = 'interactive' \
+                     WHERE job_id = {}",
+                    parked[0]
+                ),
+            ),
+        ],
     )
     .await;
-    r.write(
-        "UPDATE collection_jobs SET eligible_at = '2100-01-01' (pending jobs nobody holds)",
-        res,
-        INVALID_VALUE,
-    );
-    let res = run(
-        &atk,
-        format!("DELETE FROM collection_jobs WHERE job_id = {}", parked[1]),
-    )
-    .await;
-    r.write(
-        "DELETE FROM collection_jobs (a pending job nobody holds)",
-        res,
-        PRIVILEGE,
-    );
     atk.close().await;
+    let still: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM collection_jobs WHERE job_id = ANY($1) AND status = 'pending' \
+         AND lane = 'background' AND eligible_at < now() + interval '2 hours'",
+    )
+    .bind(&parked)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if still != 2 {
+        r.fail(format!("{} of the 2 parked jobs changed", 2 - still));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1206,40 +1681,46 @@ async fn a06_events_cannot_be_forged_under_the_victims_identity(
     let victim = f.victim_uuid;
     let marker = format!("forged-{}", Uuid::new_v4().simple());
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        format!(
-            "INSERT INTO collection_events (collector_uuid, collector_name_snapshot, \
-             hostname_snapshot, egress_key_snapshot, lane, resource, event_type, error_class, \
-             http_status, duration_ms, error_message) VALUES \
-             ('{victim}', '{VICTIM}', '{VICTIM_HOST}', '{VICTIM_KEY}', 'background', 'profile', \
-              'failed', 'server', 503, 10, '{marker}'), \
-             ('{victim}', '{VICTIM}', '{VICTIM_HOST}', '{VICTIM_KEY}', 'background', NULL, \
-              'heartbeat_lost', NULL, NULL, NULL, '{marker}')"
-        ),
+        &[
+            (
+                "INSERT of events under the victim's collector_uuid and snapshots",
+                format!(
+                    "INSERT INTO collection_events (collector_uuid, collector_name_snapshot, \
+                     hostname_snapshot, egress_key_snapshot, lane, resource, event_type, \
+                     error_class, http_status, duration_ms, error_message) VALUES \
+                     ('{victim}', '{VICTIM}', '{VICTIM_HOST}', '{VICTIM_KEY}', 'background', \
+                      'detailed', 'failed', 'server', 503, 10, '{marker}'), \
+                     ('{victim}', '{VICTIM}', '{VICTIM_HOST}', '{VICTIM_KEY}', 'background', \
+                      NULL, 'heartbeat_lost', NULL, NULL, NULL, '{marker}')"
+                ),
+            ),
+            (
+                "UPDATE of the victim's events (rewriting history)",
+                format!(
+                    "UPDATE collection_events SET error_message = '{marker}' \
+                     WHERE collector_uuid = '{victim}'"
+                ),
+            ),
+            (
+                "DELETE of the victim's events",
+                format!("DELETE FROM collection_events WHERE collector_uuid = '{victim}'"),
+            ),
+        ],
     )
     .await;
-    let what = "INSERT of events under the victim's collector_uuid and snapshots";
-    if r.accepted(what, &res, PRIVILEGE) {
-        let attributed: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM collection_events WHERE error_message = $1 AND collector_uuid = $2",
-        )
-        .bind(&marker)
-        .bind(victim)
-        .fetch_one(&f.db.pool)
-        .await
-        .unwrap();
-        if attributed > 0 {
-            r.fail(format!(
-                "{what}: {attributed} forged event(s) are stored as the victim's"
-            ));
-        } else {
-            r.note(format!(
-                "{what}: nothing is attributed to the victim (harmless)"
-            ));
-        }
-    }
     atk.close().await;
+    let attributed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collection_events WHERE error_message = $1")
+            .bind(&marker)
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap();
+    if attributed > 0 {
+        r.fail(format!("{attributed} forged event(s) are stored"));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1249,43 +1730,26 @@ async fn a06_event_transaction_ids_cannot_be_forged(_: PgPoolOptions, opts: PgCo
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 forged tx_id");
     let atk = f.attacker_pool().await;
+    let mut statements = Vec::new();
     for forged in ["9223372036854775807", "0"] {
-        let marker = format!("tx-{forged}-{}", Uuid::new_v4().simple());
-        let res = run(
-            &atk,
+        statements.push((
+            "INSERT of an event with a forged tx_id",
             format!(
-                "INSERT INTO collection_events (event_type, lane, resource, error_message, tx_id) \
-                 VALUES ('succeeded', 'background', 'profile', '{marker}', '{forged}')"
+                "INSERT INTO collection_events (event_type, lane, resource, tx_id) \
+                 VALUES ('succeeded', 'background', 'detailed', '{forged}')"
             ),
-        )
-        .await;
-        let what = format!("INSERT of an event with tx_id = {forged}");
-        if r.accepted(&what, &res, INVALID_VALUE) {
-            let stored: Vec<String> = sqlx::query_scalar(
-                "SELECT tx_id::text FROM collection_events WHERE error_message = $1",
-            )
-            .bind(&marker)
-            .fetch_all(&f.db.pool)
-            .await
-            .unwrap();
-            if stored.iter().any(|t| t == forged) {
-                r.fail(format!(
-                    "{what}: stored with the forged tx_id (the projector never reaches it, or has passed it)"
-                ));
-            } else {
-                r.note(format!(
-                    "{what}: stored with tx_id {stored:?}, not the forged one (harmless)"
-                ));
-            }
-        }
+        ));
     }
-    let res = run(
-        &atk,
+    statements.push((
+        "UPDATE collection_events SET tx_id",
         "UPDATE collection_events SET tx_id = '9223372036854775807' WHERE event_type = 'succeeded'"
             .to_owned(),
-    )
-    .await;
-    r.write("UPDATE collection_events SET tx_id", res, PRIVILEGE);
+    ));
+    statements.push((
+        "UPDATE projector_checkpoint (skipping events)",
+        "UPDATE projector_checkpoint SET tx_id = '9223372036854775807'".to_owned(),
+    ));
+    all_refused(&mut r, &atk, &statements).await;
     atk.close().await;
     f.check_healthy(&mut r).await;
     r.finish();
@@ -1307,44 +1771,61 @@ async fn a06_egress_pauses_and_the_budget_cannot_be_tampered_with(
     .await
     .unwrap();
     let atk = f.attacker_pool().await;
-    for (what, sql, allowed) in [
-        (
-            "clearing another key's throttle pause",
-            "UPDATE egress_gates SET paused_until = NULL, throttle_streak = 0 \
-             WHERE egress_key = 'other-key'"
-                .to_owned(),
-            PRIVILEGE,
-        ),
-        (
-            "pausing the victim's key for an hour",
-            format!(
-                "UPDATE egress_gates SET paused_until = now() + interval '1 hour' \
-                 WHERE egress_key = '{VICTIM_KEY}'"
+    all_refused(
+        &mut r,
+        &atk,
+        &[
+            (
+                "clearing another key's throttle pause",
+                "UPDATE egress_gates SET paused_until = NULL, throttle_streak = 0 \
+                 WHERE egress_key = 'other-key'"
+                    .to_owned(),
             ),
-            INVALID_VALUE,
-        ),
-        (
-            "pre-pausing a key no collector uses yet",
-            "INSERT INTO egress_gates (egress_key, next_slot_at, paused_until) \
-             VALUES ('future-key', now(), now() + interval '1 day')"
-                .to_owned(),
-            INVALID_VALUE,
-        ),
-        (
-            "clearing the fleet budget's slot",
-            "UPDATE egress_budget SET next_slot_at = '-infinity'".to_owned(),
-            INVALID_VALUE,
-        ),
-        (
-            "pushing the fleet budget's slot a day ahead",
-            "UPDATE egress_budget SET next_slot_at = now() + interval '1 day'".to_owned(),
-            INVALID_VALUE,
-        ),
-    ] {
-        let res = run(&atk, sql).await;
-        r.write(what, res, allowed);
-    }
+            (
+                "pausing the victim's key for an hour",
+                format!(
+                    "UPDATE egress_gates SET paused_until = now() + interval '1 hour' \
+                     WHERE egress_key = '{VICTIM_KEY}'"
+                ),
+            ),
+            (
+                "pre-pausing a key no collector uses yet",
+                "INSERT INTO egress_gates (egress_key, next_slot_at, paused_until) \
+                 VALUES ('future-key', now(), now() + interval '1 day')"
+                    .to_owned(),
+            ),
+            (
+                "clearing the fleet budget's slot",
+                "UPDATE egress_budget SET next_slot_at = '-infinity'".to_owned(),
+            ),
+            (
+                "pushing the fleet budget's slot a day ahead",
+                "UPDATE egress_budget SET next_slot_at = now() + interval '1 day'".to_owned(),
+            ),
+            (
+                "spending the budget classes' shares",
+                "INSERT INTO budget_usage (minute, budget_class, grants) \
+                 VALUES (date_trunc('minute', now()), 'bootstrap', 1000000)"
+                    .to_owned(),
+            ),
+            (
+                "publishing a slower egress spacing",
+                "UPDATE scheduling_settings SET egress_spacing = interval '1 day'".to_owned(),
+            ),
+        ],
+    )
+    .await;
     atk.close().await;
+    let paused: bool = sqlx::query_scalar(
+        "SELECT paused_until > now() + interval '50 minutes' FROM egress_gates \
+         WHERE egress_key = 'other-key'",
+    )
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if !paused {
+        r.fail("the other key's pause changed");
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1354,18 +1835,27 @@ async fn a06_freshness_deltas_cannot_be_forged(_: PgPoolOptions, opts: PgConnect
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 forged freshness_deltas");
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        "INSERT INTO freshness_deltas (resource, slot, pairs) \
-         VALUES ('profile', bf4ps_freshness_slot(now()), 1000)"
-            .to_owned(),
+        &[
+            (
+                "INSERT INTO freshness_deltas (+1000 fresh detailed pairs)",
+                "INSERT INTO freshness_deltas (resource, slot, pairs) \
+                 VALUES ('detailed', bf4ps_freshness_slot(now()), 1000)"
+                    .to_owned(),
+            ),
+            (
+                "UPDATE freshness_rollup",
+                "UPDATE freshness_rollup SET pairs = pairs + 1000".to_owned(),
+            ),
+            (
+                "bf4ps_freshness_compact() as the collector role",
+                "SELECT bf4ps_freshness_compact()".to_owned(),
+            ),
+        ],
     )
     .await;
-    r.accepted(
-        "INSERT INTO freshness_deltas (+1000 fresh profile pairs)",
-        &res,
-        PRIVILEGE,
-    );
     atk.close().await;
     f.check_healthy(&mut r).await;
     r.finish();
@@ -1377,127 +1867,203 @@ async fn a06_soldier_data_cannot_be_rewritten_without_a_lease(
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a06 soldier_resource_current without a lease");
-    let (soldier, resource): (i64, String) =
-        sqlx::query_as("SELECT soldier_id, resource FROM soldier_resource_current LIMIT 1")
+    let mut r = Report::new("a06 BF4PS's gameplay tables without a lease");
+    let (soldier, kills): (i64, Option<i64>) =
+        sqlx::query_as("SELECT soldier_id, kills FROM detailed_stats_current LIMIT 1")
             .fetch_one(&f.db.pool)
             .await
             .unwrap();
     let atk = f.attacker_pool().await;
-    let res = run(
+    all_refused(
+        &mut r,
         &atk,
-        format!(
-            "UPDATE soldier_resource_current SET data = '{{\"forged\": true}}'::jsonb \
-             WHERE soldier_id = {soldier} AND resource = '{resource}'"
-        ),
+        &[
+            (
+                "UPDATE detailed_stats_current (another soldier's stats)",
+                format!("UPDATE detailed_stats_current SET kills = 0 WHERE soldier_id = {soldier}"),
+            ),
+            (
+                "INSERT INTO detailed_stats_history (a forged snapshot)",
+                format!(
+                    "INSERT INTO detailed_stats_history (soldier_id, kills, observed_at) \
+                     VALUES ({soldier}, 999999, now())"
+                ),
+            ),
+            (
+                "DELETE FROM soldier_weapon_stats",
+                format!("DELETE FROM soldier_weapon_stats WHERE soldier_id = {soldier}"),
+            ),
+            (
+                "UPDATE weapon_catalog",
+                "UPDATE weapon_catalog SET name = 'pwned'".to_owned(),
+            ),
+            (
+                "UPDATE battlelog_profiles",
+                "UPDATE battlelog_profiles SET country_code = 'XX'".to_owned(),
+            ),
+            (
+                "UPDATE soldiers SET current_name",
+                format!("UPDATE soldiers SET current_name = 'pwned' WHERE soldier_id = {soldier}"),
+            ),
+            (
+                "UPDATE collection_state (marking a pair collected)",
+                format!(
+                    "UPDATE collection_state SET detailed_state = 'success', \
+                     detailed_next_due_at = now() + interval '10 years' WHERE soldier_id = {soldier}"
+                ),
+            ),
+        ],
     )
     .await;
-    r.write(
-        "UPDATE soldier_resource_current (another soldier's stats, no lease)",
-        res,
-        PRIVILEGE,
-    );
     atk.close().await;
+    let after: Option<i64> =
+        sqlx::query_scalar("SELECT kills FROM detailed_stats_current WHERE soldier_id = $1")
+            .bind(soldier)
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap();
+    if after != kills {
+        r.fail(format!(
+            "the soldier's kills changed: {kills:?} -> {after:?}"
+        ));
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 // ---------------------------------------------------------------------------
-// 7: shadowing freshness_deltas with a temporary table.
+// 7: shadowing our tables with temporary tables.
 // ---------------------------------------------------------------------------
 
 #[sqlx::test]
-async fn a07_a_temp_table_cannot_divert_freshness_deltas(_: PgPoolOptions, opts: PgConnectOptions) {
+async fn a07_temporary_tables_cannot_divert_or_steer_the_functions(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a07 temp freshness_deltas");
+    let mut r = Report::new("a07 temporary tables named like ours");
+    let victim = f.victim_uuid;
     let (mut conn, _) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+    let known_secret = Uuid::new_v4();
+    // Shadows: a deltas sink, a policy that loses everyone at once and
+    // bounds nothing, and a secret of the attacker's for the victim.
     let created = run(
         &mut conn,
-        "CREATE TEMP TABLE freshness_deltas \
-         (resource text NOT NULL, slot timestamptz NOT NULL, pairs integer NOT NULL)"
+        format!(
+            "CREATE TEMP TABLE freshness_deltas \
+               (resource text NOT NULL, slot timestamptz NOT NULL, pairs integer NOT NULL); \
+             CREATE TEMP TABLE scheduling_settings AS SELECT \
+               true AS singleton, interval '0' AS heartbeat_lost_after, \
+               1000000 AS registrations_per_hour, 1000000 AS collectors_per_role, \
+               interval '100 years' AS lease_duration; \
+             CREATE TEMP TABLE collector_secrets AS SELECT \
+               '{victim}'::uuid AS collector_uuid, \
+               sha256(convert_to('{known_secret}', 'UTF8')) AS secret_sha256, \
+               now() AS created_at, current_user::text AS registered_by"
+        ),
+    )
+    .await;
+    match created {
+        Ok(_) => r.note("the collector role may create temporary tables named like ours"),
+        Err(e) => r.refused_with("CREATE TEMP TABLE (shadows)", &e, PRIVILEGE),
+    }
+    // A direct update in that session is refused anyway.
+    let res = run(
+        &mut conn,
+        "UPDATE collection_state SET detailed_last_success_at = now() - interval '2 days'"
             .to_owned(),
     )
     .await;
-    if r.accepted(
-        "CREATE TEMP TABLE freshness_deltas (same columns)",
-        &created,
+    r.refused("UPDATE collection_state in that session", res, PRIVILEGE);
+    // The shadow policy does not decide a takeover.
+    let taken: Result<Option<Uuid>, sqlx::Error> = sqlx::query_scalar(
+        "SELECT collector_uuid FROM bf4ps_collector_register($1, 'evilhost', 'background', \
+         'evil-key', 'x')",
+    )
+    .bind(VICTIM)
+    .fetch_one(&mut conn)
+    .await;
+    match taken {
+        Ok(None) => r.note("with a shadow heartbeat_lost_after of 0, the victim's name stays its"),
+        Ok(Some(u)) => r.fail(format!(
+            "a shadow scheduling_settings let the attacker take the victim's name ({u})"
+        )),
+        Err(e) if sqlstate(&e).as_deref() == Some("42501") => {
+            r.note("the victim's name stays its role's (42501), shadows or not")
+        }
+        Err(e) => r.fail(format!("registering over the victim failed: {e}")),
+    }
+    // The shadow secret proves nothing.
+    let beat = sqlx::query("SELECT * FROM bf4ps_collector_heartbeat($1, $2)")
+        .bind(victim)
+        .bind(known_secret)
+        .execute(&mut conn)
+        .await;
+    r.refused(
+        "the victim's heartbeat with a secret planted in a shadow collector_secrets",
+        beat,
         PRIVILEGE,
-    ) {
-        // A direct update that moves a pair between slots.
-        let (soldier, resource): (i64, String) = sqlx::query_as(
-            "SELECT soldier_id, resource FROM collection_state WHERE last_success_at IS NOT NULL LIMIT 1",
-        )
-        .fetch_one(&f.db.pool)
-        .await
-        .unwrap();
-        let res = run(
+    );
+    // A real finalization in that session, through the Rust API: register,
+    // claim, succeed. The lease is the server's, the deltas go to the real
+    // table.
+    let job = f.jobs(1, Lane::Interactive, 0.0).await[0];
+    let finalized: Result<(), String> = async {
+        let id = bf4ps_ops::registry::register(
             &mut conn,
-            format!(
-                "UPDATE collection_state SET last_success_at = last_success_at - interval '2 days' \
-                 WHERE soldier_id = {soldier} AND resource = '{resource}'"
-            ),
+            &Registration {
+                name: "intruder".into(),
+                hostname: "evilhost".into(),
+                lane: Lane::Interactive,
+                egress_key: "intruder-key".into(),
+                software_version: "x".into(),
+            },
         )
-        .await;
-        r.accepted(
-            "UPDATE collection_state.last_success_at in that session",
-            &res,
-            PRIVILEGE,
-        );
-        // A real finalization in that session: register, claim, succeed.
-        let job = f.jobs(1, Lane::Interactive, 0.0).await[0];
-        let finalized: Result<(), String> = async {
-            let id = bf4ps_ops::registry::register(
-                &mut conn,
-                &Registration {
-                    name: "intruder".into(),
-                    hostname: "evilhost".into(),
-                    lane: Lane::Interactive,
-                    egress_key: "intruder-key".into(),
-                    software_version: "x".into(),
-                },
-                Duration::from_secs(30),
-            )
+        .await
+        .map_err(|e| format!("registering failed: {e}"))?;
+        let claimed = bf4ps_ops::queue::claim_and_start(&mut conn, &id)
             .await
-            .map_err(|e| format!("registering failed: {e}"))?;
-            let claimed =
-                bf4ps_ops::queue::claim_and_start(&mut conn, &id, Duration::from_secs(60))
-                    .await
-                    .map_err(|e| format!("claiming failed: {e}"))?
-                    .ok_or("nothing to claim")?;
-            if claimed.job_id != job {
-                return Err(format!("claimed job {} instead of {job}", claimed.job_id));
-            }
-            bf4ps_ops::queue::finalize_success(
-                &mut conn,
-                &claimed.lease(),
-                &crate::fixtures::collected(7),
-                &bf4ps_ops::queue::Policy::default(),
-            )
-            .await
-            .map_err(|e| format!("finalizing failed: {e}"))?
-            .committed()
-            .ok_or("the lease was lost")?;
-            Ok(())
+            .map_err(|e| format!("claiming failed: {e}"))?
+            .ok_or("nothing to claim")?;
+        if claimed.job_id != job {
+            return Err(format!("claimed job {} instead of {job}", claimed.job_id));
         }
-        .await;
-        match finalized {
-            Ok(()) => r.note("a finalization ran in that session"),
-            Err(e) => r.fail(format!(
-                "a finalization in the attacker's session did not complete: {e}"
-            )),
+        let lease = claimed.lease_expires_at - claimed.claimed_at;
+        if lease > chrono::TimeDelta::seconds(6) {
+            return Err(format!(
+                "the lease is {lease} (the shadow policy's 100 years?), not the published 5 s"
+            ));
         }
-        let diverted: Result<i64, sqlx::Error> =
-            sqlx::query_scalar("SELECT count(*) FROM pg_temp.freshness_deltas")
-                .fetch_one(&mut conn)
-                .await;
-        match diverted {
-            Ok(0) => r.note("no delta went into the temporary table"),
-            Ok(n) => r.fail(format!(
-                "{n} freshness delta row(s) went into the attacker's temporary table instead of \
-                 the real freshness_deltas (the trigger functions have no pinned search_path)"
-            )),
-            Err(e) => r.fail(format!("reading the temporary table failed: {e}")),
-        }
+        bf4ps_ops::queue::finalize_success(
+            &mut conn,
+            &id,
+            &claimed.lease(&id),
+            &crate::fixtures::collected(7),
+        )
+        .await
+        .map_err(|e| format!("finalizing failed: {e}"))?
+        .committed()
+        .ok_or("the lease was lost")?;
+        Ok(())
+    }
+    .await;
+    match finalized {
+        Ok(()) => r.note("a finalization ran in that session with the published lease"),
+        Err(e) => r.fail(format!(
+            "a finalization in the attacker's session did not complete: {e}"
+        )),
+    }
+    let diverted: Result<i64, sqlx::Error> =
+        sqlx::query_scalar("SELECT count(*) FROM pg_temp.freshness_deltas")
+            .fetch_one(&mut conn)
+            .await;
+    match diverted {
+        Ok(0) => r.note("no delta went into the temporary table"),
+        Ok(n) => r.fail(format!(
+            "{n} freshness delta row(s) went into the attacker's temporary table instead of \
+             the real freshness_deltas"
+        )),
+        Err(e) => r.fail(format!("reading the temporary table failed: {e}")),
     }
     let _ = conn.close().await;
     f.check_healthy(&mut r).await;
@@ -1505,31 +2071,54 @@ async fn a07_a_temp_table_cannot_divert_freshness_deltas(_: PgPoolOptions, opts:
 }
 
 // ---------------------------------------------------------------------------
-// 8: advisory locks held by untrusted roles.
+// 8: locks held by untrusted roles.
 // ---------------------------------------------------------------------------
 
-/// The website's refresh call must not wait for a lock held by another.
-async fn probe_refresh(f: &Fleet, lock: &str) -> Result<String, String> {
+/// Takes advisory lock `key` as `who` on `conn` (must succeed: any role may).
+async fn hold_advisory(
+    r: &mut Report,
+    conn: &mut sqlx::PgConnection,
+    who: Who,
+    name: &str,
+    key: i64,
+) {
+    let taken = tokio::time::timeout(
+        Duration::from_secs(10),
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(key)
+            .execute(&mut *conn),
+    )
+    .await;
+    match taken {
+        Ok(Ok(_)) => r.note(format!(
+            "the {who:?} role holds advisory lock {name} ({key:#x})"
+        )),
+        Ok(Err(e)) => r.fail(format!(
+            "pg_advisory_lock({name}) as the {who:?} role failed (a harness problem): {e}"
+        )),
+        Err(_) => r.fail(format!(
+            "the {who:?} role could not take advisory lock {name} within 10 s (a harness problem)"
+        )),
+    }
+}
+
+/// The website's refresh call of a new soldier returns within
+/// [`REFRESH_WAIT`] with its four jobs.
+async fn probe_refresh(f: &Fleet, held: &str) -> Result<String, String> {
     let (mut conn, pid) = f.website.connect(&f.db, "bf4ps-it website").await;
     let persona = f.new_persona();
-    let called = {
-        let call =
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM bf4ps_request_refresh('pc', $1)")
-                .bind(persona)
-                .fetch_one(&mut conn);
-        tokio::time::timeout(REFRESH_WAIT, call).await
-    };
-    match called {
-        Ok(Ok(_)) => Ok("bf4ps_request_refresh as the website role returned".into()),
-        Ok(Err(e)) => match sqlstate(&e) {
-            Some(code) if LOCK_BUSY.contains(&code.as_str()) => Ok(format!(
-                "bf4ps_request_refresh refused at once, SQLSTATE {code} ({e})"
-            )),
-            code => Err(format!(
-                "bf4ps_request_refresh failed with SQLSTATE {code:?}, expected success or one of \
-                 {LOCK_BUSY:?}: {e}"
-            )),
-        },
+    let call = sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM bf4ps_request_refresh('pc', $1, soldier_name => 'Web' || $1::text)",
+    )
+    .bind(persona)
+    .fetch_one(&mut conn);
+    match tokio::time::timeout(REFRESH_WAIT, call).await {
+        Ok(Ok(4)) => Ok("bf4ps_request_refresh as the website role returned its 4 jobs".into()),
+        Ok(Ok(n)) => Err(format!("bf4ps_request_refresh returned {n} rows, not 4")),
+        Ok(Err(e)) => Err(format!(
+            "bf4ps_request_refresh failed with SQLSTATE {:?} while {held}: {e}",
+            sqlstate(&e)
+        )),
         Err(_) => {
             let _ = sqlx::query("SELECT pg_cancel_backend($1)")
                 .bind(pid)
@@ -1537,53 +2126,101 @@ async fn probe_refresh(f: &Fleet, lock: &str) -> Result<String, String> {
                 .await;
             Err(format!(
                 "bf4ps_request_refresh as the website role was still waiting after \
-                 {REFRESH_WAIT:?} while the {lock} lock is held"
+                 {REFRESH_WAIT:?} while {held}"
             ))
         }
     }
 }
 
-/// `migrate` must return: succeed, or fail naming the holder.
-async fn probe_migrate(f: &Fleet, lock: &str, pid: i32, role: &str) -> Result<String, String> {
-    match tokio::time::timeout(MIGRATE_WAIT, f.db.target.migrate()).await {
-        Ok(Ok(report)) => Ok(format!(
-            "migrate succeeded (schema version {})",
-            report.current
-        )),
-        Ok(Err(e)) => {
-            let text = bf4ps_ops::telemetry::error_chain(&e);
-            if text.contains(&pid.to_string()) || text.contains(role) || text.contains(ATTACKER_APP)
-            {
-                Ok(format!("migrate refused, naming the holder: {text}"))
-            } else {
-                Err(format!(
-                    "migrate failed without naming the holder (pid {pid}, role {role}): {text}"
-                ))
-            }
+/// The operator's `bf4ps-ops request` returns (success) within 15 s.
+async fn probe_request_cli(f: &Fleet, held: &str) -> Result<String, String> {
+    let persona = f.new_persona().to_string();
+    let url = f.db.url.clone();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        run_bin(
+            &[
+                "request",
+                "--platform",
+                "pc",
+                "--persona-id",
+                &persona,
+                "--name",
+                &format!("Cli{persona}"),
+            ],
+            Some(&url),
+        )
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    if out.status.success() && took < Duration::from_secs(15) {
+        Ok(format!("`bf4ps-ops request` succeeded in {took:.1?}"))
+    } else {
+        Err(format!(
+            "`bf4ps-ops request` while {held}: {} after {took:.1?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A restarted serve leads projection within [`RESTART_WAIT`]; returned with
+/// the process.
+async fn probe_restart(
+    mut serve: Proc,
+    addr: SocketAddr,
+    held: &str,
+) -> (Proc, Result<String, String>) {
+    let deadline = Instant::now() + RESTART_WAIT;
+    let mut last = None;
+    let outcome = loop {
+        if let Some(status) = serve.exited() {
+            break Err(format!(
+                "the restarted serve exited ({status}) while {held}"
+            ));
         }
-        // Its session goes on waiting server-side until the attacker lets
-        // go (not cancelled: a restarted serve's migration has the same
-        // application_name).
+        if let Some((code, v)) = readyz(addr).await {
+            if code == 200 && v["ready"] == true && v["projector_leader"] == true {
+                break Ok(format!(
+                    "the restarted serve leads projection (/readyz {v})"
+                ));
+            }
+            last = Some((code, v));
+        }
+        if Instant::now() > deadline {
+            break Err(format!(
+                "the restarted serve did not lead within {RESTART_WAIT:?} while {held} \
+                 (last /readyz: {last:?})"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    (serve, outcome)
+}
+
+/// A retention run completes (it takes its lease, never an advisory lock).
+async fn probe_retention(f: &Fleet, held: &str) -> Result<String, String> {
+    let settings = bf4ps_ops::retention::RetentionSettings {
+        retention: Duration::from_secs(180 * 86_400),
+        batch: 1000,
+        dry_run: true,
+        now: None,
+    };
+    let run = bf4ps_ops::retention::run_once(&f.db.pool, &settings, None, |_| {});
+    match tokio::time::timeout(Duration::from_secs(10), run).await {
+        Ok(Ok(report)) => Ok(format!("a retention run completed (run {})", report.run_id)),
+        Ok(Err(e)) => Err(format!("a retention run failed while {held}: {e}")),
         Err(_) => Err(format!(
-            "migrate was still waiting after {MIGRATE_WAIT:?} while the {lock} lock is held"
+            "a retention run was still waiting after 10 s while {held}"
         )),
     }
 }
 
-/// The feeder still feeds: a due pair gets its background job (which the
-/// victim then collects).
-async fn probe_feeder(f: &Fleet, lock: &str) -> Result<String, String> {
-    let persona = f.new_persona();
-    let soldier: i64 = sqlx::query_scalar(
-        "WITH s AS (INSERT INTO soldiers (platform, persona_id) VALUES ('pc', $1) \
-                    RETURNING soldier_id) \
-         INSERT INTO collection_state (soldier_id, resource, next_attempt_at) \
-         SELECT soldier_id, 'vehicles', now() - interval '1 minute' FROM s RETURNING soldier_id",
-    )
-    .bind(persona)
-    .fetch_one(&f.db.pool)
-    .await
-    .unwrap();
+/// The feeder still feeds: a soldier without a job gets its background job
+/// (which the victim then collects).
+async fn probe_feeder(f: &Fleet, held: &str) -> Result<String, String> {
+    let soldier = crate::fixtures::soldier(&f.db.pool, f.new_persona()).await;
     let fed = within(RESTART_WAIT, || async {
         let fed: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM collection_jobs WHERE soldier_id = $1) \
@@ -1597,27 +2234,16 @@ async fn probe_feeder(f: &Fleet, lock: &str) -> Result<String, String> {
     })
     .await;
     match fed {
-        Some(()) => Ok("the feeder fed a due pair".into()),
+        Some(()) => Ok("the feeder fed a new soldier".into()),
         None => Err(format!(
-            "the feeder fed no job for a due pair within {RESTART_WAIT:?} while the {lock} lock \
-             is held (the background lane is no longer topped up)"
+            "the feeder fed no job for a new soldier within {RESTART_WAIT:?} while {held}"
         )),
     }
 }
 
-/// Freshness compaction still runs: a new delta is folded.
-async fn probe_compaction(f: &Fleet, lock: &str) -> Result<String, String> {
-    let persona = f.new_persona();
-    sqlx::query(
-        "WITH s AS (INSERT INTO soldiers (platform, persona_id) VALUES ('pc', $1) \
-                    RETURNING soldier_id) \
-         INSERT INTO collection_state (soldier_id, resource, next_attempt_at) \
-         SELECT soldier_id, 'weapons', now() + interval '1 day' FROM s",
-    )
-    .bind(persona)
-    .execute(&f.db.pool)
-    .await
-    .unwrap();
+/// Freshness compaction still runs: the new deltas are folded.
+async fn probe_compaction(f: &Fleet, held: &str) -> Result<String, String> {
+    crate::fixtures::soldier(&f.db.pool, f.new_persona()).await;
     let folded = within(RESTART_WAIT, || async {
         let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM freshness_deltas")
             .fetch_one(&f.db.pool)
@@ -1629,248 +2255,366 @@ async fn probe_compaction(f: &Fleet, lock: &str) -> Result<String, String> {
     match folded {
         Some(()) => Ok("freshness compaction folded the new deltas".into()),
         None => Err(format!(
-            "freshness compaction folded nothing for {RESTART_WAIT:?} while the {lock} lock is \
-             held (freshness_deltas only grows)"
+            "freshness compaction folded nothing for {RESTART_WAIT:?} while {held}"
         )),
     }
 }
 
-/// A string anywhere in a JSON value (a reason a readiness answer gives).
-fn has_reason(v: &serde_json::Value) -> bool {
-    match v {
-        serde_json::Value::String(s) => !s.trim().is_empty(),
-        serde_json::Value::Array(a) => a.iter().any(has_reason),
-        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k != "version" && has_reason(v)),
-        _ => false,
-    }
-}
-
-/// A restarted serve must lead projection, or say on /readyz why it is not
-/// ready; returned with the process.
-async fn probe_restart(
-    mut serve: Proc,
-    addr: SocketAddr,
-    lock: &str,
-) -> (Proc, Result<String, String>) {
-    let deadline = Instant::now() + RESTART_WAIT;
-    let mut last: Option<(u16, serde_json::Value)> = None;
-    let outcome = loop {
-        if let Some(status) = serve.exited() {
-            break Err(format!(
-                "the restarted serve exited ({status}) while the {lock} lock is held"
-            ));
-        }
-        if let Some((code, v)) = readyz(addr).await {
-            if v["projector_leader"] == true {
-                break Ok(format!(
-                    "the restarted serve leads projection (/readyz {code})"
-                ));
-            }
-            last = Some((code, v));
-        }
-        if Instant::now() > deadline {
-            break match &last {
-                None => Err(format!(
-                    "the restarted serve never answered /readyz within {RESTART_WAIT:?} while \
-                     the {lock} lock is held (stuck at start-up)"
-                )),
-                Some((code, v)) if v["ready"] == true || *code == 200 => Err(format!(
-                    "the restarted serve answers /readyz {code} {v} (ready) but has not led \
-                     projection for {RESTART_WAIT:?}: the {lock} lock's holder keeps it standby"
-                )),
-                Some((code, v)) if has_reason(v) => Ok(format!(
-                    "the restarted serve is not ready and says why: /readyz {code} {v}"
-                )),
-                Some((code, v)) => Err(format!(
-                    "the restarted serve is not ready but gives no reason: /readyz {code} {v}"
-                )),
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    (serve, outcome)
-}
-
-async fn a_held_lock(opts: PgConnectOptions, key: i64, who: Who, test: &'static str) {
+#[sqlx::test]
+async fn a08_advisory_locks_of_a_reader_and_the_website_block_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new(test);
-    let lock = locks::name(key);
+    let mut r = Report::new("a08 advisory locks on every old key");
     f.stop_serve().await;
-    let role = f.role(who).name.clone();
-    let (mut conn, pid) = f.role(who).connect(&f.db, ATTACKER_APP).await;
-    let taken = tokio::time::timeout(
-        Duration::from_secs(10),
-        sqlx::query("SELECT pg_advisory_lock($1)")
-            .bind(key)
-            .execute(&mut conn),
-    )
-    .await;
-    match taken {
-        Ok(Ok(_)) => r.note(format!(
-            "the {who:?} role holds the {lock} lock on an open session (pid {pid})"
-        )),
-        Ok(Err(e)) => r.refused(
-            &format!("pg_advisory_lock({lock}) as the {who:?} role"),
-            &e,
-            PRIVILEGE,
-        ),
-        Err(_) => r.fail(format!(
-            "the {who:?} role could not take the {lock} lock within 10 s (a harness problem)"
-        )),
+    // The reader takes some of the old keys, the website the others, and
+    // both an arbitrary one.
+    let (mut reader, _) = f.reader.connect(&f.db, ATTACKER_APP).await;
+    let (mut website, _) = f.website.connect(&f.db, ATTACKER_APP).await;
+    for (i, (name, key)) in OLD_LOCK_KEYS.iter().enumerate() {
+        let (conn, who) = if i % 2 == 0 {
+            (&mut reader, Who::Reader)
+        } else {
+            (&mut website, Who::Website)
+        };
+        hold_advisory(&mut r, conn, who, name, *key).await;
     }
+    hold_advisory(&mut r, &mut reader, Who::Reader, "an arbitrary key", 1).await;
+    hold_advisory(&mut r, &mut website, Who::Website, "another key", -1).await;
+    let held = "a reader and the website hold every old advisory lock key";
     let base = f.checkpoint_projected().await;
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let restarted = Proc::spawn("restarted serve", serve_cmd(&f.db.url, port));
-    let (refresh, migrate, (restarted, restart)) = tokio::join!(
-        probe_refresh(&f, lock),
-        probe_migrate(&f, lock, pid, &role),
-        probe_restart(restarted, addr, lock),
+    let (refresh, request, (restarted, restart)) = tokio::join!(
+        probe_refresh(&f, held),
+        probe_request_cli(&f, held),
+        probe_restart(restarted, addr, held),
     );
     r.record(refresh);
-    r.record(migrate);
+    r.record(request);
     r.record(restart);
-    // The work the lock guards goes on (retention is not probed: its first
-    // run comes a minute after start).
-    if key == locks::FEEDER {
-        r.record(probe_feeder(&f, lock).await);
-    }
-    if key == locks::FRESHNESS {
-        r.record(probe_compaction(&f, lock).await);
-    }
-    // The attack ends: the session closes and the lock goes with it.
-    let _ = conn.close().await;
     f.serve = restarted;
     f.serve_addr = addr;
     f.serve_base = base;
-    if f.serve.exited().is_some() {
-        // Already reported; a fresh serve for the remaining checks.
-        f.serve = Proc::spawn("serve after the attack", serve_cmd(&f.db.url, port));
+    r.record(probe_retention(&f, held).await);
+    r.record(probe_feeder(&f, held).await);
+    r.record(probe_compaction(&f, held).await);
+    // The whole fleet is healthy while the locks are still held.
+    f.check_healthy(&mut r).await;
+    let _ = reader.close().await;
+    let _ = website.close().await;
+    r.finish();
+}
+
+#[sqlx::test]
+async fn a08_the_lock_rows_and_leases_cannot_be_held_by_other_roles(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a08 bf4ps_locks and bf4ps_leases");
+    for who in [Who::Reader, Who::Website, Who::Collector] {
+        let (mut conn, _) = f.role(who).connect(&f.db, ATTACKER_APP).await;
+        let mut statements: Vec<(String, String)> = Vec::new();
+        for row in bf4ps_ops::locks::ROW_LOCKS {
+            for mode in [
+                "FOR UPDATE",
+                "FOR NO KEY UPDATE",
+                "FOR SHARE",
+                "FOR KEY SHARE",
+            ] {
+                statements.push((
+                    format!("{who:?}: SELECT the {row} lock row {mode}"),
+                    format!("SELECT 1 FROM bf4ps_locks WHERE lock_name = '{row}' {mode}"),
+                ));
+            }
+        }
+        for lease in ["projector", "retention"] {
+            for mode in ["FOR UPDATE", "FOR SHARE", "FOR KEY SHARE"] {
+                statements.push((
+                    format!("{who:?}: SELECT the {lease} lease {mode}"),
+                    format!("SELECT 1 FROM bf4ps_leases WHERE lease_name = '{lease}' {mode}"),
+                ));
+            }
+            statements.push((
+                format!("{who:?}: taking the {lease} lease"),
+                format!(
+                    "UPDATE bf4ps_leases SET holder = 'intruder', expires_at = 'infinity' \
+                     WHERE lease_name = '{lease}'"
+                ),
+            ));
+        }
+        statements.push((
+            format!("{who:?}: UPDATE bf4ps_locks"),
+            "UPDATE bf4ps_locks SET lock_name = lock_name".to_owned(),
+        ));
+        for table in ["bf4ps_locks", "bf4ps_leases"] {
+            for mode in [
+                "ACCESS EXCLUSIVE",
+                "EXCLUSIVE",
+                "SHARE ROW EXCLUSIVE",
+                "ROW EXCLUSIVE",
+            ] {
+                statements.push((
+                    format!("{who:?}: LOCK TABLE {table} IN {mode} MODE"),
+                    format!("LOCK TABLE {table} IN {mode} MODE"),
+                ));
+            }
+        }
+        // Each in a transaction of its own, as a holder would keep it.
+        for (what, sql) in statements {
+            run(&mut conn, "BEGIN".to_owned()).await.unwrap();
+            let res = run(&mut conn, sql).await;
+            r.refused(&what, res, PRIVILEGE);
+            run(&mut conn, "ROLLBACK".to_owned()).await.unwrap();
+        }
+        let _ = conn.close().await;
+    }
+    // The leases stay serve's.
+    let projector: Option<String> = sqlx::query_scalar(
+        "SELECT holder_detail FROM bf4ps_leases WHERE lease_name = 'projector' AND expires_at > now()",
+    )
+    .fetch_optional(&f.db.pool)
+    .await
+    .unwrap()
+    .flatten();
+    match projector {
+        Some(d) if d.contains("serve") => r.note(format!("the projector lease is {d}")),
+        other => r.fail(format!(
+            "the projector lease is held by {other:?}, not serve"
+        )),
     }
     f.check_healthy(&mut r).await;
     r.finish();
 }
 
 #[sqlx::test]
-async fn a08_the_migrate_lock_held_by_a_reader(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::MIGRATE,
-        Who::Reader,
-        "a08 MIGRATE held by reader",
-    )
+async fn a08_migrate_behind_a_foreign_advisory_lock_fails_naming_the_holder(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a08 the migration lock held by a reader");
+    let role = f.reader.name.clone();
+    let (mut conn, pid) = f.reader.connect(&f.db, ATTACKER_APP).await;
+    hold_advisory(&mut r, &mut conn, Who::Reader, "migrate", MIGRATE_KEY).await;
+    let names_holder = |text: &str| {
+        text.contains(&format!("pid {pid}")) && text.contains(&role) && text.contains(ATTACKER_APP)
+    };
+    // The CLI: waits its --migrate-lock-timeout, then one line naming the
+    // holder.
+    let url = f.db.url.clone();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || {
+        run_bin(&["migrate", "--migrate-lock-timeout", "2s"], Some(&url))
+    })
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    if out.status.success() {
+        r.fail("`migrate` succeeded while a reader holds its lock");
+    } else if took < Duration::from_secs(2) || took > Duration::from_secs(15) {
+        r.fail(format!(
+            "`migrate --migrate-lock-timeout 2s` failed after {took:.1?}: {err}"
+        ));
+    } else if !names_holder(&err) || err.lines().count() != 1 {
+        r.fail(format!(
+            "`migrate` failed without naming the holder (pid {pid}, role {role}, \
+             application {ATTACKER_APP:?}) in one line: {err}"
+        ));
+    } else {
+        r.note(format!("`migrate` failed after {took:.1?}: {err}"));
+    }
+    // The library call says the same.
+    let opts = bf4ps_ops::db::MigrateOptions {
+        lock_timeout: Duration::from_secs(1),
+        dry_run: false,
+    };
+    match tokio::time::timeout(Duration::from_secs(15), f.db.target.migrate_with(opts)).await {
+        Ok(Err(e @ bf4ps_ops::db::DbError::MigrationLocked { .. }))
+            if names_holder(&e.to_string()) =>
+        {
+            r.note(format!("DbTarget::migrate_with: {e}"))
+        }
+        Ok(other) => r.fail(format!(
+            "DbTarget::migrate_with behind the reader's lock: {:?}",
+            other.map(|rep| rep.current)
+        )),
+        Err(_) => r.fail("DbTarget::migrate_with was still waiting after 15 s"),
+    }
+    // A second serve (which migrates at start) fails the same way, never
+    // hangs.
+    let mut cmd = serve_cmd(&f.db.url, free_port());
+    cmd.env("BF4PS_MIGRATE_LOCK_TIMEOUT", "2s");
+    let mut second = Proc::spawn("second serve", cmd);
+    let exited = within(Duration::from_secs(15), || {
+        let status = second.exited();
+        async move { status }
+    })
     .await;
-}
-
-#[sqlx::test]
-async fn a08_the_projector_lock_held_by_the_website(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::PROJECTOR,
-        Who::Website,
-        "a08 PROJECTOR held by website",
-    )
-    .await;
-}
-
-#[sqlx::test]
-async fn a08_the_retention_lock_held_by_a_collector(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::RETENTION,
-        Who::Collector,
-        "a08 RETENTION held by collector",
-    )
-    .await;
-}
-
-#[sqlx::test]
-async fn a08_the_feeder_lock_held_by_the_website(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::FEEDER,
-        Who::Website,
-        "a08 FEEDER held by website",
-    )
-    .await;
-}
-
-#[sqlx::test]
-async fn a08_the_admission_lock_held_by_a_reader(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::INTERACTIVE_ADMISSION,
-        Who::Reader,
-        "a08 INTERACTIVE_ADMISSION held by reader",
-    )
-    .await;
-}
-
-#[sqlx::test]
-async fn a08_the_freshness_lock_held_by_the_website(_: PgPoolOptions, opts: PgConnectOptions) {
-    a_held_lock(
-        opts,
-        locks::FRESHNESS,
-        Who::Website,
-        "a08 FRESHNESS held by website",
-    )
-    .await;
+    match exited {
+        Some(status) if !status.success() => {
+            let named = second.log_lines("").iter().any(|l| names_holder(l));
+            if named {
+                r.note(format!(
+                    "a second serve exited ({status}) naming the holder"
+                ));
+            } else {
+                r.fail(format!(
+                    "a second serve exited ({status}) without naming the holder: {:?}",
+                    second.log_lines("")
+                ));
+            }
+        }
+        Some(status) => r.fail(format!(
+            "a second serve exited {status} while the lock is held"
+        )),
+        None => r.fail("a second serve neither migrated nor failed within 15 s"),
+    }
+    // The running fleet does not need the lock.
+    f.check_healthy(&mut r).await;
+    let _ = conn.close().await;
+    let out = run_bin(&["migrate"], Some(&f.db.url));
+    if !out.status.success() {
+        r.fail(format!(
+            "`migrate` after the reader let go failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    r.finish();
 }
 
 // ---------------------------------------------------------------------------
 // 9: unbounded inputs.
 // ---------------------------------------------------------------------------
 
+/// Registers `name` as the role of `pool`: the incarnation, None for "in
+/// use", or the error.
+async fn try_register(
+    pool: &PgPool,
+    name: &str,
+    lane: Lane,
+) -> Result<Option<Incarnation>, sqlx::Error> {
+    let (uuid, secret): (Option<Uuid>, Option<Uuid>) = sqlx::query_as(
+        "SELECT collector_uuid, secret FROM bf4ps_collector_register($1, 'spam-host', $2, \
+         $1 || '-key', 'x')",
+    )
+    .bind(name)
+    .bind(lane)
+    .fetch_one(pool)
+    .await?;
+    Ok(uuid
+        .zip(secret)
+        .map(|(uuid, secret)| Incarnation { uuid, secret }))
+}
+
 #[sqlx::test]
-async fn a09_registrations_are_bounded(_: PgPoolOptions, opts: PgConnectOptions) {
-    const FLOOD: usize = 2_000;
+async fn a09_registrations_are_bounded_per_login_role(_: PgPoolOptions, opts: PgConnectOptions) {
+    // The published defaults (serve's BF4PS_REGISTRATIONS_PER_HOUR and
+    // BF4PS_COLLECTORS_PER_ROLE).
+    const PER_HOUR: usize = 120;
+    const PER_ROLE: usize = 50;
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a09 registration flood");
+    let mut r = Report::new("a09 registration floods");
+    // A crash loop: one name registered again and again (each incarnation
+    // stops cleanly, so the next takes the name over).
     let atk = f.attacker_pool().await;
-    let start = Instant::now();
-    let mut bounded = false;
-    for i in 0..FLOOD {
-        let res: Result<Option<Uuid>, sqlx::Error> = sqlx::query_scalar(
-            "SELECT collector_uuid FROM bf4ps_collector_register($1, 'spam-host', 'background', \
-             'spam-key', 'x', interval '30 seconds')",
-        )
-        .bind(format!("spam-{i}"))
-        .fetch_one(&atk)
-        .await;
-        match res {
-            Ok(Some(_)) => {}
+    let mut accepted = 0;
+    let mut refusal = None;
+    for _ in 0..PER_HOUR * 2 {
+        match try_register(&atk, "looping", Lane::Interactive).await {
+            Ok(Some(me)) => {
+                accepted += 1;
+                sqlx::query("SELECT bf4ps_collector_stopped($1, $2)")
+                    .bind(me.uuid)
+                    .bind(me.secret)
+                    .execute(&atk)
+                    .await
+                    .unwrap();
+            }
             Ok(None) => {
-                r.note(format!(
-                    "registration {} (after {:.1} s) was answered without an incarnation: bounded",
-                    i + 1,
-                    start.elapsed().as_secs_f64()
-                ));
-                bounded = true;
+                refusal = Some("answered 'in use'".to_owned());
                 break;
             }
             Err(e) => {
-                r.refused(
-                    &format!(
-                        "registration {} (after {:.1} s)",
-                        i + 1,
-                        start.elapsed().as_secs_f64()
-                    ),
-                    &e,
-                    LIMIT,
-                );
-                bounded = true;
+                refusal = Some(format!("SQLSTATE {:?}", sqlstate(&e)));
+                r.refused_with(&format!("registration {}", accepted + 1), &e, LIMIT);
                 break;
             }
         }
     }
-    if !bounded {
+    if accepted != PER_HOUR {
         r.fail(format!(
-            "all {FLOOD} registrations of one collector role were accepted in {:.1} s: nothing \
-             bounds them",
-            start.elapsed().as_secs_f64()
+            "{accepted} registrations of one role in an hour were accepted (limit {PER_HOUR}), \
+             then: {refusal:?}"
         ));
     }
     atk.close().await;
+    // A flood of names: a second attacker role.
+    let second = LoginRole::create("atk2", &["bf4ps_collector"]).await;
+    let atk2 = second.pool(&f.db).await;
+    let mut live = 0;
+    for i in 0..PER_ROLE * 2 {
+        match try_register(&atk2, &format!("spam-{i}"), Lane::Interactive).await {
+            Ok(Some(_)) => live += 1,
+            Ok(None) => {
+                r.fail(format!("spam-{i} was answered 'in use'"));
+                break;
+            }
+            Err(e) => {
+                r.refused_with(&format!("registration of spam-{i}"), &e, LIMIT);
+                break;
+            }
+        }
+    }
+    if live != PER_ROLE {
+        r.fail(format!(
+            "{live} live collectors of one role were accepted (limit {PER_ROLE})"
+        ));
+    }
+    atk2.close().await;
+    // What was refused wrote nothing.
+    let stored: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT registered_by, count(*) FROM collector_secrets WHERE registered_by = ANY($1) \
+         GROUP BY 1 ORDER BY 1",
+    )
+    .bind(vec![f.attacker.name.clone(), second.name.clone()])
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    let expect = {
+        let mut e = vec![
+            (f.attacker.name.clone(), PER_HOUR as i64),
+            (second.name.clone(), PER_ROLE as i64),
+        ];
+        e.sort();
+        e
+    };
+    if stored != expect {
+        r.fail(format!(
+            "incarnations stored per role: {stored:?}, expected {expect:?}"
+        ));
+    }
+    // The bounds are the attackers': the victim's role still registers.
+    let victim_pool = f.victim_role.pool(&f.db).await;
+    match try_register(&victim_pool, "victim-spare", Lane::Interactive).await {
+        Ok(Some(me)) => {
+            r.note("the victim's role still registers");
+            let _ = sqlx::query("SELECT bf4ps_collector_stopped($1, $2)")
+                .bind(me.uuid)
+                .bind(me.secret)
+                .execute(&victim_pool)
+                .await;
+        }
+        other => r.fail(format!(
+            "the victim's role cannot register after the floods: {:?}",
+            other.map(|o| o.is_some()).map_err(|e| sqlstate(&e))
+        )),
+    }
+    victim_pool.close().await;
     f.check_healthy(&mut r).await;
     r.finish();
 }
@@ -1890,88 +2634,1023 @@ fn longest_label(text: &str, fill: char) -> Option<(usize, String)> {
 }
 
 #[sqlx::test]
-async fn a09_oversized_names_never_become_metric_labels(_: PgPoolOptions, opts: PgConnectOptions) {
+async fn a09_oversized_names_and_control_characters_are_refused(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a09 100 kB names");
+    let mut r = Report::new("a09 names: size and control characters");
+    let collectors = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM collectors")
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap()
+    };
+    let before = collectors().await;
     let atk = f.attacker_pool().await;
-    for (what, name, key, fill) in [
+    let long = "n".repeat(100_000);
+    let cases: Vec<(&str, String, String, String, String)> = vec![
+        // (what, name, hostname, egress key, software version)
         (
             "a 100 kB collector name",
-            "n".repeat(100_000),
-            "long-name-key".to_owned(),
-            'n',
+            long.clone(),
+            "h".into(),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "a 201-character name",
+            "n".repeat(201),
+            "h".into(),
+            "k".into(),
+            "x".into(),
         ),
         (
             "a 100 kB egress key",
-            "long-key".to_owned(),
+            "big-key".into(),
+            "h".into(),
             "k".repeat(100_000),
-            'k',
+            "x".into(),
+        ),
+        (
+            "a 100 kB hostname",
+            "big-host".into(),
+            "h".repeat(100_000),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "a 201-character version",
+            "big-v".into(),
+            "h".into(),
+            "k".into(),
+            "v".repeat(201),
+        ),
+        (
+            "an ESC sequence in the name",
+            "evil\x1b[2J".into(),
+            "h".into(),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "CR/LF in the name",
+            "evil\r\nforged line".into(),
+            "h".into(),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "a bidi override in the name",
+            "evil\u{202e}lacol".into(),
+            "h".into(),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "a C1 control in the hostname",
+            "c1-host".into(),
+            "h\u{85}x".into(),
+            "k".into(),
+            "x".into(),
+        ),
+        (
+            "DEL in the egress key",
+            "del-key".into(),
+            "h".into(),
+            "k\x7f".into(),
+            "x".into(),
+        ),
+        (
+            "a tab in the version",
+            "tab-v".into(),
+            "h".into(),
+            "k".into(),
+            "1\t2".into(),
+        ),
+        (
+            "a blank name",
+            "   ".into(),
+            "h".into(),
+            "k".into(),
+            "x".into(),
+        ),
+    ];
+    for (what, name, host, key, version) in cases {
+        let res =
+            sqlx::query("SELECT * FROM bf4ps_collector_register($1, $2, 'background', $3, $4)")
+                .bind(&name)
+                .bind(&host)
+                .bind(&key)
+                .bind(&version)
+                .execute(&atk)
+                .await;
+        r.refused(&format!("registering with {what}"), res, INVALID);
+    }
+    let res =
+        sqlx::query("SELECT * FROM bf4ps_collector_register('ok', 'h', 'sideways', 'k', 'x')")
+            .execute(&atk)
+            .await;
+    r.refused("registering on an unknown lane", res, INVALID);
+    atk.close().await;
+    if collectors().await != before {
+        r.fail("a refused registration wrote a collector");
+    }
+    // The website's soldier names are checked the same way.
+    let web = f.website.pool(&f.db).await;
+    for (what, name) in [
+        ("a 100 kB soldier name", long.clone()),
+        (
+            "an ESC sequence in a soldier name",
+            "Sol\x1b]0;pwned\x07".to_owned(),
+        ),
+        ("CR/LF in a soldier name", "Sol\r\nforged".to_owned()),
+    ] {
+        let res =
+            sqlx::query("SELECT * FROM bf4ps_request_refresh('pc', 31337, soldier_name => $1)")
+                .bind(&name)
+                .execute(&web)
+                .await;
+        r.refused(&format!("bf4ps_request_refresh with {what}"), res, INVALID);
+    }
+    web.close().await;
+    let soldier: i64 = sqlx::query_scalar("SELECT count(*) FROM soldiers WHERE persona_id = 31337")
+        .fetch_one(&f.db.pool)
+        .await
+        .unwrap();
+    if soldier != 0 {
+        r.fail("a refused request wrote its soldier");
+    }
+    // Nothing long reaches serve's labels.
+    let polls = within(Duration::from_secs(3), || async {
+        let (_, text) = get(f.serve_addr, "/metrics").await?;
+        Some(text)
+    })
+    .await;
+    match polls
+        .as_deref()
+        .map(|t| (longest_label(t, 'n'), longest_label(t, 'k')))
+    {
+        Some((a, b)) => {
+            for (len, series) in [a, b].into_iter().flatten() {
+                if len > MAX_LABEL {
+                    r.fail(format!(
+                        "serve's /metrics carries a {len}-byte label ({series})"
+                    ));
+                }
+            }
+        }
+        None => r.fail("serve's /metrics did not answer"),
+    }
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+// ---------------------------------------------------------------------------
+// 10: attacks through the interface functions.
+// ---------------------------------------------------------------------------
+
+#[sqlx::test]
+async fn a10_every_function_refuses_a_wrong_secret(_: PgPoolOptions, opts: PgConnectOptions) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a10 the victim's uuid with a wrong secret");
+    let job = f.running_victim_job(Duration::from_secs(4)).await;
+    let before = f.job_row(job).await.expect("the victim's job");
+    let token = before.lease_token.expect("a running job has a token");
+    let victim = f.victim_uuid;
+    let events_before = f.job_events(job).await;
+    let passes_before: i64 =
+        sqlx::query_scalar("SELECT passes FROM egress_gates WHERE egress_key = $1")
+            .bind(VICTIM_KEY)
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap();
+    let atk = f.attacker_pool().await;
+    let data = crate::fixtures::data_for(Resource::Detailed, 1);
+    for (what, sql) in [
+        (
+            "heartbeat",
+            "SELECT * FROM bf4ps_collector_heartbeat($1, $2)",
+        ),
+        (
+            "the clean-stop mark",
+            "SELECT bf4ps_collector_stopped($1, $2)",
+        ),
+        (
+            "an egress pass",
+            "SELECT * FROM bf4ps_collector_egress_pass($1, $2)",
+        ),
+        (
+            "a claim",
+            "SELECT * FROM bf4ps_collector_claim($1, $2, 2, true)",
+        ),
+        (
+            "the next eligible time",
+            "SELECT bf4ps_collector_next_eligible($1, $2)",
+        ),
+        ("a start", "SELECT bf4ps_collector_start($1, $2, $3, $4)"),
+        ("a renewal", "SELECT bf4ps_collector_renew($1, $2, $3, $4)"),
+        (
+            "a success",
+            "SELECT * FROM bf4ps_collector_succeed($1, $2, $3, $4, $5, 10, 200)",
+        ),
+        (
+            "a failure",
+            "SELECT * FROM bf4ps_collector_fail($1, $2, $3, $4, 'unavailable', 404, 'gone', 10)",
         ),
     ] {
-        let res: Result<Option<Uuid>, sqlx::Error> = sqlx::query_scalar(
-            "SELECT collector_uuid FROM bf4ps_collector_register($1, 'big-host', 'background', \
-             $2, 'x', interval '30 seconds')",
-        )
-        .bind(&name)
-        .bind(&key)
-        .fetch_one(&atk)
-        .await;
-        let what = format!("registering with {what}");
-        match res {
-            Err(e) => {
-                r.refused(&what, &e, LIMIT);
-                continue;
-            }
-            Ok(None) => {
-                r.note(format!(
-                    "{what}: answered without an incarnation (harmless)"
-                ));
-                continue;
-            }
-            Ok(Some(_)) => r.note(format!("{what}: accepted; judged by serve's /metrics")),
+        // Each statement binds what it uses, in order.
+        let n = sql.matches('$').count();
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(victim)
+            .bind(Uuid::new_v4());
+        if n >= 4 {
+            q = q.bind(job).bind(token);
         }
-        // Watch /metrics until the gauges have seen every collector (a few
-        // refreshes), or for 5 s.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut polls = 0;
-        let mut worst: Option<(usize, String)> = None;
-        loop {
-            let registered: i64 =
-                sqlx::query_scalar("SELECT count(*) FROM collectors WHERE retired_at IS NULL")
-                    .fetch_one(&f.db.pool)
-                    .await
-                    .unwrap();
-            if let Some((_, text)) = get(f.serve_addr, "/metrics").await {
-                polls += 1;
-                if let Some(l) = longest_label(&text, fill)
-                    && worst.as_ref().is_none_or(|w| l.0 > w.0)
-                {
-                    worst = Some(l);
-                }
-                let counted: f64 = parse_exposition(&text)
-                    .iter()
-                    .filter(|(n, _, _)| n == "bf4ps_collectors")
-                    .map(|(_, _, v)| v)
-                    .sum();
-                if counted == registered as f64 && polls >= 3 {
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        if n >= 5 {
+            q = q.bind(&data);
         }
-        match worst {
-            Some((len, series)) if len > MAX_LABEL => r.fail(format!(
-                "{what}: serve's /metrics now carries a {len}-byte label value ({series})"
-            )),
-            _ => r.note(format!(
-                "{what}: no label value on /metrics is longer than {MAX_LABEL} bytes"
-            )),
-        }
+        let res = q.execute(&atk).await;
+        r.refused(
+            &format!("{what} as the victim with a wrong secret"),
+            res,
+            PRIVILEGE,
+        );
     }
     atk.close().await;
+    // Nothing changed: the job, its events, the victim's flags and gate.
+    let now = f.job_row(job).await;
+    let same = now.as_ref().is_some_and(|j| {
+        (&j.status, j.collector_uuid, j.lease_token, j.attempt_count)
+            == (
+                &before.status,
+                before.collector_uuid,
+                before.lease_token,
+                before.attempt_count,
+            )
+    });
+    if !same {
+        r.fail(format!("the victim's job changed: {before:?} -> {now:?}"));
+    }
+    let events = f.job_events(job).await;
+    if events != events_before {
+        r.fail(format!(
+            "the job's events changed: {events_before:?} -> {events:?}"
+        ));
+    }
+    let (drained, retired): (bool, bool) = sqlx::query_as(
+        "SELECT drained, retired_at IS NOT NULL FROM collectors WHERE collector_uuid = $1",
+    )
+    .bind(victim)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if drained || retired {
+        r.fail(format!(
+            "the victim was drained ({drained}) or retired ({retired})"
+        ));
+    }
+    let passes: i64 = sqlx::query_scalar("SELECT passes FROM egress_gates WHERE egress_key = $1")
+        .bind(VICTIM_KEY)
+        .fetch_one(&f.db.pool)
+        .await
+        .unwrap();
+    if passes > passes_before + 1 {
+        // (the victim itself passes at most once more: its job is running)
+        r.fail(format!(
+            "the victim's gate was passed {} times meanwhile",
+            passes - passes_before
+        ));
+    }
+    r.record(f.victim_finishes(&[job], Duration::from_secs(15)).await);
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+#[sqlx::test]
+async fn a10_another_collectors_lease_is_answered_without_effect(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a10 the victim's lease, leaked");
+    let job = f.running_victim_job(Duration::from_secs(4)).await;
+    let soldier = f.soldier_of(job).await;
+    let before = f.job_row(job).await.expect("the victim's job");
+    let token = before.lease_token.expect("a token");
+    let events_before = f.job_events(job).await;
+    let atk = f.attacker_pool().await;
+    let me = f
+        .incarnation(&atk, "lease-thief", Lane::Interactive, "thief-key")
+        .await;
+    let data = crate::fixtures::data_for(Resource::Detailed, 999_999);
+    // Its own secret, the victim's job and token: no effect.
+    let start: Result<Option<DateTime<Utc>>, _> =
+        sqlx::query_scalar("SELECT bf4ps_collector_start($1, $2, $3, $4)")
+            .bind(me.uuid)
+            .bind(me.secret)
+            .bind(job)
+            .bind(token)
+            .fetch_one(&atk)
+            .await;
+    let renew: Result<Option<DateTime<Utc>>, _> =
+        sqlx::query_scalar("SELECT bf4ps_collector_renew($1, $2, $3, $4)")
+            .bind(me.uuid)
+            .bind(me.secret)
+            .bind(job)
+            .bind(token)
+            .fetch_one(&atk)
+            .await;
+    let succeed = sqlx::query("SELECT * FROM bf4ps_collector_succeed($1, $2, $3, $4, $5, 10, 200)")
+        .bind(me.uuid)
+        .bind(me.secret)
+        .bind(job)
+        .bind(token)
+        .bind(&data)
+        .fetch_all(&atk)
+        .await;
+    let fail = sqlx::query(
+        "SELECT * FROM bf4ps_collector_fail($1, $2, $3, $4, 'unavailable', 404, 'gone', 10)",
+    )
+    .bind(me.uuid)
+    .bind(me.secret)
+    .bind(job)
+    .bind(token)
+    .fetch_all(&atk)
+    .await;
+    for (what, answered_nothing) in [
+        ("start", matches!(start, Ok(None))),
+        ("renew", matches!(renew, Ok(None))),
+        ("succeed", matches!(&succeed, Ok(rows) if rows.is_empty())),
+        ("fail", matches!(&fail, Ok(rows) if rows.is_empty())),
+    ] {
+        if answered_nothing {
+            r.note(format!(
+                "{what} on the victim's lease with the attacker's own secret: no row (harmless)"
+            ));
+        } else {
+            r.fail(format!(
+                "{what} on the victim's lease with the attacker's own secret took effect"
+            ));
+        }
+    }
+    // The victim's uuid with the attacker's secret: refused.
+    let res = sqlx::query("SELECT * FROM bf4ps_collector_succeed($1, $2, $3, $4, $5, 10, 200)")
+        .bind(f.victim_uuid)
+        .bind(me.secret)
+        .bind(job)
+        .bind(token)
+        .bind(&data)
+        .execute(&atk)
+        .await;
+    r.refused(
+        "succeed as the victim with the attacker's secret",
+        res,
+        PRIVILEGE,
+    );
+    atk.close().await;
+    let now = f.job_row(job).await;
+    if now
+        .as_ref()
+        .map(|j| (&j.status, j.collector_uuid, j.lease_token))
+        != Some((&before.status, before.collector_uuid, before.lease_token))
+    {
+        r.fail(format!("the victim's job changed: {before:?} -> {now:?}"));
+    }
+    if f.job_events(job).await != events_before {
+        r.fail("the victim's job got events from the attack");
+    }
+    let written: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM detailed_stats_current WHERE soldier_id = $1")
+            .bind(soldier)
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap();
+    if written != 0 {
+        r.fail("the attacker's data reached the victim's soldier before the victim finished");
+    }
+    r.record(f.victim_finishes(&[job], Duration::from_secs(15)).await);
+    let kills: Option<i64> =
+        sqlx::query_scalar("SELECT kills FROM detailed_stats_current WHERE soldier_id = $1")
+            .bind(soldier)
+            .fetch_optional(&f.db.pool)
+            .await
+            .unwrap()
+            .flatten();
+    if kills == Some(999_999) {
+        r.fail("the soldier holds the attacker's data");
+    }
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// One call of `bf4ps_collector_succeed` on `job` with these values.
+async fn succeed_with(
+    atk: &PgPool,
+    me: Incarnation,
+    job: (i64, Uuid),
+    data: &serde_json::Value,
+    duration_ms: i64,
+    http_status: i32,
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    sqlx::query("SELECT * FROM bf4ps_collector_succeed($1, $2, $3, $4, $5, $6, $7)")
+        .bind(me.uuid)
+        .bind(me.secret)
+        .bind(job.0)
+        .bind(job.1)
+        .bind(data)
+        .bind(duration_ms)
+        .bind(http_status)
+        .fetch_all(atk)
+        .await
+}
+
+/// One call of `bf4ps_collector_fail` on `job` with these values.
+async fn fail_with(
+    atk: &PgPool,
+    me: Incarnation,
+    job: (i64, Uuid),
+    class: &str,
+    http_status: Option<i32>,
+    message: &str,
+    duration_ms: i64,
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    sqlx::query("SELECT * FROM bf4ps_collector_fail($1, $2, $3, $4, $5, $6, $7, $8)")
+        .bind(me.uuid)
+        .bind(me.secret)
+        .bind(job.0)
+        .bind(job.1)
+        .bind(class)
+        .bind(http_status)
+        .bind(message)
+        .bind(duration_ms)
+        .fetch_all(atk)
+        .await
+}
+
+#[sqlx::test]
+async fn a10_bad_values_on_its_own_lease_are_refused_and_change_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a10 bad values through succeed and fail");
+    let atk = f.attacker_pool().await;
+    let me = f
+        .incarnation(&atk, "bad-values", Lane::Interactive, "bad-key")
+        .await;
+    let job = f.jobs(1, Lane::Interactive, 0.0).await[0];
+    let soldier = f.soldier_of(job).await;
+    let lease = f.claim(&atk, me).await.expect("the attacker's own job");
+    assert_eq!(lease.0, job);
+    let events_before = f.job_events(job).await;
+    let ok = crate::fixtures::data_for(Resource::Detailed, 5);
+    let detailed = |extra: serde_json::Value| {
+        let mut d = ok.clone();
+        d.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        d
+    };
+    use serde_json::json;
+    let succeeds: Vec<(&str, serde_json::Value, i64, i32, &[&str])> = vec![
+        ("duration -1 ms", ok.clone(), -1, 200, INVALID),
+        (
+            "duration 86,400,001 ms",
+            ok.clone(),
+            86_400_001,
+            200,
+            INVALID,
+        ),
+        ("duration i64::MAX", ok.clone(), i64::MAX, 200, INVALID),
+        ("duration i64::MIN", ok.clone(), i64::MIN, 200, INVALID),
+        ("http_status 0", ok.clone(), 10, 0, INVALID),
+        ("http_status 99", ok.clone(), 10, 99, INVALID),
+        ("http_status 500", ok.clone(), 10, 500, INVALID),
+        (
+            "http_status 404 for detailed data",
+            ok.clone(),
+            10,
+            404,
+            INVALID,
+        ),
+        ("http_status 1000", ok.clone(), 10, 1000, INVALID),
+        ("http_status -1", ok.clone(), 10, -1, INVALID),
+        ("data that is an array", json!([1, 2]), 10, 200, INVALID),
+        ("data that is a string", json!("x"), 10, 200, INVALID),
+        ("data that is JSON null", json!(null), 10, 200, INVALID),
+        (
+            "negative kills",
+            detailed(json!({"kills": -1})),
+            10,
+            200,
+            INVALID,
+        ),
+        (
+            "negative kills as a string",
+            detailed(json!({"kills": "-5"})),
+            10,
+            200,
+            INVALID,
+        ),
+        (
+            "kills 'Infinity'",
+            detailed(json!({"kills": "Infinity"})),
+            10,
+            200,
+            BAD_VALUE,
+        ),
+        (
+            "kills 1e30",
+            detailed(json!({"kills": 1e30})),
+            10,
+            200,
+            BAD_VALUE,
+        ),
+        (
+            "quit_percentage 'Infinity'",
+            detailed(json!({"quit_percentage": "Infinity"})),
+            10,
+            200,
+            BAD_VALUE,
+        ),
+        (
+            "longest_headshot '-Infinity'",
+            detailed(json!({"longest_headshot": "-Infinity"})),
+            10,
+            200,
+            BAD_VALUE,
+        ),
+        // A value no reader expects, like an infinity: must be refused too.
+        (
+            "quit_percentage 'NaN'",
+            detailed(json!({"quit_percentage": "NaN"})),
+            10,
+            200,
+            INVALID,
+        ),
+        (
+            "longest_headshot 'NaN'",
+            detailed(json!({"longest_headshot": "NaN"})),
+            10,
+            200,
+            INVALID,
+        ),
+    ];
+    // Every call must be refused; one that is accepted (a bug) consumes the
+    // job, so the attacker takes a fresh one for the next case.
+    let mut lease = lease;
+    let mut job = job;
+    let mut soldier = soldier;
+    let mut events_before = events_before;
+    macro_rules! renew_if_consumed {
+        () => {
+            if f.job_row(job).await.map(|j| j.lease_token) != Some(Some(lease.1)) {
+                job = f.jobs(1, Lane::Interactive, 0.0).await[0];
+                soldier = f.soldier_of(job).await;
+                lease = f
+                    .claim(&atk, me)
+                    .await
+                    .expect("a fresh job for the attacker");
+                assert_eq!(lease.0, job);
+                events_before = f.job_events(job).await;
+            }
+        };
+    }
+    for (what, data, duration, status, allowed) in succeeds {
+        let res = succeed_with(&atk, me, lease, &data, duration, status).await;
+        if matches!(&res, Ok(rows) if rows.is_empty()) {
+            r.fail(format!(
+                "succeed with {what}: answered 'lease lost' (a harness problem)"
+            ));
+        } else {
+            r.refused(&format!("succeed with {what}"), res, allowed);
+        }
+        renew_if_consumed!();
+    }
+    // Nothing of it was stored: the lease holds, no event, no data.
+    let row = f.job_row(job).await;
+    if row.as_ref().map(|j| (j.status.as_str(), j.lease_token)) != Some(("running", Some(lease.1)))
+    {
+        r.fail(format!(
+            "the attacker's job changed under refused calls: {row:?}"
+        ));
+    }
+    if f.job_events(job).await != events_before {
+        r.fail(format!(
+            "refused calls wrote events: {:?} -> {:?}",
+            events_before,
+            f.job_events(job).await
+        ));
+    }
+    let (stats, history, state): (i64, i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM detailed_stats_current WHERE soldier_id = $1),
+                (SELECT count(*) FROM detailed_stats_history WHERE soldier_id = $1),
+                (SELECT detailed_state FROM collection_state WHERE soldier_id = $1)",
+    )
+    .bind(soldier)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if (stats, history, state.as_str()) != (0, 0, "never_attempted") {
+        r.fail(format!(
+            "refused calls wrote data: {stats} current row(s), {history} snapshot(s), state {state}"
+        ));
+    }
+    // A message is the caller's text: bounded and without control characters.
+    let message = format!(
+        "evil\x1b[2J\r\nforged log line\u{202e}{}",
+        "m".repeat(10_000)
+    );
+    match fail_with(&atk, me, lease, "server", Some(503), &message, 10).await {
+        Ok(rows) if rows.len() == 1 => {
+            let (event, state): (String, String) = sqlx::query_as(
+                "SELECT (SELECT error_message FROM collection_events
+                         WHERE job_id = $1 AND event_type = 'failed'),
+                        (SELECT detailed_last_error_message FROM collection_state
+                         WHERE soldier_id = $2)",
+            )
+            .bind(job)
+            .bind(soldier)
+            .fetch_one(&f.db.pool)
+            .await
+            .unwrap();
+            for (where_, stored) in [("the event", &event), ("collection_state", &state)] {
+                let bad = stored
+                    .chars()
+                    .any(|c| c.is_control() || ('\u{202a}'..='\u{202e}').contains(&c));
+                if bad || stored.chars().count() > 500 {
+                    r.fail(format!(
+                        "the message stored in {where_} is {} characters with control characters: {}",
+                        stored.chars().count(),
+                        bad
+                    ));
+                } else {
+                    r.note(format!(
+                        "the message stored in {where_} is {} characters, neutralized",
+                        stored.chars().count()
+                    ));
+                }
+            }
+        }
+        other => r.fail(format!("a failure with a hostile message: {other:?}")),
+    }
+    atk.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+#[sqlx::test]
+async fn a10_bad_collection_lists_and_profiles_are_refused(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a10 bad weapons and profile data");
+    let atk = f.attacker_pool().await;
+    let me = f
+        .incarnation(&atk, "bad-lists", Lane::Interactive, "lists-key")
+        .await;
+    use serde_json::json;
+    let weapon = |extra: serde_json::Value| {
+        let mut w = json!({"guid": "W-9", "name": "Gun", "slug": "gun", "category": "Rifles",
+                           "kills": 1, "headshots": 0, "shots_fired": 1, "shots_hit": 1,
+                           "time_equipped_seconds": 1});
+        w.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        w
+    };
+    let many: Vec<serde_json::Value> = (0..5001)
+        .map(|i| weapon(json!({"guid": format!("W-{i}")})))
+        .collect();
+    let profile = |extra: serde_json::Value| {
+        let mut p = crate::fixtures::data_for(Resource::Profile, 2);
+        p.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        p
+    };
+    let rounds: Vec<(&str, Vec<(&str, serde_json::Value)>)> = vec![
+        (
+            "weapons",
+            vec![
+                ("no weapons array", json!({"weapons": {}})),
+                ("5001 weapons", json!({"weapons": many})),
+                (
+                    "a weapon without a guid",
+                    json!({"weapons": [weapon(json!({"guid": null}))]}),
+                ),
+                (
+                    "a guid twice",
+                    json!({"weapons": [weapon(json!({})), weapon(json!({}))]}),
+                ),
+                (
+                    "a guid with an ESC",
+                    json!({"weapons": [weapon(json!({"guid": "W\u{1b}[2J"}))]}),
+                ),
+                (
+                    "a 501-character weapon name",
+                    json!({"weapons": [weapon(json!({"name": "n".repeat(501)}))]}),
+                ),
+                (
+                    "negative kills",
+                    json!({"weapons": [weapon(json!({"kills": -1}))]}),
+                ),
+            ],
+        ),
+        (
+            "profile",
+            vec![
+                (
+                    "a username with CR/LF",
+                    profile(json!({"battlelog_username": "a\r\nb"})),
+                ),
+                (
+                    "a 201-character username",
+                    profile(json!({"battlelog_username": "u".repeat(201)})),
+                ),
+                (
+                    "an unknown access_state",
+                    profile(json!({"access_state": "evil"})),
+                ),
+                (
+                    "a lower-case country code",
+                    profile(json!({"country_code": "se"})),
+                ),
+            ],
+        ),
+    ];
+    // A job of each resource for the attacker's own incarnation, one at a
+    // time (it may hold one job).
+    let soldier = crate::fixtures::soldier(&f.db.pool, f.new_persona()).await;
+    for (resource, cases) in rounds {
+        sqlx::query(
+            "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason) \
+             VALUES ($1, $2, 'interactive', 'interactive', 'attack-suite')",
+        )
+        .bind(soldier)
+        .bind(resource)
+        .execute(&f.db.pool)
+        .await
+        .unwrap();
+        let lease = f.claim(&atk, me).await.expect("the attacker's own job");
+        for (what, data) in cases {
+            let res = succeed_with(&atk, me, lease, &data, 10, 200).await;
+            r.refused(&format!("succeed ({resource}) with {what}"), res, INVALID);
+        }
+        if f.job_row(lease.0).await.map(|j| j.lease_token) != Some(Some(lease.1)) {
+            r.fail(format!(
+                "the attacker's {resource} job changed under refused calls"
+            ));
+        }
+        // Done with it: the persona is gone.
+        fail_with(&atk, me, lease, "unavailable", Some(404), "gone", 10)
+            .await
+            .expect("a plain failure");
+    }
+    let (weapons, catalog, profiles): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM soldier_weapon_stats WHERE soldier_id = $1),
+                (SELECT count(*) FROM weapon_catalog),
+                (SELECT count(*) FROM profile_soldiers WHERE soldier_id = $1)",
+    )
+    .bind(soldier)
+    .fetch_one(&f.db.pool)
+    .await
+    .unwrap();
+    if (weapons, catalog, profiles) != (0, 0, 0) {
+        r.fail(format!(
+            "refused data was stored: {weapons} weapon row(s), {catalog} catalog row(s), \
+             {profiles} profile link(s)"
+        ));
+    }
+    atk.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+#[sqlx::test]
+async fn a10_a_throttle_report_cannot_pause_another_collectors_egress_key(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a10 throttle report on the victim's key");
+    let atk = f.attacker_pool().await;
+    // The attacker registers on the victim's egress key (any key is
+    // accepted) and reports its own job throttled.
+    match try_register_on(&atk, "key-squatter", VICTIM_KEY).await {
+        Ok(Some(me)) => {
+            r.note("the attacker registered an incarnation on the victim's egress key");
+            let job = f.jobs(1, Lane::Interactive, 0.0).await[0];
+            let lease = f.claim(&atk, me).await.expect("the attacker's own job");
+            assert_eq!(lease.0, job);
+            match fail_with(&atk, me, lease, "throttled", Some(429), "throttled", 10).await {
+                Ok(_) => r.note("the attacker's throttle report was accepted"),
+                Err(e) => r.refused_with("the throttle report", &e, PRIVILEGE),
+            }
+        }
+        Ok(None) => r.note("registering on the victim's key was answered 'in use'"),
+        Err(e) => r.refused_with("registering on the victim's egress key", &e, PRIVILEGE),
+    }
+    atk.close().await;
+    let paused: Option<bool> =
+        sqlx::query_scalar("SELECT paused_until > now() FROM egress_gates WHERE egress_key = $1")
+            .bind(VICTIM_KEY)
+            .fetch_optional(&f.db.pool)
+            .await
+            .unwrap()
+            .flatten();
+    if paused == Some(true) {
+        r.fail("the victim's egress key is paused by the attacker's report");
+    }
+    // The victim keeps finishing jobs (the health check).
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// Registers an interactive incarnation named `name` on egress key `key`.
+async fn try_register_on(
+    pool: &PgPool,
+    name: &str,
+    key: &str,
+) -> Result<Option<Incarnation>, sqlx::Error> {
+    let (uuid, secret): (Option<Uuid>, Option<Uuid>) = sqlx::query_as(
+        "SELECT collector_uuid, secret FROM bf4ps_collector_register($1, 'evilhost', \
+         'interactive', $2, 'x')",
+    )
+    .bind(name)
+    .bind(key)
+    .fetch_one(pool)
+    .await?;
+    Ok(uuid
+        .zip(secret)
+        .map(|(uuid, secret)| Incarnation { uuid, secret }))
+}
+
+// ---------------------------------------------------------------------------
+// 11, 12: transactions kept open.
+// ---------------------------------------------------------------------------
+
+#[sqlx::test]
+async fn a11_a_collector_idling_in_a_transaction_after_an_egress_pass_blocks_nobody(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a11 an open transaction after an egress pass");
+    let pool = f.attacker_pool().await;
+    let me = f
+        .incarnation(&pool, "idler", Lane::Background, "idler-key")
+        .await;
+    pool.close().await;
+    // The pass locks the fleet budget's row (background lane) and the key's
+    // gate until the caller's transaction ends; the attacker never ends it.
+    let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let passed = sqlx::query("SELECT * FROM bf4ps_collector_egress_pass($1, $2)")
+        .bind(me.uuid)
+        .bind(me.secret)
+        .execute(&mut conn)
+        .await;
+    match passed {
+        Ok(_) => r.note("the attacker passed its gate and keeps its transaction open"),
+        Err(e) => r.refused_with("an egress pass in an open transaction", &e, PRIVILEGE),
+    }
+    let jobs = f.jobs(HEALTH_JOBS, Lane::Background, 0.0).await;
+    r.record(f.victim_finishes(&jobs, HEALTH_WAIT).await);
+    ended_by_the_monitor(&f, &mut r, pid).await;
+    let _ = conn.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// The monitor ended the attacker's session `pid` (its transaction outlived
+/// BF4PS_CLIENT_TRANSACTION_LIMIT), and serve said so.
+async fn ended_by_the_monitor(f: &Fleet, r: &mut Report, pid: i32) {
+    let gone = within(Duration::from_secs(10), || async {
+        let alive: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+                .bind(pid)
+                .fetch_one(&f.db.pool)
+                .await
+                .unwrap();
+        (!alive).then_some(())
+    })
+    .await;
+    match gone {
+        Some(()) => r.note("the monitor ended the attacker's session"),
+        None => r.fail(format!("the attacker's session {pid} is still there")),
+    }
+    if f.serve.log_lines("ended a client session").is_empty() {
+        r.fail("serve logged no line about the session it ended");
+    }
+}
+
+#[sqlx::test]
+async fn a11_a_collector_idling_in_a_transaction_after_registering_blocks_no_registration(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a11 an open transaction after a registration");
+    let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let registered = try_register_on_conn(&mut conn, "idle-registrant").await;
+    match registered {
+        Ok(_) => r.note("the attacker registered and keeps its transaction open"),
+        Err(e) => r.refused_with("a registration in an open transaction", &e, PRIVILEGE),
+    }
+    // Another host's collector registers (the victim's role).
+    let victim_pool = f.victim_role.pool(&f.db).await;
+    let other = tokio::time::timeout(
+        Duration::from_secs(5),
+        try_register(&victim_pool, "victim-restarted", Lane::Interactive),
+    )
+    .await;
+    match other {
+        Ok(Ok(Some(_))) => r.note("another role registered meanwhile"),
+        Ok(other) => r.fail(format!(
+            "another role's registration failed: {:?}",
+            other.map(|o| o.is_some()).map_err(|e| sqlstate(&e))
+        )),
+        Err(_) => r.fail(
+            "another role's registration was still waiting after 5 s behind the attacker's \
+             open transaction (the collector_registration row lock)",
+        ),
+    }
+    ended_by_the_monitor(&f, &mut r, pid).await;
+    let _ = conn.close().await;
+    victim_pool.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+async fn try_register_on_conn(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "SELECT * FROM bf4ps_collector_register($1, 'evilhost', 'interactive', 'idle-key', 'x')",
+    )
+    .bind(name)
+    .execute(conn)
+    .await
+    .map(|_| ())
+}
+
+#[sqlx::test]
+async fn a12_a_reader_holding_a_transaction_open_does_not_stall_projection(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a12 a reader's open transaction id");
+    let (mut conn, pid) = f.reader.connect(&f.db, ATTACKER_APP).await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    let xid: Result<String, _> = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+        .fetch_one(&mut conn)
+        .await;
+    match xid {
+        Ok(x) => r.note(format!("the reader holds transaction {x} open (pid {pid})")),
+        Err(e) => r.refused_with("a transaction id for the reader", &e, PRIVILEGE),
+    }
+    // A reader can write no event, so nothing committed after it needs to
+    // wait for it: events keep being projected — or, at the least, /readyz
+    // says that projection is held back and by whom.
+    let ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, metadata) \
+         VALUES ('attack_suite_canary', '{}') RETURNING event_id",
+    )
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    let target = ids[0];
+    let outcome = within(HEALTH_WAIT, || async {
+        if let Ok(p) = f.projection(target).await
+            && p.behind == 0
+        {
+            return Some(
+                "events committed after the reader's transaction are projected".to_owned(),
+            );
+        }
+        match readyz(f.serve_addr).await {
+            Some((code, v)) if v["ready"] == false && v.to_string().contains(&pid.to_string()) => {
+                Some(format!("/readyz {code} names the holder: {v}"))
+            }
+            _ => None,
+        }
+    })
+    .await;
+    match outcome {
+        Some(note) => r.note(note),
+        None => r.fail(format!(
+            "a reader's open transaction stalls projection for {HEALTH_WAIT:?} while /readyz \
+             says {:?}",
+            readyz(f.serve_addr).await
+        )),
+    }
+    let _ = conn.close().await;
     f.check_healthy(&mut r).await;
     r.finish();
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bf4ps_ops::collector::{Collector, CollectorMetrics, Stats};
-use bf4ps_ops::config::Tuning;
+use bf4ps_ops::config::{Ladder, Tuning};
 use bf4ps_ops::db::DbTarget;
 use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
@@ -16,13 +16,14 @@ use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
 use bf4ps_ops::monitor::Monitor;
 use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::registry::Registration;
+use bf4ps_ops::request::{Published, publish_settings};
 use bf4ps_ops::upstream::Upstream;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::fixtures::{event_types, events, job, soldier};
+use crate::fixtures::{event_types, events, job, soldier, state_column};
 use crate::support::{ChildGuard, TestDb, bin, eventually};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -38,6 +39,12 @@ fn fast() -> Tuning {
         retry_base_delay: Duration::from_millis(100),
         retry_max_delay: Duration::from_secs(1),
         retry_jitter: 0.0,
+        retry_ladder: Ladder(vec![
+            Duration::from_millis(100),
+            Duration::from_millis(200),
+            Duration::from_millis(400),
+            Duration::from_secs(1),
+        ]),
         egress_rate: 1000.0,
         // The fake is not Battlelog: no fleet budget unless a test sets one.
         global_hourly_budget: 0,
@@ -58,6 +65,74 @@ fn fast_env() -> [(&'static str, &'static str); 8] {
         ("BF4PS_EGRESS_RATE", "1000"),
         ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ]
+}
+
+/// Publishes `tuning`'s policy into `scheduling_settings`, as `serve` does at
+/// start: collectors (in-process or spawned) obey the database's policy
+/// (lease, retry ladder, spacing, budget), never their own settings.
+async fn publish(pool: &PgPool, tuning: &Tuning) {
+    publish_settings(pool, &Published::from_tuning(tuning))
+        .await
+        .unwrap();
+}
+
+/// The name `fixtures::soldier` gives soldier `persona`.
+fn name(persona: i64) -> String {
+    format!("p{persona}")
+}
+
+/// Scripts the fake's answers to `resource` of soldier `persona` (the user
+/// page, `profile`, is keyed by the soldier's name).
+fn script(fake: &FakeServer, persona: i64, resource: Resource, responses: Vec<Scripted>) {
+    let (platform, key) = if resource == Resource::Profile {
+        FakeServer::user_key(&name(persona))
+    } else {
+        (Platform::Pc, persona)
+    };
+    fake.script(platform, key, Some(resource), responses);
+}
+
+/// A soldier's gameplay data in BF4PS's tables, as text (to compare before
+/// and after): detailed current, profile link, weapon and vehicle stats.
+async fn gameplay_of(pool: &PgPool, soldier_id: i64) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT t FROM (
+             SELECT 'detailed ' || to_jsonb(d)::text AS t FROM detailed_stats_current d
+             WHERE soldier_id = $1
+             UNION ALL SELECT 'profile ' || to_jsonb(p)::text FROM battlelog_profiles p
+             JOIN profile_soldiers ps USING (profile_id) WHERE ps.soldier_id = $1
+             UNION ALL SELECT 'weapon ' || to_jsonb(w)::text FROM soldier_weapon_stats w
+             WHERE soldier_id = $1
+             UNION ALL SELECT 'vehicle ' || to_jsonb(v)::text FROM soldier_vehicle_stats v
+             WHERE soldier_id = $1) x ORDER BY t",
+    )
+    .bind(soldier_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// Which of a soldier's four resources have data in BF4PS's tables.
+async fn resources_with_data(pool: &PgPool, soldier_id: i64) -> Vec<&'static str> {
+    let (d, p, w, v): (bool, bool, bool, bool) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM detailed_stats_current WHERE soldier_id = $1),
+                EXISTS (SELECT 1 FROM profile_soldiers WHERE soldier_id = $1),
+                EXISTS (SELECT 1 FROM soldier_weapon_stats WHERE soldier_id = $1),
+                EXISTS (SELECT 1 FROM soldier_vehicle_stats WHERE soldier_id = $1)",
+    )
+    .bind(soldier_id)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    [
+        (d, "detailed"),
+        (p, "profile"),
+        (w, "weapons"),
+        (v, "vehicles"),
+    ]
+    .into_iter()
+    .filter_map(|(has, r)| has.then_some(r))
+    .collect()
 }
 
 struct Running {
@@ -88,9 +163,34 @@ async fn start_collector(
     tuning: Tuning,
     upstream_timeout: Duration,
 ) -> Running {
+    start_collector_with(
+        db,
+        fake,
+        name,
+        lane,
+        egress,
+        tuning,
+        upstream_timeout,
+        CollectorMetrics::default(),
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn start_collector_with(
+    db: &TestDb,
+    fake: &FakeServer,
+    name: &str,
+    lane: Lane,
+    egress: &str,
+    tuning: Tuning,
+    upstream_timeout: Duration,
+    metrics: CollectorMetrics,
+) -> Running {
     let mut args = fake.upstream_args();
     args.timeout = upstream_timeout;
     let upstream = Arc::new(Upstream::new(&args).unwrap());
+    publish(&db.pool, &tuning).await;
     let root = CancellationToken::new();
     let listener = Listener::spawn(
         db.target.clone(),
@@ -106,15 +206,9 @@ async fn start_collector(
         egress_key: egress.to_owned(),
         software_version: "test".to_owned(),
     };
-    let c = Collector::register(
-        db.pool.clone(),
-        &registration,
-        upstream,
-        tuning,
-        CollectorMetrics::default(),
-    )
-    .await
-    .unwrap();
+    let c = Collector::register(db.pool.clone(), &registration, upstream, tuning, metrics)
+        .await
+        .unwrap();
     let (id, stats) = (c.id().clone(), c.stats());
     let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
     let task = tokio::spawn({
@@ -174,6 +268,10 @@ async fn collects_all_four_resources(_: PgPoolOptions, opts: PgConnectOptions) {
         if round == 3 {
             fake.bump(Platform::Pc, 4242);
         }
+        let round_start: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+            .fetch_one(p)
+            .await
+            .unwrap();
         let mut ids = Vec::new();
         for r in Resource::ALL {
             ids.push(job(p, s, *r, Lane::Background, PriorityClass::Recent, 0, 0).await);
@@ -193,45 +291,44 @@ async fn collects_all_four_resources(_: PgPoolOptions, opts: PgConnectOptions) {
             let types = event_types(p, *id).await;
             assert_eq!(types, ["claimed", "started", "succeeded"]);
         }
-        let current: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM soldier_resource_current WHERE soldier_id = $1",
-        )
-        .bind(s)
-        .fetch_one(p)
-        .await
-        .unwrap();
-        assert_eq!(current, 4);
+        assert_eq!(
+            resources_with_data(p, s).await,
+            ["detailed", "profile", "weapons", "vehicles"]
+        );
         let fresh: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM collection_state
-             WHERE soldier_id = $1 AND last_success_at > now() - interval '1 minute' AND success_count = $2",
+            "SELECT count(*) FROM collection_state, LATERAL (VALUES
+                 (detailed_state, detailed_last_success_at),
+                 (profile_state, profile_last_success_at),
+                 (weapons_state, weapons_last_success_at),
+                 (vehicles_state, vehicles_last_success_at)) AS r(state, at)
+             WHERE soldier_id = $1 AND r.state = 'success' AND r.at >= $2",
         )
         .bind(s)
-        .bind(round as i64)
+        .bind(round_start)
         .fetch_one(p)
         .await
         .unwrap();
         assert_eq!(fresh, 4, "round {round}");
         // detailed history: appended on the first round and after the bump only.
-        let history: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM soldier_detailed_history WHERE soldier_id = $1",
-        )
-        .bind(s)
-        .fetch_one(p)
-        .await
-        .unwrap();
+        let history: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM detailed_stats_history WHERE soldier_id = $1")
+                .bind(s)
+                .fetch_one(p)
+                .await
+                .unwrap();
         assert_eq!(history, if round < 3 { 1 } else { 2 }, "round {round}");
     }
-    let data: serde_json::Value = sqlx::query_scalar(
-        "SELECT data FROM soldier_resource_current WHERE soldier_id = $1 AND resource = 'weapons'",
+    let (weapons, profile): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM soldier_weapon_stats WHERE soldier_id = $1),
+                (SELECT b.battlelog_username FROM battlelog_profiles b
+                 JOIN profile_soldiers ps USING (profile_id) WHERE ps.soldier_id = $1)",
     )
     .bind(s)
     .fetch_one(p)
     .await
     .unwrap();
-    assert!(
-        data["weapons"].as_array().is_some_and(|w| !w.is_empty()),
-        "{data}"
-    );
+    assert!(weapons > 0, "no weapon stats");
+    assert_eq!(profile, name(4242), "the user page of the soldier's name");
     assert_eq!(c.stats.succeeded.load(Ordering::Relaxed), 12);
     c.stop().await;
 }
@@ -257,10 +354,10 @@ async fn failures_are_classified_and_last_good_data_survives(
 
     // 503 then 200: one retry with backoff, then success.
     let s1 = soldier(p, 1).await;
-    fake.script(
-        Platform::Pc,
+    script(
+        &fake,
         1,
-        None,
+        Resource::Profile,
         vec![Scripted::Status(503), Scripted::Ok],
     );
     let j = job(
@@ -292,7 +389,7 @@ async fn failures_are_classified_and_last_good_data_survives(
 
     // 404 → terminal: job removed, state unavailable.
     let s2 = soldier(p, 2).await;
-    fake.script(Platform::Pc, 2, None, vec![Scripted::Status(404)]);
+    script(&fake, 2, Resource::Detailed, vec![Scripted::Status(404)]);
     let j = job(
         p,
         s2,
@@ -315,15 +412,18 @@ async fn failures_are_classified_and_last_good_data_survives(
             .then_some(())
     })
     .await;
-    let (unavailable, class): (bool, String) = sqlx::query_as(
-        "SELECT unavailable, last_error_class FROM collection_state WHERE soldier_id = $1 AND resource = 'detailed'",
-    )
-    .bind(s2)
-    .fetch_one(p)
-    .await
-    .unwrap();
-    assert!(unavailable);
-    assert_eq!(class, "unavailable");
+    assert_eq!(
+        state_column(p, s2, Resource::Detailed, "state")
+            .await
+            .as_deref(),
+        Some("unavailable")
+    );
+    assert_eq!(
+        state_column(p, s2, Resource::Detailed, "last_error_class")
+            .await
+            .as_deref(),
+        Some("unavailable")
+    );
 
     // Malformed JSON → parse failure; the previous data is byte-for-byte unchanged.
     let s3 = soldier(p, 3).await;
@@ -338,18 +438,13 @@ async fn failures_are_classified_and_last_good_data_survives(
     )
     .await;
     wait_event(p, "succeeded", j, 1).await;
-    let before: (String, Vec<u8>) = sqlx::query_as(
-        "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
-    )
-    .bind(s3)
-    .fetch_one(p)
-    .await
-    .unwrap();
+    let before = gameplay_of(p, s3).await;
+    assert!(!before.is_empty());
     fake.bump(Platform::Pc, 3);
-    fake.script(
-        Platform::Pc,
+    script(
+        &fake,
         3,
-        None,
+        Resource::Weapons,
         vec![Scripted::Malformed, Scripted::MissingFields, Scripted::Hang],
     );
     let j = job(
@@ -374,13 +469,7 @@ async fn failures_are_classified_and_last_good_data_survives(
         classes[..2],
         [Some("parse".to_owned()), Some("parse".to_owned())]
     );
-    let after: (String, Vec<u8>) = sqlx::query_as(
-        "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
-    )
-    .bind(s3)
-    .fetch_one(p)
-    .await
-    .unwrap();
+    let after = gameplay_of(p, s3).await;
     assert_eq!(
         after, before,
         "a parse failure touched last-known-good data"
@@ -438,10 +527,10 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
     .await;
     let monitor = Monitor::from(&tuning);
     let s = soldier(p, 9).await;
-    fake.script(
-        Platform::Pc,
+    script(
+        &fake,
         9,
-        None,
+        Resource::Vehicles,
         vec![Scripted::Delay(Duration::from_secs(2))],
     );
     let j = job(
@@ -519,10 +608,10 @@ async fn dropped_database_connections_mid_job_lose_nothing(
     )
     .await;
     let s = soldier(p, 77).await;
-    fake.script(
-        Platform::Pc,
+    script(
+        &fake,
         77,
-        None,
+        Resource::Profile,
         vec![Scripted::Delay(Duration::from_millis(1500))],
     );
     let first = job(
@@ -572,17 +661,13 @@ async fn dropped_database_connections_mid_job_lose_nothing(
     }
     assert_eq!(c.stats.succeeded.load(Ordering::Relaxed), 2);
     assert_eq!(c.stats.lease_lost.load(Ordering::Relaxed), 0);
-    let current: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM soldier_resource_current WHERE soldier_id = $1")
-            .bind(s)
-            .fetch_one(p)
-            .await
-            .unwrap();
-    assert_eq!(current, 2);
+    assert_eq!(resources_with_data(p, s).await, ["profile", "weapons"]);
     c.stop().await;
 }
 
-fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> ChildGuard {
+/// Spawns `bf4ps-ops collector` (after publishing [`fast`]'s policy).
+async fn spawn_collector_process(db: &TestDb, fake: &FakeServer, name: &str) -> ChildGuard {
+    publish(&db.pool, &fast()).await;
     let mut cmd = bin();
     cmd.args([
         "collector",
@@ -656,7 +741,7 @@ async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: Pg
         0,
     )
     .await;
-    let mut victim = spawn_collector_process(&db, &fake, "victim");
+    let mut victim = spawn_collector_process(&db, &fake, "victim").await;
     let victim_uuid = uuid_of(p, "victim").await;
     wait_event(p, "started", j, 1).await;
     victim.kill().unwrap(); // SIGKILL mid-fetch
@@ -718,7 +803,7 @@ async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: Pg
     rescuer.stop().await;
 
     // Restarting under the same name is a new incarnation that retires the lost one.
-    let mut again = spawn_collector_process(&db, &fake, "victim");
+    let mut again = spawn_collector_process(&db, &fake, "victim").await;
     let new_uuid = eventually(WAIT, "re-registration", || async {
         let u = sqlx::query_scalar::<_, uuid::Uuid>(
             "SELECT collector_uuid FROM collectors WHERE collector_name = 'victim' AND retired_at IS NULL",
@@ -740,7 +825,7 @@ async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: Pg
     assert_ne!(new_uuid, victim_uuid);
 
     // While that one is healthy, a third start under the name fails clearly.
-    let mut third = spawn_collector_process(&db, &fake, "VICTIM");
+    let mut third = spawn_collector_process(&db, &fake, "VICTIM").await;
     let status = wait_exit(&mut third).await;
     assert!(!status.success());
     let mut err = String::new();
@@ -766,10 +851,10 @@ async fn sigterm_finishes_the_current_job_and_exits_zero(_: PgPoolOptions, opts:
     let fake = fake().await;
     let p = &db.pool;
     let s = soldier(p, 51).await;
-    fake.script(
-        Platform::Pc,
+    script(
+        &fake,
         51,
-        None,
+        Resource::Profile,
         vec![Scripted::Delay(Duration::from_millis(1500))],
     );
     let j = job(
@@ -792,7 +877,7 @@ async fn sigterm_finishes_the_current_job_and_exits_zero(_: PgPoolOptions, opts:
         60_000,
     )
     .await;
-    let mut child = spawn_collector_process(&db, &fake, "graceful");
+    let mut child = spawn_collector_process(&db, &fake, "graceful").await;
     let uuid = uuid_of(p, "graceful").await;
     wait_event(p, "started", j, 1).await;
     nix::sys::signal::kill(
@@ -1171,7 +1256,14 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
 
     // No pair condemned, nothing given up, every throttled attempt retried.
     let (unavailable, gave_up, throttled, not_retried): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM collection_state WHERE unavailable),
+        "SELECT (SELECT count(*) FROM collection_state cs
+                 WHERE 'unavailable' IN (detailed_state, weapons_state, vehicles_state)
+                    -- a user page Battlelog does not have is a success that
+                    -- leaves the loop (BF4PS's not_found), not a condemnation
+                    OR (profile_state = 'unavailable' AND NOT EXISTS (
+                        SELECT 1 FROM profile_soldiers ps JOIN battlelog_profiles b
+                        USING (profile_id)
+                        WHERE ps.soldier_id = cs.soldier_id AND b.access_state = 'not_found'))),
                 (SELECT count(*) FROM collection_events WHERE result IN ('gave_up', 'unavailable')),
                 (SELECT count(*) FROM collection_events
                  WHERE event_type = 'failed' AND error_class = 'throttled'),
@@ -1183,11 +1275,14 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
     .unwrap();
     assert_eq!((unavailable, gave_up, not_retried), (0, 0, 0));
     assert_eq!(throttled as usize, during.len());
-    let never: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM collection_state WHERE last_success_at IS NULL")
-            .fetch_one(p)
-            .await
-            .unwrap();
+    let never: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM collection_state
+         WHERE detailed_last_success_at IS NULL OR profile_last_success_at IS NULL
+            OR weapons_last_success_at IS NULL OR vehicles_last_success_at IS NULL",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
     assert_eq!(never, 0, "a pair was never collected");
     // The successes ended the throttle streak.
     let streak: i32 =
@@ -1207,8 +1302,7 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
     let fake = fake().await;
     let p = &db.pool;
     let tuning = Tuning {
-        retry_base_delay: Duration::from_secs(1),
-        retry_max_delay: Duration::from_secs(2),
+        retry_ladder: Ladder(vec![Duration::from_secs(1), Duration::from_secs(2)]),
         ..fast()
     };
     let c = start_collector(
@@ -1233,15 +1327,7 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
     )
     .await;
     wait_event(p, "succeeded", first, 1).await;
-    let current = || async {
-        sqlx::query_as::<_, (String, Vec<u8>)>(
-            "SELECT data::text, content_hash FROM soldier_resource_current WHERE soldier_id = $1",
-        )
-        .bind(s)
-        .fetch_one(p)
-        .await
-        .unwrap()
-    };
+    let current = || gameplay_of(p, s);
     let good = current().await;
 
     fake.bump(Platform::Pc, 41);
@@ -1297,7 +1383,7 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
     // Later the same soldier succeeds, with its new stats.
     wait_event(p, "succeeded", j, 1).await;
     let after = current().await;
-    assert_ne!(after.1, good.1, "the retry stored the new stats");
+    assert_ne!(after, good, "the retry stored the new stats");
     c.stop().await;
 }
 
@@ -1320,7 +1406,7 @@ async fn a_redirect_fails_the_attempt_and_is_never_followed(
     )
     .await;
     let s = soldier(p, 51).await;
-    fake.script(Platform::Pc, 51, None, vec![Scripted::Redirect(301)]);
+    script(&fake, 51, Resource::Profile, vec![Scripted::Redirect(301)]);
     let j = job(
         p,
         s,
@@ -1517,4 +1603,183 @@ async fn logs_are_plain_off_a_terminal_and_json_lines_carry_span_fields(
         assert_eq!(v["error_class"], "server", "{failed}");
         assert_eq!(v["http_status"], 503, "{failed}");
     }
+}
+
+/// A `MakeWriter` that keeps every formatted log line.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The schema's collector protocol becomes newer than this build's while a
+/// collector works: it finishes the job it holds, claims nothing more (the
+/// claim is refused, SQLSTATE BF001), logs one line, counts the refusal,
+/// marks itself drained and stops; nothing is lost. A collector started
+/// against that schema refuses to start.
+#[sqlx::test]
+async fn a_newer_collector_protocol_drains_the_collector_and_loses_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let fake = fake().await;
+    let p = &db.pool;
+    // Every log line of this (single-threaded) test runtime, collector included.
+    let captured = Captured::default();
+    let _logs = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish(),
+    );
+    let registry = bf4ps_ops::metrics::Registry::new();
+    let metrics = CollectorMetrics::register(&registry, Lane::Background, "e");
+    let s = soldier(p, 81).await;
+    script(
+        &fake,
+        81,
+        Resource::Detailed,
+        vec![Scripted::Delay(Duration::from_millis(1500))],
+    );
+    let held = job(
+        p,
+        s,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    let c = start_collector_with(
+        &db,
+        &fake,
+        "outdated",
+        Lane::Background,
+        "e",
+        fast(),
+        Duration::from_secs(10),
+        metrics,
+    )
+    .await;
+    wait_event(p, "started", held, 1).await;
+    // Mid-fetch, another release migrates: protocol 3 (same signature).
+    crate::support::exec(
+        p,
+        "CREATE OR REPLACE FUNCTION bf4ps_collector_protocol() RETURNS integer
+         LANGUAGE sql IMMUTABLE PARALLEL SAFE
+         SET search_path = pg_catalog, public, pg_temp
+         AS $$ SELECT 3 $$",
+    )
+    .await
+    .unwrap();
+    // Work that arrives meanwhile is left for an upgraded collector.
+    let waiting = job(
+        p,
+        soldier(p, 82).await,
+        Resource::Detailed,
+        Lane::Background,
+        PriorityClass::Recent,
+        0,
+        0,
+    )
+    .await;
+    let result = tokio::time::timeout(WAIT, c.task)
+        .await
+        .expect("the collector stops by itself")
+        .unwrap();
+    match &result {
+        Err(bf4ps_ops::collector::CollectorError::ProtocolOutdated { message }) => {
+            assert!(
+                message.contains("protocol 2") && message.contains('3'),
+                "{message}"
+            )
+        }
+        other => panic!("expected ProtocolOutdated, got {other:?}"),
+    }
+    // The held job finished; nothing else was claimed, nothing is lost.
+    assert_eq!(
+        event_types(p, held).await,
+        ["claimed", "started", "succeeded"]
+    );
+    assert_eq!(resources_with_data(p, s).await, ["detailed"]);
+    assert_eq!(event_types(p, waiting).await, Vec::<String>::new());
+    let (status, owner): (String, Option<uuid::Uuid>) =
+        sqlx::query_as("SELECT status, collector_uuid FROM collection_jobs WHERE job_id = $1")
+            .bind(waiting)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), owner), ("pending", None));
+    assert_eq!(c.stats.succeeded.load(Ordering::Relaxed), 1);
+    assert_eq!(c.stats.lease_lost.load(Ordering::Relaxed), 0);
+    // Drained, holding nothing: a clean stop, not a lost collector.
+    let (drained, current): (bool, Option<i64>) =
+        sqlx::query_as("SELECT drained, current_job_id FROM collectors WHERE collector_uuid = $1")
+            .bind(c.id.uuid)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!((drained, current), (true, None));
+    // One line says why; the refusal is counted once.
+    let lines = captured.lines();
+    let why: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("protocol") && (l.contains("ERROR") || l.contains("WARN")))
+        .collect();
+    assert_eq!(why.len(), 1, "{lines:#?}");
+    assert!(why[0].contains("upgrade bf4ps-ops"), "{why:?}");
+    let text = registry.render();
+    assert_eq!(
+        crate::projector::sample(
+            &text,
+            "bf4ps_collector_protocol_refusals_total",
+            &[("lane", "background")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+
+    // A collector process started against this schema refuses at once, in
+    // one line, registering nothing.
+    let mut child = spawn_collector_process(&db, &fake, "late").await;
+    let status = wait_exit(&mut child).await;
+    assert!(!status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("protocol")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    assert!(errors[0].contains("upgrade bf4ps-ops"), "{err}");
+    let registered: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collectors WHERE collector_name = 'late'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(registered, 0);
+    assert_eq!(event_types(p, waiting).await, Vec::<String>::new());
 }

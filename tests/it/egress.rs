@@ -1,40 +1,58 @@
 //! The egress gate against a real PostgreSQL: the per-key rate, the
 //! fleet-wide budget across keys (interactive exempt), pauses of throttled
-//! keys (which hold nothing else back) and the throttle streak.
+//! keys (which hold nothing else back) and the throttle streak (ended by a
+//! success on the key once its pause is over).
+//!
+//! The gate applies the published spacings (`scheduling_settings`), to the
+//! registered key and lane of the incarnation passing it.
 
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::egress::{self, Limits};
+use bf4ps_ops::domain::Lane;
+use bf4ps_ops::egress;
+use bf4ps_ops::registry::{self, CollectorId};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio_util::sync::CancellationToken;
 
+use crate::fixtures;
 use crate::support::TestDb;
 
-fn limits(spacing_ms: u64, budget_spacing_ms: Option<u64>) -> Limits {
-    Limits {
-        spacing: Duration::from_millis(spacing_ms),
-        budget_spacing: budget_spacing_ms.map(Duration::from_millis),
-    }
+/// Publishes the gate's spacings: per key, and the fleet budget's (`None`:
+/// no budget).
+async fn limits(pool: &PgPool, spacing_ms: u64, budget_spacing_ms: Option<u64>) {
+    sqlx::query(
+        "UPDATE scheduling_settings
+         SET egress_spacing = $1 * interval '1 millisecond',
+             budget_spacing = $2 * interval '1 millisecond'",
+    )
+    .bind(spacing_ms as i64)
+    .bind(budget_spacing_ms.map(|b| b as i64))
+    .execute(pool)
+    .await
+    .unwrap();
 }
 
-/// `workers` tasks passing the gate on their key until `window` is over;
-/// the grant instants of each.
-async fn hammer(pool: &PgPool, keys: &[(&str, Limits)], window: Duration) -> Vec<Vec<Instant>> {
+/// A registered collector named `name` on `lane` using egress key `key`.
+async fn on_key(pool: &PgPool, name: &str, lane: Lane, key: &str) -> CollectorId {
+    let mut reg = fixtures::registration(name, lane);
+    reg.egress_key = key.to_owned();
+    registry::register(pool, &reg).await.unwrap()
+}
+
+/// One task per collector passing the gate until `window` is over; the
+/// grant instants of each.
+async fn hammer(pool: &PgPool, who: &[CollectorId], window: Duration) -> Vec<Vec<Instant>> {
     let cancel = CancellationToken::new();
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for (key, limits) in keys {
-        let (pool, cancel, key, limits) = (
-            pool.clone(),
-            cancel.clone(),
-            (*key).to_owned(),
-            limits.clone(),
-        );
+    for id in who {
+        let (pool, cancel, id) = (pool.clone(), cancel.clone(), id.clone());
         tasks.push(tokio::spawn(async move {
+            let pool = bf4ps_ops::db::Pool::from(pool);
             let mut at = Vec::new();
             loop {
-                egress::pass(&pool, &key, &limits, &cancel).await.unwrap();
+                egress::pass(&pool, &id, &cancel).await.unwrap();
                 if start.elapsed() > window {
                     return at;
                 }
@@ -52,12 +70,11 @@ async fn hammer(pool: &PgPool, keys: &[(&str, Limits)], window: Duration) -> Vec
 #[sqlx::test]
 async fn the_gate_holds_the_shared_rate(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    let l = limits(100, None);
-    let keys = [
-        ("shared", l.clone()),
-        ("shared", l.clone()),
-        ("shared", l.clone()),
-    ];
+    limits(&db.pool, 100, None).await;
+    let mut keys = Vec::new();
+    for name in ["s-1", "s-2", "s-3"] {
+        keys.push(on_key(&db.pool, name, Lane::Background, "shared").await);
+    }
     let grants: usize = hammer(&db.pool, &keys, Duration::from_secs(3))
         .await
         .iter()
@@ -67,8 +84,9 @@ async fn the_gate_holds_the_shared_rate(_: PgPoolOptions, opts: PgConnectOptions
     assert!(grants <= 31, "{grants} grants in 3 s at 10/s");
     assert!(grants >= 25, "the gate starved its workers: {grants}");
     // Another key is independent.
+    let other = on_key(&db.pool, "o-1", Lane::Background, "other").await;
     let t = Instant::now();
-    egress::pass(&db.pool, "other", &l, &CancellationToken::new())
+    egress::pass(&(&db.pool).into(), &other, &CancellationToken::new())
         .await
         .unwrap();
     assert!(t.elapsed() < Duration::from_millis(500));
@@ -82,14 +100,12 @@ async fn the_budget_spans_every_background_key_and_spares_interactive(
     let db = TestDb::new(opts).await;
     // Four background keys at 50/s each, a budget of 5/s between them, and
     // an interactive key (exempt) at 50/s.
-    let bg = limits(20, Some(200));
-    let keys = [
-        ("bg-1", bg.clone()),
-        ("bg-2", bg.clone()),
-        ("bg-3", bg.clone()),
-        ("bg-4", bg.clone()),
-        ("int", limits(20, None)),
-    ];
+    limits(&db.pool, 20, Some(200)).await;
+    let mut keys = Vec::new();
+    for key in ["bg-1", "bg-2", "bg-3", "bg-4"] {
+        keys.push(on_key(&db.pool, key, Lane::Background, key).await);
+    }
+    keys.push(on_key(&db.pool, "int", Lane::Interactive, "int").await);
     let window = Duration::from_secs(3);
     let grants = hammer(&db.pool, &keys, window).await;
     let background: Vec<Instant> = {
@@ -147,13 +163,16 @@ async fn pause(pool: &PgPool, key: &str, for_ms: i64, streak: i32) {
 async fn a_paused_key_waits_and_holds_no_other_key_back(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
-    let budget = limits(10, Some(100));
+    let gate = bf4ps_ops::db::Pool::from(p);
+    limits(p, 10, Some(100)).await;
+    let throttled = on_key(p, "t-1", Lane::Background, "throttled").await;
+    let healthy = on_key(p, "h-1", Lane::Background, "healthy").await;
     pause(p, "throttled", 1_500, 1).await;
     let waiting = {
-        let (pool, l) = (p.clone(), budget.clone());
+        let (pool, who) = (gate.clone(), throttled.clone());
         tokio::spawn(async move {
             let t = Instant::now();
-            let passed = egress::pass(&pool, "throttled", &l, &CancellationToken::new())
+            let passed = egress::pass(&pool, &who, &CancellationToken::new())
                 .await
                 .unwrap();
             (t.elapsed(), passed)
@@ -163,7 +182,7 @@ async fn a_paused_key_waits_and_holds_no_other_key_back(_: PgPoolOptions, opts: 
     let started = Instant::now();
     let mut others = 0;
     while started.elapsed() < Duration::from_secs(1) {
-        egress::pass(p, "healthy", &budget, &CancellationToken::new())
+        egress::pass(&gate, &healthy, &CancellationToken::new())
             .await
             .unwrap();
         others += 1;
@@ -181,9 +200,17 @@ async fn a_paused_key_waits_and_holds_no_other_key_back(_: PgPoolOptions, opts: 
     let cancel = CancellationToken::new();
     cancel.cancel();
     assert!(matches!(
-        egress::pass(p, "throttled", &budget, &cancel).await,
+        egress::pass(&gate, &throttled, &cancel).await,
         Err(egress::EgressError::Cancelled)
     ));
+}
+
+async fn streak(pool: &PgPool, key: &str) -> i32 {
+    sqlx::query_scalar("SELECT throttle_streak FROM egress_gates WHERE egress_key = $1")
+        .bind(key)
+        .fetch_one(pool)
+        .await
+        .unwrap()
 }
 
 #[sqlx::test]
@@ -193,20 +220,37 @@ async fn a_success_resets_the_streak_only_after_the_pause(
 ) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
+    fixtures::jobs(p, 3, Lane::Background).await;
+    let who = on_key(p, "k-1", Lane::Background, "k").await;
+    // A success that was in flight during the pause keeps the streak.
+    let job = fixtures::claim_and_start(p, &who).await;
     pause(p, "k", 60_000, 3).await;
-    assert!(
-        !egress::reset_throttle_streak(p, "k").await.unwrap(),
-        "in flight during the pause"
-    );
+    fixtures::succeed(p, &who, &job.lease(&who), 1).await;
+    assert_eq!(streak(p, "k").await, 3, "in flight during the pause");
+    // Once the pause is over, a success ends the streak.
     pause(p, "k", -1, 3).await;
-    assert!(egress::reset_throttle_streak(p, "k").await.unwrap());
-    let streak: i32 =
-        sqlx::query_scalar("SELECT throttle_streak FROM egress_gates WHERE egress_key = 'k'")
+    let job = fixtures::claim_and_start(p, &who).await;
+    fixtures::succeed(p, &who, &job.lease(&who), 2).await;
+    assert_eq!(streak(p, "k").await, 0);
+    // Nothing to reset: no write to the gate row.
+    let before: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT updated_at FROM egress_gates WHERE egress_key = 'k'")
             .fetch_one(p)
             .await
             .unwrap();
-    assert_eq!(streak, 0);
-    // Nothing to reset: no write.
-    assert!(!egress::reset_throttle_streak(p, "k").await.unwrap());
-    assert!(!egress::reset_throttle_streak(p, "unknown").await.unwrap());
+    let job = fixtures::claim_and_start(p, &who).await;
+    fixtures::succeed(p, &who, &job.lease(&who), 3).await;
+    let after: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT updated_at FROM egress_gates WHERE egress_key = 'k'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(before, after, "a success with no streak writes no gate row");
+    // A key that never passed the gate has no row to reset.
+    let none: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM egress_gates WHERE egress_key = 'unknown'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(none, 0);
 }

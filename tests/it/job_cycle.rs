@@ -8,15 +8,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
-use bf4ps_ops::queue::{self, AttemptFailure, Fenced, Lease, Policy};
-use chrono::{DateTime, Utc};
+use bf4ps_ops::queue::{self, AttemptFailure, Collected, Fenced, Recovery};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
 use crate::fixtures::*;
-use crate::support::TestDb;
-
-const LEASE: Duration = Duration::from_secs(60);
+use crate::support::{TestDb, exec};
 
 /// The outcome events a finalization writes.
 const OUTCOMES: &[&str] = &["succeeded", "failed"];
@@ -39,17 +36,29 @@ async fn claim_and_start_runs_the_job_and_writes_both_events(
         -10,
     )
     .await;
+    // The lease is the published one.
+    exec(
+        p,
+        "UPDATE scheduling_settings SET lease_duration = interval '45 seconds'",
+    )
+    .await
+    .unwrap();
     let me = collector(p, "combined", Lane::Background).await;
-    let j = queue::claim_and_start(p, &me, LEASE)
+    let j = queue::claim_and_start(p, &me)
         .await
         .unwrap()
         .expect("a claimable job");
     assert_eq!((j.job_id, j.persona_id, j.attempt_count), (id, 77, 1));
-    assert_eq!(j.resource, Resource::Weapons);
+    assert_eq!(
+        (j.resource, j.soldier_name.as_str()),
+        (Resource::Weapons, "p77")
+    );
+    assert_eq!(j.lease_duration(), Duration::from_secs(45));
 
     // Running, owned, the collector holds it; claimed and started at once.
     let row = sqlx::query(
         "SELECT j.status, j.claimed_at = j.started_at AS same_instant, j.lease_token,
+                j.lease_expires_at = j.claimed_at + interval '45 seconds' AS published,
                 j.lease_expires_at > now() AS live, c.current_job_id
          FROM collection_jobs j JOIN collectors c ON c.collector_uuid = j.collector_uuid
          WHERE j.job_id = $1",
@@ -61,6 +70,7 @@ async fn claim_and_start_runs_the_job_and_writes_both_events(
     assert_eq!(row.get::<String, _>("status"), "running");
     assert!(row.get::<bool, _>("same_instant"));
     assert!(row.get::<bool, _>("live"));
+    assert!(row.get::<bool, _>("published"));
     assert_eq!(row.get::<uuid::Uuid, _>("lease_token"), j.lease_token);
     assert_eq!(row.get::<Option<i64>, _>("current_job_id"), Some(id));
 
@@ -119,10 +129,10 @@ async fn claim_and_start_runs_the_job_and_writes_both_events(
 
     // A started job needs no start: the separate step finds nothing to do.
     assert_eq!(
-        queue::start(p, &j.lease()).await.unwrap(),
+        queue::start(p, &me, &j.lease(&me)).await.unwrap(),
         Fenced::LeaseLost
     );
-    succeed(p, &j.lease(), 3).await;
+    succeed(p, &me, &j.lease(&me), 3).await;
     assert_eq!(
         event_types(p, id).await,
         ["claimed", "started", "succeeded"]
@@ -143,20 +153,12 @@ async fn sixteen_collectors_claim_and_start_every_job_exactly_once(
             let me = collector(&pool, &format!("worker-{i}"), Lane::Background).await;
             let mut conn = pool.acquire().await.unwrap();
             let mut mine = Vec::new();
-            while let Some(job) = queue::claim_and_start(&mut *conn, &me, LEASE)
-                .await
-                .unwrap()
-            {
-                queue::finalize_success(
-                    &mut *conn,
-                    &job.lease(),
-                    &collected(1),
-                    &Policy::default(),
-                )
-                .await
-                .unwrap()
-                .committed()
-                .expect("the lease is ours");
+            while let Some(job) = queue::claim_and_start(&mut *conn, &me).await.unwrap() {
+                queue::finalize_success(&mut *conn, &me, &job.lease(&me), &collected(1))
+                    .await
+                    .unwrap()
+                    .committed()
+                    .expect("the lease is ours");
                 mine.push(job.job_id);
             }
             mine
@@ -224,7 +226,12 @@ async fn claim_and_start_follows_the_contract_order(_: PgPoolOptions, opts: PgCo
             .await;
         }
     }
-    // The contract's ORDER BY, verbatim (its CASE, not our claim_rank).
+    // With the fleet budget on, the background lane picks the budget class
+    // first (BF4PS's shares); without it the contract's order is the order.
+    exec(p, "UPDATE scheduling_settings SET budget_spacing = NULL")
+        .await
+        .unwrap();
+    // The contract's ORDER BY, verbatim (its CASE).
     let want: Vec<i64> = sqlx::query_scalar(
         "SELECT job_id FROM collection_jobs
          WHERE status = 'pending' AND lane = 'background' AND eligible_at <= now()
@@ -238,8 +245,8 @@ async fn claim_and_start_follows_the_contract_order(_: PgPoolOptions, opts: PgCo
     assert!(want.len() > 50);
     let me = collector(p, "orderly", Lane::Background).await;
     let mut got = Vec::new();
-    while let Some(j) = queue::claim_and_start(p, &me, LEASE).await.unwrap() {
-        succeed(p, &j.lease(), 1).await;
+    while let Some(j) = queue::claim_and_start(p, &me).await.unwrap() {
+        succeed(p, &me, &j.lease(&me), 1).await;
         got.push(j.job_id);
     }
     assert_eq!(got, want);
@@ -247,10 +254,7 @@ async fn claim_and_start_follows_the_contract_order(_: PgPoolOptions, opts: PgCo
 
 /// Whether `who` finds nothing to claim and start.
 async fn nothing(pool: &PgPool, who: &bf4ps_ops::registry::CollectorId) -> bool {
-    queue::claim_and_start(pool, who, LEASE)
-        .await
-        .unwrap()
-        .is_none()
+    queue::claim_and_start(pool, who).await.unwrap().is_none()
 }
 
 #[sqlx::test]
@@ -262,12 +266,9 @@ async fn claim_and_start_needs_an_enabled_idle_collector_of_the_lane(
     let p = &db.pool;
     jobs(p, 3, Lane::Background).await;
     let me = collector(p, "busy", Lane::Background).await;
-    let first = queue::claim_and_start(p, &me, LEASE)
-        .await
-        .unwrap()
-        .unwrap();
+    let first = queue::claim_and_start(p, &me).await.unwrap().unwrap();
     assert!(nothing(p, &me).await, "holds a job already");
-    succeed(p, &first.lease(), 1).await;
+    succeed(p, &me, &first.lease(&me), 1).await;
     bf4ps_ops::registry::control(p, "busy", bf4ps_ops::registry::Control::Drain)
         .await
         .unwrap();
@@ -292,6 +293,22 @@ async fn claim_and_start_needs_an_enabled_idle_collector_of_the_lane(
     assert_eq!(pending, 2);
 }
 
+/// A soldier's `detailed` state columns that any attempt would move.
+async fn detailed_pair(p: &PgPool, soldier_id: i64) -> Vec<Option<String>> {
+    let mut columns = Vec::new();
+    for column in [
+        "state",
+        "last_attempt_at",
+        "last_success_at",
+        "next_due_at",
+        "consecutive_failures",
+        "last_error_class",
+    ] {
+        columns.push(state_column(p, soldier_id, Resource::Detailed, column).await);
+    }
+    columns
+}
+
 #[sqlx::test]
 async fn a_lease_lost_after_claim_and_start_commits_nothing(
     _: PgPoolOptions,
@@ -310,21 +327,17 @@ async fn a_lease_lost_after_claim_and_start_commits_nothing(
         -10,
     )
     .await;
-    sqlx::query("INSERT INTO collection_state (soldier_id, resource) VALUES ($1, 'detailed')")
-        .bind(s)
-        .execute(p)
-        .await
-        .unwrap();
     let me = collector(p, "slow", Lane::Background).await;
-    let policy = Policy {
+    let recovery = Recovery {
         retry_base: Duration::ZERO,
-        ..Policy::default()
+        ..Recovery::default()
     };
-    let old = queue::claim_and_start(p, &me, LEASE)
+    let before = detailed_pair(p, s).await;
+    let old = queue::claim_and_start(p, &me)
         .await
         .unwrap()
         .unwrap()
-        .lease();
+        .lease(&me);
     let failure = AttemptFailure {
         class: ErrorClass::Server,
         http_status: Some(503),
@@ -334,36 +347,26 @@ async fn a_lease_lost_after_claim_and_start_commits_nothing(
 
     // The lease expires while the request runs: every fenced step is refused.
     expire(p, id).await;
+    assert_eq!(queue::renew(p, &me, &old).await.unwrap(), Fenced::LeaseLost);
     assert_eq!(
-        queue::renew(p, &old, LEASE).await.unwrap(),
-        Fenced::LeaseLost
-    );
-    assert_eq!(
-        queue::finalize_success(p, &old, &collected(1), &policy)
+        queue::finalize_success(p, &me, &old, &collected(1))
             .await
             .unwrap(),
         Fenced::LeaseLost
     );
     assert_eq!(
-        queue::finalize_failure(p, &old, &failure, &policy)
+        queue::finalize_failure(p, &me, &old, &failure)
             .await
             .unwrap(),
         Fenced::LeaseLost
     );
     assert_eq!(written(p, id, OUTCOMES).await, (0, 0, 0));
-    let state: (Option<DateTime<Utc>>, Option<DateTime<Utc>>, i64, i64) = sqlx::query_as(
-        "SELECT last_success_at, last_failure_at, success_count, failure_count
-         FROM collection_state WHERE soldier_id = $1",
-    )
-    .bind(s)
-    .fetch_one(p)
-    .await
-    .unwrap();
     assert_eq!(
-        state,
-        (None, None, 0, 0),
+        detailed_pair(p, s).await,
+        before,
         "a refused attempt touched the pair"
     );
+    assert_eq!(before[0].as_deref(), Some("never_attempted"));
     let holder: (String, Option<i64>) = sqlx::query_as(
         "SELECT j.status, c.current_job_id FROM collection_jobs j
          JOIN collectors c ON c.collector_uuid = j.collector_uuid WHERE j.job_id = $1",
@@ -376,30 +379,33 @@ async fn a_lease_lost_after_claim_and_start_commits_nothing(
 
     // Recovery returns it once; the same collector takes it again under a new token.
     assert_eq!(
-        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        queue::recover_expired(p, 10, &recovery)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     assert!(
-        queue::recover_expired(p, 10, &policy)
+        queue::recover_expired(p, 10, &recovery)
             .await
             .unwrap()
             .is_empty()
     );
-    let again = queue::claim_and_start(p, &me, LEASE)
+    let again = queue::claim_and_start(p, &me)
         .await
         .unwrap()
         .expect("recovered job claimable");
     assert_eq!((again.job_id, again.attempt_count), (id, 2));
     assert_ne!(again.lease_token, old.token);
     assert_eq!(
-        queue::finalize_success(p, &old, &collected(1), &policy)
+        queue::finalize_success(p, &me, &old, &collected(1))
             .await
             .unwrap(),
         Fenced::LeaseLost,
         "the old token stays dead"
     );
     assert_eq!(written(p, id, OUTCOMES).await, (0, 0, 0));
-    succeed(p, &again.lease(), 1).await;
+    succeed(p, &me, &again.lease(&me), 1).await;
     assert_eq!(written(p, id, OUTCOMES).await, (1, 1, 1));
     assert_eq!(
         event_types(p, id).await,
@@ -424,17 +430,17 @@ async fn a_lease_lost_between_claim_and_start_starts_nothing(
     let p = &db.pool;
     let ids = jobs(p, 2, Lane::Background).await;
     let me = collector(p, "separate", Lane::Background).await;
-    let policy = Policy {
+    let recovery = Recovery {
         retry_base: Duration::ZERO,
         max_claim_to_start: Duration::from_secs(10),
-        ..Policy::default()
+        ..Recovery::default()
     };
 
     // Expired between the claim and the start.
-    let first = queue::claim(p, &me, LEASE).await.unwrap().unwrap();
+    let first = queue::claim(p, &me).await.unwrap().unwrap();
     expire(p, first.job_id).await;
     assert_eq!(
-        queue::start(p, &first.lease()).await.unwrap(),
+        queue::start(p, &me, &first.lease(&me)).await.unwrap(),
         Fenced::LeaseLost
     );
     assert_eq!(events(p, "started", Some(first.job_id)).await, 0);
@@ -445,12 +451,15 @@ async fn a_lease_lost_between_claim_and_start_starts_nothing(
         .unwrap();
     assert_eq!(status, "claimed", "a refused start changed the job");
     assert_eq!(
-        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        queue::recover_expired(p, 10, &recovery)
+            .await
+            .unwrap()
+            .len(),
         1
     );
 
     // Recovered as never started (past max_claim_to_start) before the start.
-    let second = queue::claim(p, &me, LEASE).await.unwrap().unwrap();
+    let second = queue::claim(p, &me).await.unwrap().unwrap();
     sqlx::query(
         "UPDATE collection_jobs SET claimed_at = now() - interval '11 seconds' WHERE job_id = $1",
     )
@@ -459,11 +468,14 @@ async fn a_lease_lost_between_claim_and_start_starts_nothing(
     .await
     .unwrap();
     assert_eq!(
-        queue::recover_expired(p, 10, &policy).await.unwrap().len(),
+        queue::recover_expired(p, 10, &recovery)
+            .await
+            .unwrap()
+            .len(),
         1
     );
     assert_eq!(
-        queue::start(p, &second.lease()).await.unwrap(),
+        queue::start(p, &me, &second.lease(&me)).await.unwrap(),
         Fenced::LeaseLost
     );
     assert_eq!(events(p, "started", None).await, 0);
@@ -484,10 +496,7 @@ async fn a_lease_lost_between_claim_and_start_starts_nothing(
 }
 
 #[sqlx::test]
-async fn finalization_keeps_history_for_detailed_only_and_matches_the_resource(
-    _: PgPoolOptions,
-    opts: PgConnectOptions,
-) {
+async fn finalization_keeps_history_for_detailed_only(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
     let s = soldier(p, 9).await;
@@ -498,6 +507,7 @@ async fn finalization_keeps_history_for_detailed_only_and_matches_the_resource(
         (Resource::Detailed, 1),
         (Resource::Detailed, 2),
         (Resource::Weapons, 1),
+        (Resource::Vehicles, 1),
     ] {
         let id = job(
             p,
@@ -509,29 +519,9 @@ async fn finalization_keeps_history_for_detailed_only_and_matches_the_resource(
             -10,
         )
         .await;
-        let j = queue::claim_and_start(p, &me, LEASE)
-            .await
-            .unwrap()
-            .unwrap();
+        let j = queue::claim_and_start(p, &me).await.unwrap().unwrap();
         assert_eq!(j.job_id, id);
-        // A lease naming another resource is not this job's lease.
-        let other = if resource == Resource::Detailed {
-            Resource::Profile
-        } else {
-            Resource::Detailed
-        };
-        let wrong = Lease {
-            resource: other,
-            ..j.lease()
-        };
-        assert_eq!(
-            queue::finalize_success(p, &wrong, &collected(kills), &Policy::default())
-                .await
-                .unwrap(),
-            Fenced::LeaseLost
-        );
-        assert_eq!(events(p, "succeeded", Some(id)).await, 0);
-        let out = succeed(p, &j.lease(), kills).await;
+        let out = succeed(p, &me, &j.lease(&me), kills).await;
         assert!(out.changed, "{resource:?} {kills}");
         assert_eq!(out.history_appended, resource == Resource::Detailed);
         let appended: serde_json::Value = sqlx::query_scalar(
@@ -544,9 +534,64 @@ async fn finalization_keeps_history_for_detailed_only_and_matches_the_resource(
         .unwrap();
         assert_eq!(appended, resource == Resource::Detailed);
     }
-    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_detailed_history")
+    let history: i64 = sqlx::query_scalar("SELECT count(*) FROM detailed_stats_history")
         .fetch_one(p)
         .await
         .unwrap();
     assert_eq!(history, 2, "only the two changed detailed snapshots");
+}
+
+#[sqlx::test]
+async fn finalization_refuses_data_of_another_resource(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let s = soldier(p, 10).await;
+    let me = collector(p, "mixed-up", Lane::Background).await;
+    for resource in Resource::ALL.iter().copied() {
+        // Last-known-good data of this resource first.
+        job(
+            p,
+            s,
+            resource,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            -10,
+        )
+        .await;
+        let j = queue::claim_and_start(p, &me).await.unwrap().unwrap();
+        succeed(p, &me, &j.lease(&me), 1).await;
+        let before = written(p, 0, &[]).await;
+        let state = state_column(p, s, resource, "last_success_at").await;
+
+        // A document of every other resource is refused (SQLSTATE 22023),
+        // writing nothing, and the lease stays the collector's.
+        let id = job(
+            p,
+            s,
+            resource,
+            Lane::Background,
+            PriorityClass::Recent,
+            0,
+            -10,
+        )
+        .await;
+        let j = queue::claim_and_start(p, &me).await.unwrap().unwrap();
+        for other in Resource::ALL.iter().copied().filter(|r| *r != resource) {
+            let wrong = Collected {
+                data: data_for(other, 2),
+                http_status: 200,
+                duration: Duration::from_millis(1),
+            };
+            let result = queue::finalize_success(p, &me, &j.lease(&me), &wrong).await;
+            assert!(
+                matches!(&result, Err(e) if e.is_refused()),
+                "a {resource} job finalized with {other} data: {result:?}"
+            );
+            assert_eq!(written(p, 0, &[]).await, before, "{resource} <- {other}");
+            assert_eq!(events(p, "succeeded", Some(id)).await, 0);
+            assert_eq!(state_column(p, s, resource, "last_success_at").await, state);
+        }
+        succeed(p, &me, &j.lease(&me), 2).await;
+    }
 }

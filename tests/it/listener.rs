@@ -70,16 +70,13 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
 
     // Updates that don't make anything claimable stay quiet (claim, start, renew).
     let me = collector(p, "quiet", Lane::Interactive).await;
-    let j = queue::claim(p, &me, Duration::from_secs(60))
-        .await
-        .unwrap()
-        .unwrap();
-    queue::start(p, &j.lease())
+    let j = queue::claim(p, &me).await.unwrap().unwrap();
+    queue::start(p, &me, &j.lease(&me))
         .await
         .unwrap()
         .committed()
         .unwrap();
-    queue::renew(p, &j.lease(), Duration::from_secs(60))
+    queue::renew(p, &me, &j.lease(&me))
         .await
         .unwrap()
         .committed()
@@ -98,8 +95,10 @@ async fn job_notifications_reach_the_right_lane_once_per_statement(
 
     // A 1,000-row insert across both lanes: one notification per lane.
     sqlx::query(
-        "WITH s AS (INSERT INTO soldiers (platform, persona_id)
-                    SELECT 'ps4', g FROM generate_series(1, 1000) g RETURNING soldier_id, persona_id)
+        "WITH s AS (INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at,
+                                          last_seen_at)
+                    SELECT 'ps4', g, 'bulk' || g, now(), now() FROM generate_series(1, 1000) g
+                    RETURNING soldier_id, persona_id)
          INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
          SELECT soldier_id, 'vehicles',
                 CASE WHEN persona_id % 2 = 0 THEN 'interactive' ELSE 'background' END,
@@ -207,16 +206,13 @@ async fn work_inserted_while_the_listener_is_down_is_still_claimed(
                 if waiter.wait().await == Wake::Cancelled {
                     return;
                 }
-                while let Some(j) = queue::claim(&p, &me, Duration::from_secs(60))
-                    .await
-                    .unwrap()
-                {
-                    queue::start(&p, &j.lease())
+                while let Some(j) = queue::claim(&p, &me).await.unwrap() {
+                    queue::start(&p, &me, &j.lease(&me))
                         .await
                         .unwrap()
                         .committed()
                         .unwrap();
-                    succeed(&p, &j.lease(), 1).await;
+                    succeed(&p, &me, &j.lease(&me), 1).await;
                     let _ = claimed_tx.send((j.job_id, Instant::now()));
                 }
             }

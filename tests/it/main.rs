@@ -5,6 +5,7 @@
 mod fixtures;
 mod support;
 
+mod adopt;
 mod attacks;
 mod bench;
 mod cli;

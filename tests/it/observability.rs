@@ -554,9 +554,11 @@ pub async fn serve_exposition(db: &TestDb) -> String {
     exec(
         p,
         format!(
-            "INSERT INTO collection_state (soldier_id, resource, next_attempt_at, last_success_at) \
-             VALUES ({s}, 'profile', now() + interval '1 day', now() - interval '2 days'), \
-                    ({s}, 'detailed', now() + interval '1 day', NULL)"
+            "UPDATE collection_state \
+             SET profile_state = 'success', profile_next_due_at = now() + interval '1 day', \
+                 profile_last_success_at = now() - interval '2 days', \
+                 detailed_next_due_at = now() + interval '1 day' \
+             WHERE soldier_id = {s}"
         ),
     )
     .await

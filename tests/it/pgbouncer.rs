@@ -17,10 +17,14 @@
 //!   a `serve` process and 50 collectors (48 in-process, each with a pool of
 //!   its own; two processes, one LISTENing on the direct URL and one
 //!   `--poll-only`) work through PgBouncer limited to 20 server connections,
-//!   with LISTEN, locks and migrations on the direct URL. Every job finishes
-//!   exactly once, serve's projected counters equal `collection_events`,
-//!   and PgBouncer's admin console, sampled all along, never shows more
-//!   than 20 server connections.
+//!   with LISTEN and migrations on the direct URL. The collectors log in as a
+//!   member of `bf4ps_collector` and speak only the function interface (register, heartbeat, egress pass, claim,
+//!   succeed/fail: each one statement, so one pooled transaction), and
+//!   serve's leases and row locks need no session of their own. Every job
+//!   the feeder creates finishes exactly once, BF4PS's tables hold every
+//!   soldier's data once, serve's projected counters equal
+//!   `collection_events`, and PgBouncer's admin console, sampled all along,
+//!   never shows more than 20 server connections.
 //!
 //! Nothing is skipped: without `pgbouncer` the tests fail saying how to get
 //! it (`scripts/test` installs Debian's package). Every process is a
@@ -45,9 +49,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
-use crate::projector::total;
 use crate::support::{
-    Proc, TempDir, TestDb, bin, eventually, exec, free_port, http_text, master_url, metrics_addr,
+    LoginRole, Proc, TempDir, TestDb, bin, eventually, free_port, http_text, master_url,
+    metrics_addr,
 };
 
 /// Server connections PgBouncer may open to the test database.
@@ -55,9 +59,10 @@ const MAX_SERVER_CONNECTIONS: u32 = 20;
 /// Collectors of the fleet (in-process ones plus two processes).
 const COLLECTORS: usize = 50;
 /// Soldiers of the workload; two resources each (small bodies: the test is
-/// about the database path, not parsing).
+/// about the database path, not parsing), fed by serve's feeder as due
+/// pairs (policy `age`: every never-collected pair is due).
 const SOLDIERS: i64 = 150;
-const RESOURCES: &[&str] = &["detailed", "profile"];
+const RESOURCES: &[&str] = &["detailed", "weapons"];
 
 /// The same values for in-process collectors ([`tuning`]) and for the
 /// processes (environment). Leases are long: the machine is small and
@@ -70,6 +75,13 @@ const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_POLL_INTERVAL", "300ms"),
     ("BF4PS_RETRY_BASE_DELAY", "100ms"),
     ("BF4PS_RETRY_MAX_DELAY", "500ms"),
+    // BF4PS's ladder, shortened: a 503 is retried within a second.
+    ("BF4PS_RETRY_LADDER", "200ms,500ms"),
+    ("BF4PS_RETRY_MAX_ATTEMPTS", "10"),
+    ("BF4PS_SCHEDULING_POLICY", "age"),
+    // All 50 collectors share one login role (the default bound is 50).
+    ("BF4PS_COLLECTORS_PER_ROLE", "100"),
+    ("BF4PS_BACKGROUND_RESOURCES", "detailed,weapons"),
     ("BF4PS_EGRESS_RATE", "1000"),
     ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ("BF4PS_FEEDER_TARGET_DEPTH", "100"),
@@ -88,6 +100,16 @@ fn tuning() -> Tuning {
         poll_interval: Duration::from_millis(300),
         retry_base_delay: Duration::from_millis(100),
         retry_max_delay: Duration::from_millis(500),
+        retry_ladder: bf4ps_ops::config::Ladder(vec![
+            Duration::from_millis(200),
+            Duration::from_millis(500),
+        ]),
+        retry_max_attempts: 10,
+        scheduling_policy: bf4ps_ops::config::SchedulingPolicy::Age,
+        background_resources: bf4ps_ops::config::Resources(vec![
+            bf4ps_ops::domain::Resource::Detailed,
+            bf4ps_ops::domain::Resource::Weapons,
+        ]),
         egress_rate: 1000.0,
         global_hourly_budget: 0,
         feeder_target_depth: 100,
@@ -149,19 +171,29 @@ struct PgBouncer {
     database: String,
 }
 
+/// The user and password of a PostgreSQL URL, decoded.
+fn credentials(url: &str) -> (String, String) {
+    let parsed = url::Url::parse(url).expect("a PostgreSQL URL");
+    let decode = |s: &str| {
+        url::form_urlencoded::parse(format!("x={s}").as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    (
+        decode(parsed.username()),
+        decode(parsed.password().unwrap_or("")),
+    )
+}
+
 impl PgBouncer {
-    /// Starts it for `db`, with at most `max_servers` server connections.
-    async fn start(db: &TestDb, max_servers: u32) -> PgBouncer {
+    /// Starts it for `db`, with at most `max_servers` server connections,
+    /// for the test's superuser and the users of `also` (URLs of login
+    /// roles).
+    async fn start(db: &TestDb, max_servers: u32, also: &[String]) -> PgBouncer {
         let binary = pgbouncer_binary();
         let master = url::Url::parse(&master_url()).expect("DATABASE_URL parses");
-        let decode = |s: &str| {
-            url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default()
-        };
-        let user = decode(master.username());
-        let password = decode(master.password().unwrap_or(""));
+        let (user, password) = credentials(&master_url());
         let host = master.host_str().unwrap_or("127.0.0.1").to_owned();
         let server_port = master.port().unwrap_or(5432);
         let database = db
@@ -174,15 +206,17 @@ impl PgBouncer {
         let port = free_port();
         let ini = dir.0.join("pgbouncer.ini");
         let users = dir.0.join("userlist.txt");
-        std::fs::write(
-            &users,
-            format!(
-                "\"{}\" \"{}\"\n",
-                user.replace('"', "\"\""),
-                password.replace('"', "\"\"")
-            ),
-        )
-        .expect("write userlist");
+        let userlist: String = std::iter::once((user.clone(), password.clone()))
+            .chain(also.iter().map(|u| credentials(u)))
+            .map(|(u, p)| {
+                format!(
+                    "\"{}\" \"{}\"\n",
+                    u.replace('"', "\"\""),
+                    p.replace('"', "\"\"")
+                )
+            })
+            .collect();
+        std::fs::write(&users, userlist).expect("write userlist");
         // The admin console (database `pgbouncer`) answers SHOW POOLS. No
         // ignore_startup_parameters: bf4ps-ops sends only what PgBouncer
         // tracks.
@@ -241,12 +275,17 @@ impl PgBouncer {
         bouncer
     }
 
-    /// The test database through PgBouncer.
+    /// The test database through PgBouncer (as the test's superuser).
     fn url(&self) -> String {
-        let user = url::form_urlencoded::byte_serialize(self.user.as_bytes()).collect::<String>();
+        self.url_as(&self.user, &self.password)
+    }
+
+    /// The test database through PgBouncer as `user`.
+    fn url_as(&self, user: &str, password: &str) -> String {
+        let user = url::form_urlencoded::byte_serialize(user.as_bytes()).collect::<String>();
         let password =
-            url::form_urlencoded::byte_serialize(self.password.as_bytes()).collect::<String>();
-        let auth = if self.password.is_empty() {
+            url::form_urlencoded::byte_serialize(password.as_bytes()).collect::<String>();
+        let auth = if password.is_empty() {
             user
         } else {
             format!("{user}:{password}")
@@ -397,7 +436,7 @@ async fn unpinned_statements_break_behind_a_transaction_pooler(
     opts: PgConnectOptions,
 ) {
     let db = TestDb::new(opts).await;
-    let bouncer = PgBouncer::start(&db, 2).await;
+    let bouncer = PgBouncer::start(&db, 2, &[]).await;
     let pooled = DbTarget::parse(Some(&bouncer.url()))
         .unwrap()
         .with_pooling(Pooling::Transaction)
@@ -501,7 +540,7 @@ fn run_with(env: &[(&str, &str)], args: &[&str]) -> std::process::Output {
 #[sqlx::test]
 async fn misconfigurations_are_refused_in_one_line(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    let bouncer = PgBouncer::start(&db, 2).await;
+    let bouncer = PgBouncer::start(&db, 2, &[]).await;
     let pooler = bouncer.url();
     let collector = [
         "collector",
@@ -633,12 +672,13 @@ async fn misconfigurations_are_refused_in_one_line(_: PgPoolOptions, opts: PgCon
 
 // ------------------------------------------------------------- the fleet
 
-/// `bf4ps-ops ARGS` through `bouncer`, LISTEN and locks on `direct` (None:
-/// no direct URL at all), with the test's tuning and nothing else.
-fn through_pgbouncer(bouncer: &PgBouncer, direct: Option<&str>, args: &[&str]) -> Command {
+/// `bf4ps-ops ARGS` through PgBouncer (`pooler`), LISTEN and migrations on
+/// `direct` (None: no direct URL at all), with the test's tuning and
+/// nothing else.
+fn through_pgbouncer(pooler: &str, direct: Option<&str>, args: &[&str]) -> Command {
     let mut cmd = bin();
     cmd.args(args)
-        .env("DATABASE_URL", bouncer.url())
+        .env("DATABASE_URL", pooler)
         .env("BF4PS_DATABASE_POOLING", "transaction")
         .env("BF4PS_LOG", "info")
         .env("NO_COLOR", "1")
@@ -653,6 +693,20 @@ fn through_pgbouncer(bouncer: &PgBouncer, direct: Option<&str>, args: &[&str]) -
     }
     cmd.envs(TUNING_ENV.iter().copied());
     cmd
+}
+
+/// Pairs (soldier, resource) with a last success, over BF4PS's wide
+/// `collection_state` (one row per soldier, four resources).
+const COLLECTED_PAIRS: &str = "SELECT count(detailed_last_success_at) + count(profile_last_success_at) \
+     + count(weapons_last_success_at) + count(vehicles_last_success_at) FROM collection_state";
+
+/// Sum of every series of `name` in an exposition.
+fn total(text: &str, name: &str) -> f64 {
+    bf4ps_ops::metrics::parse_exposition(text)
+        .into_iter()
+        .filter(|(n, _, _)| n == name)
+        .map(|(_, _, v)| v)
+        .sum()
 }
 
 /// One number from the test database.
@@ -681,8 +735,23 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
 ) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
-    let bouncer = Arc::new(PgBouncer::start(&db, MAX_SERVER_CONNECTIONS).await);
-    let pooled = DbTarget::parse(Some(&bouncer.url()))
+    // Every collector logs in as a member of bf4ps_collector, as a
+    // collector host does: it can only call the interface functions.
+    let role = LoginRole::create("pgbcol", &["bf4ps_collector"]).await;
+    let role_direct = role.url(&db);
+    let bouncer = Arc::new(
+        PgBouncer::start(
+            &db,
+            MAX_SERVER_CONNECTIONS,
+            std::slice::from_ref(&role_direct),
+        )
+        .await,
+    );
+    let role_pooled = {
+        let (user, password) = credentials(&role_direct);
+        bouncer.url_as(&user, &password)
+    };
+    let pooled = DbTarget::parse(Some(&role_pooled))
         .unwrap()
         .with_pooling(Pooling::Transaction)
         .unwrap();
@@ -693,7 +762,7 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
     let mut serve = Proc::spawn(
         "serve",
         through_pgbouncer(
-            &bouncer,
+            &bouncer.url(),
             Some(&db.url),
             &["serve", "--listen", "127.0.0.1:0"],
         ),
@@ -704,24 +773,9 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
             .await,
     );
 
-    // The workload: every pair due, never collected.
-    let resources = RESOURCES
-        .iter()
-        .map(|r| format!("'{r}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    exec(
-        p,
-        format!(
-            "INSERT INTO soldiers (platform, persona_id, display_name) \
-             SELECT 'pc', 700000 + g, 'pgb' || g FROM generate_series(1, {SOLDIERS}) g; \
-             INSERT INTO collection_state (soldier_id, resource, next_attempt_at) \
-             SELECT s.soldier_id, r.resource, now() - interval '1 minute' \
-             FROM soldiers s CROSS JOIN unnest(ARRAY[{resources}]) AS r(resource)"
-        ),
-    )
-    .await
-    .expect("seed the workload");
+    // The workload: soldiers as BF4PS's discovery writes them, every pair
+    // never collected (so due).
+    crate::fixtures::soldiers(p, 700_001, 700_000 + SOLDIERS).await;
     let pairs = SOLDIERS * RESOURCES.len() as i64;
 
     // Battlelog answers in 10-40 ms and fails one request in twenty (503):
@@ -754,9 +808,9 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
         if poll_only {
             args.push("--poll-only");
         }
-        Proc::spawn(name, through_pgbouncer(&bouncer, direct, &args))
+        Proc::spawn(name, through_pgbouncer(&role_pooled, direct, &args))
     };
-    let mut listening = process("pgb-listening", Some(&db.url), false);
+    let mut listening = process("pgb-listening", Some(&role_direct), false);
     let mut polling = process("pgb-polling", None, true);
 
     // 48 in-process collectors, each with a pinned pool of its own (as 48
@@ -764,7 +818,7 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
     // (as the collectors of one process do).
     let root = CancellationToken::new();
     let listener = Listener::spawn(
-        db.target.clone(),
+        DbTarget::parse(Some(&role_direct)).unwrap(),
         &[Channel::Jobs(Lane::Background)],
         ListenerSettings::new(tuning().poll_interval),
         metrics::Counter::noop(),
@@ -820,11 +874,7 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
         polling.assert_running();
         serve.assert_running();
         async {
-            let done = count(
-                p,
-                "SELECT count(*) FROM collection_state WHERE last_success_at IS NOT NULL",
-            )
-            .await;
+            let done = count(p, COLLECTED_PAIRS).await;
             let live = count(p, "SELECT count(*) FROM collection_jobs").await;
             (done == pairs && live == 0).then_some(())
         }
@@ -883,17 +933,43 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
     assert_eq!(
         count(
             p,
-            "SELECT count(*) FROM collection_state WHERE success_count = 1 \
-             AND last_success_at IS NOT NULL"
+            "SELECT count(*) FILTER (WHERE detailed_state = 'success') \
+                    + count(*) FILTER (WHERE weapons_state = 'success') \
+             FROM collection_state"
         )
         .await,
         pairs,
-        "every pair stored once"
+        "every pair's state is a success"
     );
     assert_eq!(
-        count(p, "SELECT count(*) FROM soldier_resource_current").await,
-        pairs,
-        "current data for every pair"
+        count(p, "SELECT count(*) FROM detailed_stats_current").await,
+        SOLDIERS,
+        "current detailed stats for every soldier"
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(DISTINCT soldier_id) FROM soldier_weapon_stats"
+        )
+        .await,
+        SOLDIERS,
+        "a weapon set for every soldier"
+    );
+    assert_eq!(
+        count(p, "SELECT count(*) FROM detailed_stats_history").await,
+        SOLDIERS,
+        "one detailed snapshot per soldier (each collected once)"
+    );
+    // Every collector registered through the interface as the login role.
+    let by_role: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collector_secrets WHERE registered_by = $1")
+            .bind(&role.name)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        by_role, COLLECTORS as i64,
+        "incarnations registered by the collector role"
     );
     let failed = count(
         p,
@@ -927,11 +1003,7 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
     assert_eq!(total(&text, "bf4ps_projector_is_leader"), 1.0);
     // The read model (one REPEATABLE READ snapshot per refresh) works through
     // the pooler too: its table-backed gauges show every pair collected.
-    let succeeded_pairs = count(
-        p,
-        "SELECT count(*) FROM collection_state WHERE last_success_at IS NOT NULL",
-    )
-    .await;
+    let succeeded_pairs = count(p, COLLECTED_PAIRS).await;
     eventually(
         Duration::from_secs(30),
         "freshness gauges through PgBouncer",

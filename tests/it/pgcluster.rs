@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bf4ps_ops::db::{self, DbTarget};
+use bf4ps_ops::db::{DbTarget, MigrateReport};
 use bf4ps_ops::dev::pgcluster::{ClusterError, ClusterOptions, PrivateCluster};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -98,6 +98,16 @@ async fn connect(url: &str) -> PgPool {
         .expect("connect to the private cluster")
 }
 
+/// Migrates the cluster's database (on a dedicated direct connection, as
+/// `migrate` does).
+async fn migrate(url: &str) -> MigrateReport {
+    DbTarget::parse(Some(url))
+        .expect("cluster URL parses")
+        .migrate()
+        .await
+        .expect("migrate")
+}
+
 /// Through the cluster's own unix socket, which no other server shares (a
 /// TCP port may be taken over by a parallel test's server right after stop).
 async fn connect_via_socket(cluster: &PrivateCluster) -> Result<PgConnection, sqlx::Error> {
@@ -110,18 +120,22 @@ async fn connect_via_socket(cluster: &PrivateCluster) -> Result<PgConnection, sq
     PgConnection::connect_with(&opts).await
 }
 
+/// A soldier as BF4PS's discovery writes one (its name is `current_name`).
 async fn insert_soldier(pool: &PgPool, persona_id: i64, name: &str) {
-    sqlx::query("INSERT INTO soldiers (platform, persona_id, display_name) VALUES ('pc', $1, $2)")
-        .bind(persona_id)
-        .bind(name)
-        .execute(pool)
-        .await
-        .expect("insert a soldier");
+    sqlx::query(
+        "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+         VALUES ('pc', $1, $2, now(), now())",
+    )
+    .bind(persona_id)
+    .bind(name)
+    .execute(pool)
+    .await
+    .expect("insert a soldier");
 }
 
 async fn soldier_name(pool: &PgPool, persona_id: i64) -> Option<String> {
     sqlx::query_scalar(
-        "SELECT display_name FROM soldiers WHERE platform = 'pc' AND persona_id = $1",
+        "SELECT current_name FROM soldiers WHERE platform = 'pc' AND persona_id = $1",
     )
     .bind(persona_id)
     .fetch_optional(pool)
@@ -165,7 +179,7 @@ async fn a_second_start_reuses_the_data_and_stop_leaves_nothing_running() {
     assert!(matches!(in_use, ClusterError::InUse { .. }), "{in_use}");
 
     let pool = connect(cluster.url()).await;
-    let report = db::migrate(&pool).await.expect("migrate");
+    let report = migrate(cluster.url()).await;
     assert!(
         !report.applied.is_empty(),
         "a fresh database gets migrations"
@@ -187,7 +201,7 @@ async fn a_second_start_reuses_the_data_and_stop_leaves_nothing_running() {
         .await
         .expect("second start on the same root, over an empty postmaster.pid");
     let pool = connect(cluster.url()).await;
-    let report = db::migrate(&pool).await.expect("migrate again");
+    let report = migrate(cluster.url()).await;
     assert!(report.applied.is_empty(), "the data directory was reused");
     assert_eq!(
         soldier_name(&pool, 4242).await.as_deref(),
@@ -204,7 +218,7 @@ async fn a_killed_server_is_restarted_with_its_committed_data() {
         .await
         .expect("first start");
     let pool = connect(cluster.url()).await;
-    db::migrate(&pool).await.expect("migrate");
+    migrate(cluster.url()).await;
     insert_soldier(&pool, 7, "Survivor").await;
     pool.close().await;
 

@@ -407,7 +407,7 @@ async fn crash_between_rollup_write_and_commit_loses_and_doubles_nothing(
 fn fast_loop() -> LoopSettings {
     LoopSettings {
         lock_retry: Duration::from_millis(200),
-        lock_ping: Duration::from_millis(200),
+        lease_ttl: Duration::from_secs(1),
         ..LoopSettings::default()
     }
 }
@@ -424,7 +424,7 @@ fn spawn_projector(db: &TestDb, wake: Box<dyn Wake>, cancel: &CancellationToken)
     let p = Projector::new(db.pool.clone(), registry.clone(), 50);
     let state = p.state();
     let progress = p.progress();
-    let task = tokio::spawn(p.run(db.target.clone(), wake, fast_loop(), cancel.child_token()));
+    let task = tokio::spawn(p.run(wake, fast_loop(), cancel.child_token()));
     Instance {
         registry,
         state,
@@ -433,14 +433,13 @@ fn spawn_projector(db: &TestDb, wake: Box<dyn Wake>, cancel: &CancellationToken)
     }
 }
 
-async fn leader_lock_pids(pool: &PgPool) -> Vec<i32> {
-    sqlx::query_scalar(
-        "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
-         AND ((l.classid::bigint << 32) | l.objid::bigint) = $1",
+/// The projector lease's holder and generation, while it is held.
+async fn leader_lease(pool: &PgPool) -> Option<(String, i64)> {
+    sqlx::query_as(
+        "SELECT holder, generation FROM bf4ps_leases \
+         WHERE lease_name = 'projector' AND expires_at > now()",
     )
-    .bind(bf4ps_ops::locks::PROJECTOR)
-    .fetch_all(pool)
+    .fetch_optional(pool)
     .await
     .unwrap()
 }
@@ -478,28 +477,23 @@ async fn two_projectors_one_leads_and_the_other_takes_over(
         0,
         "only the leader projects"
     );
-    // Exactly one session holds the lock.
-    let pids = leader_lock_pids(&db.pool).await;
-    assert_eq!(pids.len(), 1);
+    // The lease is held (one row, one holder).
+    let (first_holder, first_generation) = leader_lease(&db.pool).await.expect("a held lease");
 
-    // Kill the leader's lock connection: the other leads within 5 s.
-    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-        .bind(pids[0])
-        .fetch_one(&db.pool)
-        .await
-        .unwrap();
-    assert!(killed);
+    // The leader dies without giving the lease up (its task is dropped
+    // mid-flight): the other leads once the lease expires, within 5 s.
+    instances[leader].task.abort();
     let started = std::time::Instant::now();
     eventually(
         Duration::from_secs(5),
         "the standby to take over",
-        || async {
-            (instances[1 - leader].state.is_leader() && !instances[leader].state.is_leader())
-                .then_some(())
-        },
+        || async { instances[1 - leader].state.is_leader().then_some(()) },
     )
     .await;
     assert!(started.elapsed() <= Duration::from_secs(5));
+    let (holder, generation) = leader_lease(&db.pool).await.expect("a held lease");
+    assert_ne!(holder, first_holder, "a new holder");
+    assert_eq!(generation, first_generation + 1, "one takeover");
     for _ in 0..80 {
         insert(&db.pool, &Ev::succeeded(1)).await;
     }
@@ -507,7 +501,7 @@ async fn two_projectors_one_leads_and_the_other_takes_over(
         projected(200)
     })
     .await;
-    assert_eq!(leader_lock_pids(&db.pool).await.len(), 1);
+    assert_eq!(leader_lease(&db.pool).await.map(|l| l.0), Some(holder));
 
     // Totals exact across both instances, and in the checkpoint.
     let sum = |name: &str| total(&a.registry.render(), name) + total(&b.registry.render(), name);
@@ -517,11 +511,14 @@ async fn two_projectors_one_leads_and_the_other_takes_over(
     assert_eq!(rollups(&db.pool).await[0].succeeded, 200);
     let gauge = |i: &Instance| sample(&i.registry.render(), "bf4ps_projector_is_leader", &[]);
     assert_eq!(gauge(instances[1 - leader]), Some(1.0));
-    assert_eq!(gauge(instances[leader]), Some(0.0));
 
     cancel.cancel();
-    a.task.await.unwrap();
-    b.task.await.unwrap();
+    let [a, b] = [a, b];
+    let (dead, alive) = if leader == 0 { (a, b) } else { (b, a) };
+    alive.task.await.unwrap();
+    assert!(dead.task.await.unwrap_err().is_cancelled());
+    // A stopped leader gives its lease up at once.
+    assert_eq!(leader_lease(&db.pool).await, None);
 }
 
 #[sqlx::test]
@@ -732,12 +729,32 @@ async fn rebuild_replays_the_retained_window(_: PgPoolOptions, opts: PgConnectOp
         inst.state.is_leader().then_some(())
     })
     .await;
-    let out = run_bin(&["projector", "rebuild", "--wait", "500ms"], Some(&db.url));
+    // An idle leader keeps its lease for as long as it runs (three lease
+    // lifetimes here), one holder throughout.
+    let (holder, generation) = leader_lease(&db.pool).await.expect("a held lease");
+    let until = tokio::time::Instant::now() + 3 * fast_loop().lease_ttl;
+    while tokio::time::Instant::now() < until {
+        assert_eq!(
+            leader_lease(&db.pool).await,
+            Some((holder.clone(), generation)),
+            "the idle leader's lease lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The CLI runs off this runtime's thread: the projector keeps running
+    // (and renewing its lease) meanwhile.
+    let url = db.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        run_bin(&["projector", "rebuild", "--wait", "500ms"], Some(&url))
+    })
+    .await
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].contains("bf4ps-ops projector"), "{stderr}");
+    // It names the holder (the leader's lease, kept alive while idle).
+    assert!(lines[0].contains("bf4ps-ops serve (projector)"), "{stderr}");
     cancel.cancel();
     inst.task.await.unwrap();
 }
@@ -773,4 +790,241 @@ async fn order_is_numeric_across_transaction_id_digits(_: PgPoolOptions, opts: P
         (1000, late)
     );
     assert_eq!(checkpoint_count(&db.pool).await, 2);
+}
+
+/// Every rollup row, whole (all counters), in key order.
+pub async fn rollup_table(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT (to_jsonb(r) - 'updated_at')::text FROM event_rollup_hourly r \
+         ORDER BY bucket_start, resource, lane",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+#[sqlx::test]
+async fn a_window_of_both_vocabularies_rebuilds_exactly_and_counts_each_event_once(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry.clone(), 4);
+    let with = |event_type, class: Option<&'static str>, status, ms: Option<i64>, ago_h: f64| Ev {
+        error_class: class,
+        http_status: status,
+        duration_ms: ms,
+        ago_s: Some(ago_h * 3600.0),
+        ..Ev::new(event_type)
+    };
+    // Interleaved over three hours: BF4PS's collectors and ours.
+    let window = vec![
+        // A run marker: no collector, soldier, lane or resource.
+        Ev {
+            lane: None,
+            resource: None,
+            egress: None,
+            ..with("phase5b_step7_run_started", None, None, None, 2.5)
+        },
+        with("collection_attempt_started", None, None, None, 2.4),
+        with("collection_success", None, Some(200), Some(900), 2.4),
+        with("claimed", None, None, None, 2.3),
+        with("started", None, None, None, 2.3),
+        Ev {
+            ago_s: Some(2.3 * 3600.0),
+            ..Ev::succeeded(100)
+        },
+        with("collection_attempt_started", None, None, None, 1.5),
+        with(
+            "collection_failure",
+            Some("battlelog_http_5xx"),
+            Some(503),
+            Some(50),
+            1.5,
+        ),
+        with("failed", Some("server"), Some(502), Some(70), 1.4),
+        with("retry_scheduled", None, None, None, 1.4),
+        with(
+            "collection_failure",
+            Some("battlelog_throttle"),
+            Some(429),
+            Some(30),
+            1.3,
+        ),
+        with("failed", Some("throttled"), Some(403), Some(20), 1.3),
+        with(
+            "collection_persistence_failure",
+            Some("psycopg.errors.DeadlockDetected"),
+            None,
+            Some(40),
+            0.5,
+        ),
+        with(
+            "collection_duplicate_discarded",
+            None,
+            Some(200),
+            Some(10),
+            0.5,
+        ),
+        with("lease_expired", None, None, None, 0.4),
+        with("reclaimed", None, None, None, 0.4),
+        with(
+            "collection_failure",
+            Some("battlelog_decode"),
+            Some(200),
+            Some(5),
+            0.1,
+        ),
+        Ev::failed("parse", Some(200), 6),
+    ];
+    let n = window.len() as u64;
+    for ev in &window {
+        insert(&db.pool, ev).await;
+    }
+    project_until(&p, n).await;
+    let live = rollup_table(&db.pool).await;
+    let cp_live = projector::checkpoint(&db.pool).await.unwrap();
+
+    // Each event counted once, whichever vocabulary wrote it.
+    let text = registry.render();
+    assert_eq!(total(&text, "bf4ps_collection_events_total"), n as f64);
+    assert_eq!(events_total(&text, "collection_success"), 1.0);
+    assert_eq!(events_total(&text, "collection_failure"), 3.0);
+    assert_eq!(
+        events_total(&text, "phase5b_step7_run_started"),
+        0.0,
+        "no lane/resource"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_collection_events_total",
+            &[
+                ("event_type", "phase5b_step7_run_started"),
+                ("lane", ""),
+                ("resource", "")
+            ]
+        ),
+        Some(1.0)
+    );
+    let r = rollups(&db.pool).await;
+    assert_eq!(r.len(), 1);
+    let r = &r[0];
+    assert_eq!(r.succeeded, 2, "collection_success + succeeded");
+    assert_eq!(r.failed_server, 2, "battlelog_http_5xx + server");
+    assert_eq!(r.failed_other, 1, "the persistence failure");
+    assert_eq!((r.retry_scheduled, r.lease_expired), (1, 1));
+    // Durations of finished attempts only (not the duplicate discarded).
+    assert_eq!(r.duration_count, 9);
+    assert_eq!(
+        r.duration_sum_ms,
+        900 + 100 + 50 + 70 + 30 + 20 + 40 + 5 + 6
+    );
+    let by_class: Vec<(String, f64)> = ["server", "throttled", "parse", "other"]
+        .iter()
+        .map(|c| {
+            let v = sample(
+                &text,
+                "bf4ps_collection_errors_total",
+                &[("resource", "profile"), ("error_class", c)],
+            )
+            .unwrap_or(0.0);
+            ((*c).to_owned(), v)
+        })
+        .collect();
+    assert_eq!(
+        by_class,
+        [
+            ("server".to_owned(), 2.0),
+            ("throttled".to_owned(), 2.0),
+            ("parse".to_owned(), 2.0),
+            ("other".to_owned(), 1.0)
+        ]
+    );
+    assert_eq!(checkpoint_count(&db.pool).await, n as i64);
+
+    // Rebuild = the live projection, row for row.
+    sqlx::query("UPDATE event_rollup_hourly SET succeeded = succeeded + 7, failed_server = 0")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let report = projector::rebuild(&db.pool, 5, Duration::from_secs(5), |e| seen.push(e))
+        .await
+        .unwrap();
+    assert_eq!(report.events, n);
+    assert_eq!(seen.last().copied(), Some(n));
+    assert_eq!(rollup_table(&db.pool).await, live);
+    assert_eq!(projector::checkpoint(&db.pool).await.unwrap(), cp_live);
+    assert_eq!(checkpoint_count(&db.pool).await, n as i64);
+    // Nothing is projected again afterwards.
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+    assert_eq!(rollup_table(&db.pool).await, live);
+}
+
+#[sqlx::test]
+async fn an_event_that_cannot_be_projected_is_quarantined_and_projection_goes_on(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let registry = Registry::new();
+    let p = Projector::new(db.pool.clone(), registry.clone(), 100);
+    insert(&db.pool, &Ev::succeeded(10)).await;
+    // What no event of ours holds, written by the owner (superuser).
+    let forever: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (occurred_at, event_type, lane, resource, duration_ms) \
+         VALUES ('infinity', 'succeeded', 'background', 'profile', 5) RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let endless: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, duration_ms, http_status) \
+         VALUES ('failed', 'background', 'profile', 9223372036854775807, 503) RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    insert(&db.pool, &Ev::succeeded(20)).await;
+    project_until(&p, 4).await;
+    let quarantined: Vec<(i64, String)> =
+        sqlx::query_as("SELECT event_id, reason FROM projector_quarantine ORDER BY event_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        quarantined.iter().map(|q| q.0).collect::<Vec<_>>(),
+        [forever, endless]
+    );
+    assert!(quarantined[0].1.contains("occurred_at"), "{quarantined:?}");
+    assert!(quarantined[1].1.contains("duration_ms"), "{quarantined:?}");
+    let text = registry.render();
+    assert_eq!(
+        sample(&text, "bf4ps_projector_quarantined_events_total", &[]),
+        Some(2.0)
+    );
+    // Neither counts anywhere; the others do.
+    assert_eq!(events_total(&text, "succeeded"), 2.0);
+    assert_eq!(events_total(&text, "failed"), 0.0);
+    let r = &rollups(&db.pool).await[0];
+    assert_eq!((r.succeeded, r.failed_server), (2, 0));
+    assert_eq!((r.duration_count, r.duration_sum_ms), (2, 30));
+    assert_eq!(checkpoint_count(&db.pool).await, 4);
+
+    // Later events are projected; a rebuild meets the quarantined ones
+    // again, counts them nowhere and records them once.
+    insert(&db.pool, &Ev::failed("timeout", None, 7)).await;
+    project_until(&p, 1).await;
+    let live = rollup_table(&db.pool).await;
+    projector::rebuild(&db.pool, 2, Duration::from_secs(5), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(rollup_table(&db.pool).await, live);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM projector_quarantine")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
 }

@@ -80,6 +80,41 @@ enum Zero {
 const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
     (
         "queue.json",
+        "Budget share by class",
+        "A",
+        Zero::Allowed,
+        "the fleet budget is off in this run",
+    ),
+    (
+        "queue.json",
+        "Budget requests in the window by class",
+        "A",
+        Zero::Allowed,
+        "the fleet budget is off in this run",
+    ),
+    (
+        "queue.json",
+        "Budget requests in the window by class",
+        "B",
+        Zero::Allowed,
+        "the fleet budget is off in this run (0: no budget)",
+    ),
+    (
+        "projector.json",
+        "Quarantined events",
+        "A",
+        Zero::Allowed,
+        "every event of this run is projectable",
+    ),
+    (
+        "fleet.json",
+        "Collector protocol refusals",
+        "A",
+        Zero::Allowed,
+        "the schema's protocol is this build's",
+    ),
+    (
+        "queue.json",
         "Throttled attempts per egress key",
         "A",
         Zero::Allowed,
@@ -617,20 +652,27 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
 
     // A backlog: a third never collected (bootstrap), a third collected 2
     // days ago, a third 10 days ago (beyond the 7d freshness target); all due.
+    // Soldiers as BF4PS's discovery writes them (seen playing just now).
+    crate::fixtures::soldiers(p, 500_001, 500_000 + SOLDIERS).await;
     exec(
         p,
-        format!(
-            "INSERT INTO soldiers (platform, persona_id, display_name) \
-             SELECT 'pc', 500000 + g, 'e2e' || g FROM generate_series(1, {SOLDIERS}) g; \
-             INSERT INTO collection_state (soldier_id, resource, next_attempt_at, \
-               last_success_at, last_changed_at, success_count) \
-             SELECT s.soldier_id, r.resource, now() - interval '1 minute', t.at, t.at, \
-               CASE WHEN t.at IS NULL THEN 0 ELSE 1 END \
-             FROM soldiers s \
-             CROSS JOIN unnest(ARRAY['detailed', 'profile', 'weapons', 'vehicles']) AS r(resource) \
-             CROSS JOIN LATERAL (SELECT CASE s.persona_id % 3 WHEN 0 THEN NULL \
-               WHEN 1 THEN now() - interval '2 days' ELSE now() - interval '10 days' END AS at) t"
-        ),
+        "UPDATE collection_state AS cs \
+         SET detailed_state = st.state, detailed_last_success_at = t.at, \
+             detailed_next_due_at = t.due, \
+             profile_state = st.state, profile_last_success_at = t.at, \
+             profile_next_due_at = t.due, \
+             weapons_state = st.state, weapons_last_success_at = t.at, \
+             weapons_next_due_at = t.due, \
+             vehicles_state = st.state, vehicles_last_success_at = t.at, \
+             vehicles_next_due_at = t.due \
+         FROM soldiers s \
+         CROSS JOIN LATERAL (SELECT CASE s.persona_id % 3 WHEN 0 THEN NULL \
+           WHEN 1 THEN now() - interval '2 days' ELSE now() - interval '10 days' END AS at, \
+           CASE WHEN s.persona_id % 3 = 0 THEN NULL ELSE now() - interval '1 minute' END \
+             AS due) t \
+         CROSS JOIN LATERAL (SELECT CASE WHEN t.at IS NULL THEN 'never_attempted' \
+           ELSE 'success' END AS state) st \
+         WHERE cs.soldier_id = s.soldier_id",
     )
     .await
     .expect("seed soldiers and state");

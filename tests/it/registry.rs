@@ -37,25 +37,27 @@ async fn silence(pool: &PgPool, uuid: uuid::Uuid, secs: i64) {
 async fn names_are_unique_until_the_holder_is_gone(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
-    let lost_after = Duration::from_secs(30);
-    let first = registry::register(p, &reg("Alpha"), lost_after)
+    // The threshold is the database's published policy, never the caller's.
+    sqlx::query("UPDATE scheduling_settings SET heartbeat_lost_after = interval '20 seconds'")
+        .execute(p)
         .await
         .unwrap();
+    let first = registry::register(p, &reg("Alpha")).await.unwrap();
     // A healthy holder: refused, case-insensitively, with a clear message.
-    let err = registry::register(p, &reg("alpha"), lost_after)
-        .await
-        .unwrap_err();
+    let err = registry::register(p, &reg("alpha")).await.unwrap_err();
     assert!(matches!(err, RegistryError::NameInUse { .. }), "{err}");
     assert!(
         err.to_string()
             .contains("in use by a healthy collector on host \"h1\""),
         "{err}"
     );
-    // Silent past the threshold: the new incarnation retires it and takes the name.
-    silence(p, first.uuid, 31).await;
-    let second = registry::register(p, &reg("ALPHA"), lost_after)
-        .await
-        .unwrap();
+    // Silent, but not yet past the published threshold: still refused.
+    silence(p, first.uuid, 18).await;
+    let err = registry::register(p, &reg("Alpha")).await.unwrap_err();
+    assert!(matches!(err, RegistryError::NameInUse { .. }), "{err}");
+    // Silent past it: the new incarnation retires it and takes the name.
+    silence(p, first.uuid, 21).await;
+    let second = registry::register(p, &reg("ALPHA")).await.unwrap();
     assert_ne!(second.uuid, first.uuid);
     let retired: bool = sqlx::query_scalar(
         "SELECT retired_at IS NOT NULL FROM collectors WHERE collector_uuid = $1",
@@ -68,23 +70,17 @@ async fn names_are_unique_until_the_holder_is_gone(_: PgPoolOptions, opts: PgCon
     // A cleanly stopped (drained, idle) holder is replaced at once, also
     // under a name given with surrounding spaces (stored trimmed).
     registry::mark_drained(p, &second).await.unwrap();
-    let third = registry::register(p, &reg(" alpha "), lost_after)
-        .await
-        .unwrap();
+    let third = registry::register(p, &reg(" alpha ")).await.unwrap();
     assert_ne!(third.uuid, second.uuid);
     assert_eq!(third.name, "alpha");
-    let err = registry::register(p, &reg("alpha  "), lost_after)
-        .await
-        .unwrap_err();
+    let err = registry::register(p, &reg("alpha  ")).await.unwrap_err();
     assert!(
         err.to_string()
             .contains("in use by a healthy collector on host \"h1\""),
         "{err}"
     );
     // Blank fields are refused.
-    let err = registry::register(p, &reg("  "), lost_after)
-        .await
-        .unwrap_err();
+    let err = registry::register(p, &reg("  ")).await.unwrap_err();
     assert_eq!(err.to_string(), "collector name must not be blank");
     assert_eq!(
         registry::heartbeat(p, &first).await.unwrap(),
@@ -221,9 +217,18 @@ async fn controls_and_listing(_: PgPoolOptions, opts: PgConnectOptions) {
     let rows = registry::list(p, false).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].drained && rows[0].enabled);
+    // A live, never-lost collector has neither a loss nor a retirement time.
+    assert_eq!(
+        (rows[0].heartbeat_lost_at, rows[0].retired_at),
+        (None, None),
+        "{:?}",
+        rows[0]
+    );
     registry::control(p, "ctl", Control::Retire).await.unwrap();
     assert!(registry::list(p, false).await.unwrap().is_empty());
-    assert_eq!(registry::list(p, true).await.unwrap().len(), 1);
+    let all = registry::list(p, true).await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert!(all[0].retired_at.is_some());
     let err = registry::control(p, "ctl", Control::Drain)
         .await
         .unwrap_err();
@@ -235,4 +240,61 @@ async fn controls_and_listing(_: PgPoolOptions, opts: PgConnectOptions) {
     // The name is free again.
     let again = collector(p, "ctl", Lane::Background).await;
     assert_ne!(again.uuid, c.uuid);
+}
+
+#[sqlx::test]
+async fn registrations_are_bounded_per_role_and_checked(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    sqlx::query(
+        "UPDATE scheduling_settings SET registrations_per_hour = 4, collectors_per_role = 2",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    let count = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM collectors")
+            .fetch_one(p)
+            .await
+            .unwrap()
+    };
+    // Values the database refuses (control characters, bidirectional
+    // overrides, overlong text): nothing written, nothing counted.
+    for bad in [
+        Registration {
+            name: "bell\u{7}".to_owned(),
+            ..reg("x")
+        },
+        Registration {
+            hostname: "h".repeat(201),
+            ..reg("x")
+        },
+        Registration {
+            egress_key: "e\u{202e}1".to_owned(),
+            ..reg("x")
+        },
+    ] {
+        let err = registry::register(p, &bad).await.unwrap_err();
+        assert!(matches!(err, RegistryError::Invalid(_)), "{err}");
+    }
+    assert_eq!(count().await, 0);
+
+    let a = registry::register(p, &reg("a")).await.unwrap();
+    let _b = registry::register(p, &reg("b")).await.unwrap();
+    // Two live incarnations of this role: the limit.
+    let err = registry::register(p, &reg("c")).await.unwrap_err();
+    assert!(matches!(err, RegistryError::TooMany(_)), "{err}");
+    assert!(err.to_string().contains("collectors_per_role"), "{err}");
+    // Taking over a lost holder's name retires it: still within the limit.
+    silence(p, a.uuid, 60).await;
+    registry::register(p, &reg("A")).await.unwrap();
+    // Retiring one frees a place.
+    registry::control(p, "b", Control::Retire).await.unwrap();
+    registry::register(p, &reg("c")).await.unwrap();
+    // Four registrations in the hour: the next is refused, however many are live.
+    registry::control(p, "c", Control::Retire).await.unwrap();
+    let err = registry::register(p, &reg("d")).await.unwrap_err();
+    assert!(matches!(err, RegistryError::TooMany(_)), "{err}");
+    assert!(err.to_string().contains("registrations_per_hour"), "{err}");
+    assert_eq!(count().await, 4);
 }

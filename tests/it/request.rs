@@ -1,14 +1,23 @@
 //! Interactive refresh (`bf4ps_request_refresh`, `bf4ps-ops request`) and the
-//! ETA formula, against a real PostgreSQL.
+//! ETA formula, against a real PostgreSQL: the soldier written as BF4PS
+//! records a manual submission, jobs created or promoted once, the
+//! admission lock, bad input.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bf4ps_ops::request::{Published, RefreshState, publish_settings, request_refresh};
+use bf4ps_ops::config::Tuning;
+use bf4ps_ops::domain::Lane;
+use bf4ps_ops::queue;
+use bf4ps_ops::request::{
+    Published, RefreshState, RequestError, publish_settings, request_refresh,
+};
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::feeder::{claim, collector, feeder, seed};
-use crate::support::{TestDb, exec, listen, run_bin};
+use crate::feeder::{Pair, feeder, set_pair, sighted};
+use crate::fixtures::{collector, soldier};
+use crate::support::{TestDb, exec, idle_in_transaction, listen, run_bin, sqlstate};
 
 async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -17,7 +26,8 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
         .unwrap()
 }
 
-/// Table sizes that a request may change.
+/// Table sizes that a request may change: soldiers, collection_state,
+/// collection_jobs, collection_events.
 async fn sizes(pool: &PgPool) -> (i64, i64, i64, i64) {
     sqlx::query_as(
         "SELECT (SELECT count(*) FROM soldiers), (SELECT count(*) FROM collection_state),
@@ -28,6 +38,60 @@ async fn sizes(pool: &PgPool) -> (i64, i64, i64, i64) {
     .unwrap()
 }
 
+/// Rows of soldier_names and soldier_sources (what else a request writes).
+async fn identity_rows(pool: &PgPool) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT (SELECT count(*) FROM soldier_names), (SELECT count(*) FROM soldier_sources)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A soldier as (current_name, first_seen_at, last_seen_at).
+async fn soldier_row(pool: &PgPool, soldier_id: i64) -> (String, DateTime<Utc>, DateTime<Utc>) {
+    sqlx::query_as(
+        "SELECT current_name, first_seen_at, last_seen_at FROM soldiers WHERE soldier_id = $1",
+    )
+    .bind(soldier_id)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// A soldier's names as (name, first_seen_at, last_seen_at), by name.
+async fn names(pool: &PgPool, soldier_id: i64) -> Vec<(String, DateTime<Utc>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "SELECT name, first_seen_at, last_seen_at FROM soldier_names
+         WHERE soldier_id = $1 ORDER BY name COLLATE \"C\"",
+    )
+    .bind(soldier_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// A soldier's sources as (source_type, first_seen_at, last_seen_at).
+async fn sources(pool: &PgPool, soldier_id: i64) -> Vec<(String, DateTime<Utc>, DateTime<Utc>)> {
+    sqlx::query_as(
+        "SELECT source_type, first_seen_at, last_seen_at FROM soldier_sources
+         WHERE soldier_id = $1 ORDER BY source_type",
+    )
+    .bind(soldier_id)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+async fn soldier_id(pool: &PgPool, platform: &str, persona: i64) -> i64 {
+    sqlx::query_scalar("SELECT soldier_id FROM soldiers WHERE platform = $1 AND persona_id = $2")
+        .bind(platform)
+        .bind(persona)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 #[sqlx::test]
 async fn an_unknown_soldier_gets_four_interactive_jobs_and_wakes_collectors(
     _: PgPoolOptions,
@@ -35,7 +99,9 @@ async fn an_unknown_soldier_gets_four_interactive_jobs_and_wakes_collectors(
 ) {
     let db = TestDb::new(opts).await;
     let mut l = listen(&db, &["bf4ps_jobs_interactive", "bf4ps_jobs_background"]).await;
-    let rows = request_refresh(&db.pool, "ps4", 777, &[]).await.unwrap();
+    let rows = request_refresh(&db.pool, "ps4", 777, &[], Some("  Hobo "))
+        .await
+        .unwrap();
 
     let got: Vec<(&str, RefreshState, i64, Option<f64>)> = rows
         .iter()
@@ -51,24 +117,43 @@ async fn an_unknown_soldier_gets_four_interactive_jobs_and_wakes_collectors(
         ],
         "no interactive collector: no ETA"
     );
-    assert_eq!(sizes(&db.pool).await, (1, 4, 4, 4));
-    let (soldier, name): (i64, Option<String>) = sqlx::query_as(
-        "SELECT soldier_id, display_name FROM soldiers WHERE platform = 'ps4' AND persona_id = 777",
+    assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
+    // The soldier as BF4PS records a manual submission: the (trimmed)
+    // name, first and last seen now, the name's row, a `manual` source and
+    // the default state row.
+    let soldier = soldier_id(&db.pool, "ps4", 777).await;
+    let at: DateTime<Utc> =
+        sqlx::query_scalar("SELECT min(occurred_at) FROM collection_events WHERE soldier_id = $1")
+            .bind(soldier)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        soldier_row(&db.pool, soldier).await,
+        ("Hobo".to_owned(), at, at)
+    );
+    assert_eq!(
+        names(&db.pool, soldier).await,
+        vec![("Hobo".to_owned(), at, at)]
+    );
+    assert_eq!(
+        sources(&db.pool, soldier).await,
+        vec![("manual".to_owned(), at, at)]
+    );
+    let state: (String, String, String, String, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT detailed_state, profile_state, weapons_state, vehicles_state,
+                coalesce(detailed_next_due_at, profile_next_due_at, weapons_next_due_at,
+                         vehicles_next_due_at, detailed_last_attempt_at)
+         FROM collection_state WHERE soldier_id = $1",
     )
+    .bind(soldier)
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!(name, None);
+    let never = "never_attempted".to_owned();
     assert_eq!(
-        count(
-            &db.pool,
-            &format!(
-                "SELECT count(*) FROM collection_state
-                 WHERE soldier_id = {soldier} AND next_attempt_at <= now()"
-            )
-        )
-        .await,
-        4
+        state,
+        (never.clone(), never.clone(), never.clone(), never, None)
     );
     for r in &rows {
         let (lane, class, status, reason, s): (String, String, String, String, i64) =
@@ -137,60 +222,189 @@ async fn an_unknown_soldier_gets_four_interactive_jobs_and_wakes_collectors(
 }
 
 #[sqlx::test]
+async fn an_unknown_soldier_needs_a_name(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    for sql in [
+        "SELECT * FROM bf4ps_request_refresh('pc', 31337)",
+        "SELECT * FROM bf4ps_request_refresh('pc', 31337, soldier_name => NULL)",
+    ] {
+        let err = sqlx::query(sql).fetch_all(&db.pool).await.unwrap_err();
+        let e = err.as_database_error().expect("a database error");
+        assert_eq!(e.code().as_deref(), Some("22023"), "{sql}");
+        assert_eq!(
+            e.message(),
+            "soldier pc/31337 is not known yet: pass its name (soldier_name)"
+        );
+    }
+    let e = request_refresh(&db.pool, "pc", 31337, &[], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RequestError::Rejected(_)), "{e:?}");
+    assert_eq!(sizes(&db.pool).await, (0, 0, 0, 0));
+    assert_eq!(identity_rows(&db.pool).await, (0, 0));
+    // Known on another platform only: still unknown here.
+    request_refresh(&db.pool, "ps4", 31337, &[], Some("Elsewhere"))
+        .await
+        .unwrap();
+    let e = request_refresh(&db.pool, "pc", 31337, &[], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RequestError::Rejected(_)), "{e:?}");
+    assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
+}
+
+#[sqlx::test]
+async fn a_known_soldier_is_recorded_as_a_manual_submission(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    // Discovered by BF4PS (bf4sw, name p5) a day ago; detailed collected.
+    let s = soldier(p, 5).await;
+    let day_ago: DateTime<Utc> = sqlx::query_scalar("SELECT now() - interval '1 day'")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    sighted(p, &[s], day_ago).await;
+    sqlx::query("UPDATE soldier_names SET first_seen_at = $1, last_seen_at = $1")
+        .bind(day_ago)
+        .execute(p)
+        .await
+        .unwrap();
+    set_pair(
+        p,
+        &[s],
+        bf4ps_ops::domain::Resource::Detailed,
+        Pair::success(day_ago, chrono::Duration::hours(24)),
+    )
+    .await;
+
+    // Without a name: the name stays, last seen moves to now, a `manual`
+    // source joins the `bf4sw` one, the state row is left as it was.
+    let rows = request_refresh(p, "pc", 5, &["detailed".into()], None)
+        .await
+        .unwrap();
+    let now: DateTime<Utc> =
+        sqlx::query_scalar("SELECT occurred_at FROM collection_events WHERE job_id = $1")
+            .bind(rows[0].job_id)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(soldier_row(p, s).await, ("p5".to_owned(), day_ago, now));
+    assert_eq!(names(p, s).await, vec![("p5".to_owned(), day_ago, day_ago)]);
+    assert_eq!(
+        sources(p, s).await,
+        vec![
+            ("bf4sw".to_owned(), day_ago, day_ago),
+            ("manual".to_owned(), now, now)
+        ]
+    );
+    assert_eq!(
+        count(
+            p,
+            "SELECT count(*) FROM collection_state WHERE detailed_state = 'success'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(sizes(p).await.1, 1);
+
+    // With a new name: it becomes the current name (the latest
+    // observation), recorded in soldier_names; the manual source's first
+    // sighting is kept.
+    let rows = request_refresh(p, "pc", 5, &["weapons".into()], Some("Renamed"))
+        .await
+        .unwrap();
+    let later: DateTime<Utc> =
+        sqlx::query_scalar("SELECT occurred_at FROM collection_events WHERE job_id = $1")
+            .bind(rows[0].job_id)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(
+        soldier_row(p, s).await,
+        ("Renamed".to_owned(), day_ago, later)
+    );
+    assert_eq!(
+        names(p, s).await,
+        vec![
+            ("Renamed".to_owned(), later, later),
+            ("p5".to_owned(), day_ago, day_ago)
+        ]
+    );
+    assert_eq!(sources(p, s).await[1], ("manual".to_owned(), now, later));
+
+    // Discovery saw the soldier after this request's instant (its clock
+    // ahead): the name is recorded, the current name not taken over.
+    exec(
+        p,
+        "UPDATE soldiers SET last_seen_at = now() + interval '1 hour'",
+    )
+    .await
+    .unwrap();
+    request_refresh(p, "pc", 5, &["weapons".into()], Some("Older"))
+        .await
+        .unwrap();
+    let (name, _, _) = soldier_row(p, s).await;
+    assert_eq!(name, "Renamed");
+    assert_eq!(names(p, s).await.len(), 3);
+    assert_eq!(sizes(p).await.0, 1, "never a second soldier row");
+}
+
+#[sqlx::test]
 async fn pending_background_jobs_are_promoted_and_live_ones_reported(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let db = TestDb::new(opts).await;
-    seed(&db.pool, 1).await;
-    assert_eq!(feeder(&db.pool, 10).run_once().await.unwrap().inserted, 4);
-    // The two highest-priority jobs (detailed, profile) are claimed; the
-    // first is started.
-    let c = collector(&db.pool, "bg-1", "background").await;
-    let first = claim(&db.pool, "background", c).await.unwrap();
-    let second = claim(&db.pool, "background", c).await.unwrap();
+    let p = &db.pool;
+    // A soldier discovery just saw: the feeder gives it its three
+    // bootstrap jobs (no profile job: profile is not a background resource).
+    let s = soldier(p, 1).await;
+    assert_eq!(feeder(p, 10).run_once().await.unwrap().inserted, 3);
+    // The two highest-priority jobs (detailed, weapons) are claimed by two
+    // collectors; the first is started.
+    let a = collector(p, "bg-1", Lane::Background).await;
+    let b = collector(p, "bg-2", Lane::Background).await;
+    let first = queue::claim_and_start(p, &a).await.unwrap().unwrap();
+    let second = queue::claim(p, &b).await.unwrap().unwrap();
     assert_eq!(
         (first.resource.as_str(), second.resource.as_str()),
-        ("detailed", "profile")
+        ("detailed", "weapons")
     );
-    exec(
-        &db.pool,
-        format!(
-            "UPDATE collection_jobs SET status = 'running', started_at = now()
-             WHERE job_id = {}",
-            first.job_id
-        ),
-    )
-    .await
-    .unwrap();
-    let before = sizes(&db.pool).await;
+    let before = sizes(p).await;
     let mut l = listen(&db, &["bf4ps_jobs_interactive", "bf4ps_jobs_background"]).await;
 
-    let rows = request_refresh(&db.pool, "pc", 1, &[]).await.unwrap();
+    let rows = request_refresh(p, "pc", 1, &[], None).await.unwrap();
     let states: Vec<(&str, RefreshState, i64)> = rows
         .iter()
         .map(|r| (r.resource.as_str(), r.state, r.position))
         .collect();
     // Promoted jobs keep their ids; equal eligible_at, so claim order (and
-    // position) follows job_id: vehicles was fed before weapons.
+    // position) follows created_at: vehicles was fed before profile was
+    // created.
     assert_eq!(
         states,
         vec![
             ("detailed", RefreshState::Running, 0),
-            ("profile", RefreshState::Claimed, 0),
-            ("weapons", RefreshState::Promoted, 2),
+            ("profile", RefreshState::Created, 2),
+            ("weapons", RefreshState::Claimed, 0),
             ("vehicles", RefreshState::Promoted, 1),
         ]
     );
     assert_eq!(rows[0].job_id, first.job_id);
-    assert_eq!(rows[1].job_id, second.job_id);
+    assert_eq!(rows[2].job_id, second.job_id);
     // In-flight jobs: one mean duration (2 s by default) whoever holds them.
     assert_eq!(rows[0].eta_seconds, Some(2.0));
-    assert_eq!(rows[2].eta_seconds, None);
+    assert_eq!(rows[3].eta_seconds, None);
 
-    // Nothing created; two promoted events; lanes and classes moved.
-    let after = sizes(&db.pool).await;
-    assert_eq!((after.0, after.1, after.2), (before.0, before.1, before.2));
+    // One job created, one promoted (two events); lanes and classes moved.
+    let after = sizes(p).await;
+    assert_eq!(
+        (after.0, after.1, after.2),
+        (before.0, before.1, before.2 + 1)
+    );
     assert_eq!(after.3, before.3 + 2);
     let promoted: Vec<(i64, String, String, i32, serde_json::Value)> = sqlx::query_as(
         "SELECT e.job_id, e.lane, j.lane || '/' || j.priority_class || '/' || j.reason,
@@ -198,32 +412,28 @@ async fn pending_background_jobs_are_promoted_and_live_ones_reported(
          FROM collection_events e JOIN collection_jobs j USING (job_id)
          WHERE e.event_type = 'promoted' ORDER BY e.job_id",
     )
-    .fetch_all(&db.pool)
+    .fetch_all(p)
     .await
     .unwrap();
-    assert_eq!(promoted.len(), 2);
-    for (job, lane, now, attempt, meta) in promoted {
-        assert!(job == rows[2].job_id || job == rows[3].job_id);
-        assert_eq!(
-            (lane.as_str(), now.as_str(), attempt),
-            ("interactive", "interactive/interactive/requested", 0)
-        );
-        assert_eq!(
-            meta,
+    assert_eq!(
+        promoted,
+        vec![(
+            rows[3].job_id,
+            "interactive".to_owned(),
+            "interactive/interactive/requested".to_owned(),
+            0,
             serde_json::json!({"from_lane": "background", "from_priority_class": "bootstrap",
                                "reason": "requested"})
-        );
-    }
+        )]
+    );
     assert_eq!(
-        l.drain(&db.pool).await,
+        l.drain(p).await,
         vec![("bf4ps_jobs_interactive".to_owned(), String::new())]
     );
-    // Interactive collectors can claim the promoted jobs at once.
-    let ic = collector(&db.pool, "int-1", "interactive").await;
-    assert_eq!(
-        claim(&db.pool, "interactive", ic).await.unwrap().job_id,
-        rows[3].job_id
-    );
+    // Interactive collectors can claim the promoted job at once.
+    let ic = collector(p, "int-1", Lane::Interactive).await;
+    let got = queue::claim(p, &ic).await.unwrap().unwrap();
+    assert_eq!((got.job_id, got.soldier_id), (rows[3].job_id, s));
 }
 
 #[sqlx::test]
@@ -234,6 +444,7 @@ async fn calling_twice_changes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
         "xboxone",
         5,
         &["weapons".into(), "detailed".into()],
+        Some("Xena"),
     )
     .await
     .unwrap();
@@ -246,31 +457,38 @@ async fn calling_twice_changes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
         "canonical order"
     );
     let before = sizes(&db.pool).await;
-    assert_eq!(before, (1, 4, 2, 2));
+    assert_eq!(before, (1, 1, 2, 2));
+    assert_eq!(identity_rows(&db.pool).await, (1, 1));
     let mut l = listen(&db, &["bf4ps_jobs_interactive"]).await;
 
-    let second = request_refresh(
-        &db.pool,
-        "xboxone",
-        5,
-        &["weapons".into(), "detailed".into(), "weapons".into()],
-    )
-    .await
-    .unwrap();
-    assert_eq!(sizes(&db.pool).await, before);
-    assert_eq!(second.len(), 2, "duplicates in the request are folded");
-    for (a, b) in first.iter().zip(&second) {
-        assert_eq!(
-            (&a.resource, a.job_id, a.position),
-            (&b.resource, b.job_id, b.position)
-        );
-        assert_eq!(b.state, RefreshState::Pending);
+    for name in [None, Some("Xena")] {
+        let second = request_refresh(
+            &db.pool,
+            "xboxone",
+            5,
+            &["weapons".into(), "detailed".into(), "weapons".into()],
+            name,
+        )
+        .await
+        .unwrap();
+        assert_eq!(sizes(&db.pool).await, before);
+        assert_eq!(identity_rows(&db.pool).await, (1, 1));
+        assert_eq!(second.len(), 2, "duplicates in the request are folded");
+        for (a, b) in first.iter().zip(&second) {
+            assert_eq!(
+                (&a.resource, a.job_id, a.position),
+                (&b.resource, b.job_id, b.position)
+            );
+            assert_eq!(b.state, RefreshState::Pending);
+        }
     }
     assert!(l.drain(&db.pool).await.is_empty());
 
     // The rest of the soldier's resources are created on a later request;
     // the first two are still pending.
-    let all = request_refresh(&db.pool, "xboxone", 5, &[]).await.unwrap();
+    let all = request_refresh(&db.pool, "xboxone", 5, &[], None)
+        .await
+        .unwrap();
     let states: Vec<RefreshState> = all.iter().map(|r| r.state).collect();
     assert_eq!(
         states,
@@ -281,40 +499,61 @@ async fn calling_twice_changes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
             RefreshState::Created
         ]
     );
-    assert_eq!(sizes(&db.pool).await, (1, 4, 4, 4));
+    assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
 }
 
 #[sqlx::test]
 async fn bad_input_is_a_clear_sql_error(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    let cases: &[(&str, &str)] = &[
+    let long = "n".repeat(201);
+    let cases: Vec<(String, &str)> = vec![
         (
-            "SELECT * FROM bf4ps_request_refresh('xbox', 1)",
+            "SELECT * FROM bf4ps_request_refresh('xbox', 1, soldier_name => 'a')".into(),
             "unknown platform \"xbox\" (expected one of: pc, ps4, xboxone)",
         ),
         (
-            "SELECT * FROM bf4ps_request_refresh(NULL, 1)",
+            "SELECT * FROM bf4ps_request_refresh(NULL, 1, soldier_name => 'a')".into(),
             "unknown platform NULL (expected one of: pc, ps4, xboxone)",
         ),
         (
-            "SELECT * FROM bf4ps_request_refresh('pc', 1, ARRAY['detailed', 'maps'])",
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, ARRAY['detailed', 'maps'], soldier_name => 'a')".into(),
             "unknown resource \"maps\" (expected one of: detailed, profile, weapons, vehicles)",
         ),
         (
-            "SELECT * FROM bf4ps_request_refresh('pc', 1, ARRAY[]::text[])",
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, ARRAY[]::text[], soldier_name => 'a')".into(),
             "no resources requested (expected one or more of: detailed, profile, weapons, vehicles)",
         ),
         (
-            "SELECT * FROM bf4ps_request_refresh('pc', 0)",
+            "SELECT * FROM bf4ps_request_refresh('pc', 0, soldier_name => 'a')".into(),
             "persona_id must be a positive integer (got 0)",
         ),
         (
-            "SELECT * FROM bf4ps_request_refresh('pc', 1, egress_rate => 'NaN')",
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, egress_rate => 'NaN', soldier_name => 'a')".into(),
             "egress_rate must be a finite number > 0 (got NaN)",
         ),
+        (
+            "SELECT * FROM bf4ps_request_refresh('pc', 1)".into(),
+            "soldier pc/1 is not known yet: pass its name (soldier_name)",
+        ),
+        (
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, soldier_name => '   ')".into(),
+            "soldier_name must be 1-200 characters without control characters",
+        ),
+        (
+            format!("SELECT * FROM bf4ps_request_refresh('pc', 1, soldier_name => '{long}')"),
+            "soldier_name must be 1-200 characters without control characters",
+        ),
+        (
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, soldier_name => E'Evil\\x1b[2J')".into(),
+            "soldier_name must be 1-200 characters without control characters",
+        ),
+        (
+            "SELECT * FROM bf4ps_request_refresh('pc', 1, soldier_name => E'a\\u202eb')".into(),
+            "soldier_name must be 1-200 characters without control characters",
+        ),
     ];
-    for (sql, message) in cases {
-        let err = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+    for (sql, message) in &cases {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .fetch_all(&db.pool)
             .await
             .unwrap_err();
@@ -323,12 +562,86 @@ async fn bad_input_is_a_clear_sql_error(_: PgPoolOptions, opts: PgConnectOptions
         assert_eq!(db_err.message(), *message, "{sql}");
     }
     assert_eq!(sizes(&db.pool).await, (0, 0, 0, 0));
+    assert_eq!(identity_rows(&db.pool).await, (0, 0));
     // The Rust side surfaces the message as a rejection.
-    let e = request_refresh(&db.pool, "PC", 1, &[]).await.unwrap_err();
+    let e = request_refresh(&db.pool, "PC", 1, &[], Some("a"))
+        .await
+        .unwrap_err();
     assert_eq!(
         e.to_string(),
         "unknown platform \"PC\" (expected one of: pc, ps4, xboxone)"
     );
+}
+
+#[sqlx::test]
+async fn a_held_admission_lock_fails_the_request_after_2_seconds_writing_nothing(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    // Persona 1's four jobs exist before the lock is taken.
+    request_refresh(p, "pc", 1, &[], Some("One")).await.unwrap();
+    let before = sizes(p).await;
+    let identities = identity_rows(p).await;
+    let (holder, _pid) = idle_in_transaction(
+        &db,
+        "admission-holder",
+        "SELECT 1 FROM bf4ps_locks WHERE lock_name = 'interactive_admission' FOR UPDATE",
+    )
+    .await;
+
+    // A request that would admit jobs (a new soldier) waits 2 s for the
+    // lock, then fails with 55P03; nothing it wrote survives.
+    let started = Instant::now();
+    let err = sqlx::query("SELECT * FROM bf4ps_request_refresh('pc', 2, soldier_name => 'Two')")
+        .fetch_all(p)
+        .await
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(sqlstate(&err).as_deref(), Some("55P03"), "{err}");
+    assert!(
+        waited >= Duration::from_millis(1_900) && waited < Duration::from_secs(6),
+        "waited {waited:?}"
+    );
+    assert_eq!(sizes(p).await, before, "nothing written");
+    // Through the Rust side: Busy (retry), also for a known soldier whose
+    // request would create one job.
+    exec(p, "DELETE FROM collection_jobs WHERE resource = 'vehicles'")
+        .await
+        .unwrap();
+    let after_delete = sizes(p).await;
+    let started = Instant::now();
+    let e = request_refresh(p, "pc", 1, &[], Some("One Renamed"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RequestError::Busy(_)), "{e:?}");
+    assert!(started.elapsed() >= Duration::from_millis(1_900));
+    assert_eq!(sizes(p).await, after_delete, "nothing written");
+    assert_eq!(
+        identity_rows(p).await,
+        identities,
+        "no name or source written"
+    );
+    assert_eq!(soldier_row(p, 1).await.0, "One", "the name was not taken");
+    assert_eq!(
+        count(p, "SELECT count(*) FROM soldiers WHERE persona_id = 2").await,
+        0
+    );
+    // A request that admits nothing (its jobs are pending already) does
+    // not need the lock.
+    let started = Instant::now();
+    let rows = request_refresh(p, "pc", 1, &["detailed".into(), "weapons".into()], None)
+        .await
+        .unwrap();
+    assert!(rows.iter().all(|r| r.state == RefreshState::Pending));
+    assert!(started.elapsed() < Duration::from_millis(1_500));
+    assert_eq!(sizes(p).await, after_delete);
+
+    // Released: admitted again.
+    sqlx::Connection::close(holder).await.unwrap();
+    let rows = request_refresh(p, "pc", 2, &[], Some("Two")).await.unwrap();
+    assert!(rows.iter().all(|r| r.state == RefreshState::Created));
 }
 
 // --- ETA ---------------------------------------------------------------------
@@ -463,6 +776,17 @@ async fn eta_formula_properties(_: PgPoolOptions, opts: PgConnectOptions) {
     assert_eq!(spot, (15.0, 21.0, None));
 }
 
+/// What `serve` publishes, with this ETA window (s) and egress rate.
+fn published(eta_window_s: u64, egress_rate: f64) -> Published {
+    let t = Tuning {
+        eta_window: Duration::from_secs(eta_window_s),
+        egress_rate,
+        ..Tuning::default()
+    };
+    t.validate().unwrap();
+    Published::from_tuning(&t)
+}
+
 /// An interactive collector in a given condition.
 async fn interactive_collector(pool: &PgPool, name: &str, egress: &str, condition: &str) {
     exec(
@@ -481,7 +805,7 @@ async fn interactive_collector(pool: &PgPool, name: &str, egress: &str, conditio
 }
 
 async fn etas(pool: &PgPool, persona: i64) -> Vec<(i64, Option<f64>)> {
-    request_refresh(pool, "pc", persona, &[])
+    request_refresh(pool, "pc", persona, &[], Some(&format!("p{persona}")))
         .await
         .unwrap()
         .iter()
@@ -494,7 +818,9 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
     let db = TestDb::new(opts).await;
     // Twelve interactive jobs ahead of persona 4's.
     for persona in 1..=3 {
-        request_refresh(&db.pool, "pc", persona, &[]).await.unwrap();
+        request_refresh(&db.pool, "pc", persona, &[], Some(&format!("p{persona}")))
+            .await
+            .unwrap();
     }
     // Recent interactive outcomes: mean 1 s. Old and background ones do not count.
     exec(
@@ -542,16 +868,9 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
         ]
     );
     // One collector, 1 s per job, 5 req/s: ETA = position seconds.
-    publish_settings(
-        &db.pool,
-        &Published {
-            eta_window: Duration::from_secs(900),
-            egress_rate: 5.0,
-            max_pending_interactive: 1000,
-        },
-    )
-    .await
-    .unwrap();
+    publish_settings(&db.pool, &published(900, 5.0))
+        .await
+        .unwrap();
     let one = etas(&db.pool, 4).await;
     assert_eq!(
         one,
@@ -601,16 +920,9 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
         ]
     );
     // serve publishes a slower egress rate: 0.5 req/s per key, 4 req/s.
-    publish_settings(
-        &db.pool,
-        &Published {
-            eta_window: Duration::from_secs(900),
-            egress_rate: 0.5,
-            max_pending_interactive: 1000,
-        },
-    )
-    .await
-    .unwrap();
+    publish_settings(&db.pool, &published(900, 0.5))
+        .await
+        .unwrap();
     assert_eq!(etas(&db.pool, 4).await[0], (13, Some(4.0)));
     // A caller's argument overrides the published setting; a short window
     // forgets the outcomes (default 2 s per job).
@@ -652,6 +964,8 @@ async fn the_request_command_end_to_end(_: PgPoolOptions, opts: PgConnectOptions
             "pc",
             "--persona-id",
             "4242",
+            "--name",
+            "Runner",
             "--resource",
             "profile",
             "--resource",
@@ -706,7 +1020,27 @@ async fn the_request_command_end_to_end(_: PgPoolOptions, opts: PgConnectOptions
         err.trim(),
         "error: unknown platform \"xbox\" (expected one of: pc, ps4, xboxone)"
     );
+    // An unknown soldier without --name: BF4PS needs its name.
+    let out = run_bin(
+        &["request", "--platform", "pc", "--persona-id", "9"],
+        Some(&db.url),
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "error: soldier pc/9 is not known yet: pass its name (soldier_name)"
+    );
     assert_eq!(count(&db.pool, "SELECT count(*) FROM soldiers").await, 1);
+    assert_eq!(
+        count(
+            &db.pool,
+            "SELECT count(*) FROM soldiers s JOIN soldier_names n USING (soldier_id)
+             JOIN soldier_sources o USING (soldier_id)
+             WHERE s.current_name = 'Runner' AND n.name = 'Runner' AND o.source_type = 'manual'"
+        )
+        .await,
+        1
+    );
 }
 
 #[sqlx::test]
@@ -718,7 +1052,11 @@ async fn concurrent_requests_for_one_new_soldier_create_each_job_once(
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..8 {
         let pool = db.pool.clone();
-        calls.spawn(async move { request_refresh(&pool, "pc", 99, &[]).await.unwrap() });
+        calls.spawn(async move {
+            request_refresh(&pool, "pc", 99, &[], Some("Same"))
+                .await
+                .unwrap()
+        });
     }
     let mut created = 0;
     let mut job_ids = std::collections::BTreeSet::new();
@@ -734,5 +1072,6 @@ async fn concurrent_requests_for_one_new_soldier_create_each_job_once(
     }
     assert_eq!(created, 4, "each resource's job is created exactly once");
     assert_eq!(job_ids.len(), 4);
-    assert_eq!(sizes(&db.pool).await, (1, 4, 4, 4));
+    assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
+    assert_eq!(identity_rows(&db.pool).await, (1, 1));
 }

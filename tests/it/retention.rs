@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use bf4ps_ops::locks::{Lease, LeaseName};
 use bf4ps_ops::metrics::Registry;
 use bf4ps_ops::projector::Projector;
 use bf4ps_ops::retention::{self, RetentionError, RetentionSettings};
@@ -12,7 +13,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::projector::{Ev, insert, project_until, sample};
-use crate::support::{TestDb, exec, run_bin};
+use crate::support::{TestDb, eventually, exec, run_bin};
 
 const DAY: f64 = 86_400.0;
 
@@ -44,9 +45,13 @@ async fn other_tables(pool: &PgPool) -> Vec<(String, i64)> {
     let mut out = Vec::new();
     for t in [
         "soldiers",
+        "soldier_names",
+        "soldier_sources",
         "collection_state",
-        "soldier_resource_current",
-        "soldier_detailed_history",
+        "detailed_stats_current",
+        "detailed_stats_history",
+        "battlelog_profiles",
+        "profile_soldiers",
         "collectors",
         "collection_jobs",
         "event_rollup_hourly",
@@ -62,15 +67,20 @@ async fn other_tables(pool: &PgPool) -> Vec<(String, i64)> {
 }
 
 async fn gameplay(pool: &PgPool) {
+    crate::fixtures::soldier(pool, 1).await;
     exec(
         pool,
-        "INSERT INTO soldiers (platform, persona_id, display_name) VALUES ('pc', 1, 'a'); \
-         INSERT INTO collection_state (soldier_id, resource, last_success_at) \
-           SELECT soldier_id, 'profile', now() - interval '400 days' FROM soldiers; \
-         INSERT INTO soldier_resource_current (soldier_id, resource, data, content_hash, fetched_at, changed_at) \
-           SELECT soldier_id, 'profile', '{}', sha256('{}'), now() - interval '400 days', now() - interval '400 days' FROM soldiers; \
-         INSERT INTO soldier_detailed_history (soldier_id, captured_at, content_hash, data) \
-           SELECT soldier_id, now() - interval '400 days', sha256('{}'), '{}' FROM soldiers; \
+        "UPDATE collection_state SET profile_state = 'success', \
+           profile_last_success_at = now() - interval '400 days'; \
+         INSERT INTO detailed_stats_current (soldier_id, kills, deaths, source_fetched_at) \
+           SELECT soldier_id, 1, 2, now() - interval '400 days' FROM soldiers; \
+         INSERT INTO detailed_stats_history (soldier_id, kills, deaths, observed_at) \
+           SELECT soldier_id, 1, 2, now() - interval '400 days' FROM soldiers; \
+         INSERT INTO battlelog_profiles (battlelog_username, access_state, last_checked_at) \
+           VALUES ('a', 'public_no_country', now() - interval '400 days'); \
+         INSERT INTO profile_soldiers (profile_id, soldier_id, first_seen_at, last_seen_at) \
+           SELECT profile_id, soldier_id, now() - interval '400 days', now() - interval '400 days' \
+           FROM battlelog_profiles, soldiers; \
          INSERT INTO collectors (collector_name, hostname, lane, egress_key) VALUES ('c1', 'h', 'background', 'e'); \
          INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason) \
            SELECT soldier_id, 'weapons', 'background', 'recent', 'test' FROM soldiers",
@@ -118,7 +128,7 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
         now: Some(now),
     };
     let mut seen = Vec::new();
-    let report = retention::run_once(&db.pool, &db.target, &settings, Some(&registry), |p| {
+    let report = retention::run_once(&db.pool, &settings, Some(&registry), |p| {
         seen.push(p.deleted)
     })
     .await
@@ -153,7 +163,7 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
 
     // Once projected, the remaining old ones go too; nothing else.
     project_until(&p, 4).await;
-    let report = retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
+    let report = retention::run_once(&db.pool, &settings, None, |_| {})
         .await
         .unwrap();
     assert_eq!(report.deleted, 4);
@@ -163,20 +173,26 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
 #[sqlx::test]
 async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    let mut holder = db.pool.acquire().await.unwrap();
-    sqlx::query("SELECT pg_advisory_lock($1)")
-        .bind(bf4ps_ops::locks::RETENTION)
-        .execute(&mut *holder)
-        .await
-        .unwrap();
+    // Another runner (another process) holds the retention lease.
+    let other = Lease::new(
+        LeaseName::Retention,
+        "test retention holder",
+        Duration::from_secs(60),
+    );
+    assert!(other.acquire(&db.pool).await.unwrap());
     let settings = RetentionSettings {
         retention: Duration::from_secs(86_400),
         batch: 10,
         dry_run: false,
         now: None,
     };
-    let r = retention::run_once(&db.pool, &db.target, &settings, None, |_| {}).await;
-    assert!(matches!(r, Err(RetentionError::Busy)), "{r:?}");
+    let r = retention::run_once(&db.pool, &settings, None, |_| {}).await;
+    match &r {
+        Err(RetentionError::Busy { holder }) => {
+            assert!(holder.contains("test retention holder"), "{holder}")
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
     let out = run_bin(&["retention", "run"], Some(&db.url));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
@@ -184,13 +200,34 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         stderr.contains("another retention run is in progress"),
         "{stderr}"
     );
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(bf4ps_ops::locks::RETENTION)
-        .execute(&mut *holder)
+    assert!(stderr.contains("test retention holder"), "{stderr}");
+    // Released: the next run goes ahead, and gives the lease up after it.
+    other.release(&db.pool).await.unwrap();
+    retention::run_once(&db.pool, &settings, None, |_| {})
         .await
         .unwrap();
-    drop(holder);
-    retention::run_once(&db.pool, &db.target, &settings, None, |_| {})
+    assert!(
+        bf4ps_ops::locks::lease_holder(&db.pool, LeaseName::Retention)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A holder that died (its lease expired) holds nothing back.
+    let dead = Lease::new(
+        LeaseName::Retention,
+        "dead holder",
+        Duration::from_millis(1),
+    );
+    assert!(dead.acquire(&db.pool).await.unwrap());
+    eventually(Duration::from_secs(5), "the lease to expire", || async {
+        bf4ps_ops::locks::lease_holder(&db.pool, LeaseName::Retention)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    retention::run_once(&db.pool, &settings, None, |_| {})
         .await
         .unwrap();
 }

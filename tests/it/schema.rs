@@ -13,8 +13,8 @@ use crate::support::{TestDb, exec};
 
 async fn soldier(pool: &PgPool, persona: i64) -> i64 {
     sqlx::query_scalar(
-        "INSERT INTO soldiers (platform, persona_id, display_name) VALUES ('pc', $1, 'x') \
-         RETURNING soldier_id",
+        "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+         VALUES ('pc', $1, 'x', now(), now()) RETURNING soldier_id",
     )
     .bind(persona)
     .fetch_one(pool)
@@ -279,15 +279,18 @@ async fn event_checks_reject_bad_values(_: PgPoolOptions, opts: PgConnectOptions
 
 #[sqlx::test]
 async fn prerequisite_checks(_: PgPoolOptions, opts: PgConnectOptions) {
+    // BF4PS's soldiers and collection_state, as its revision 0005 defines them.
     let db = TestDb::new(opts).await;
     let cases = [
         (
-            "INSERT INTO soldiers (platform, persona_id) VALUES ('switch', 1)",
+            "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+             VALUES ('switch', 1, 'a', now(), now())",
             "soldiers_platform_check",
         ),
         (
-            "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 0)",
-            "soldiers_persona_id_positive",
+            "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+             VALUES ('pc', 1, '  ', now(), now())",
+            "soldiers_name_nonempty",
         ),
     ];
     for (sql, constraint) in cases {
@@ -297,28 +300,35 @@ async fn prerequisite_checks(_: PgPoolOptions, opts: PgConnectOptions) {
     assert_eq!(
         violated(
             &db.pool,
-            "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 7)"
+            "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+             VALUES ('pc', 7, 'again', now(), now())"
         )
         .await,
-        "uq_soldiers_platform_persona"
+        "uq_soldiers_persona_platform"
     );
+    exec(
+        &db.pool,
+        format!("INSERT INTO collection_state (soldier_id) VALUES ({s})"),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         violated(
             &db.pool,
-            &format!("INSERT INTO collection_state (soldier_id, resource) VALUES ({s}, 'maps')")
+            &format!("INSERT INTO collection_state (soldier_id) VALUES ({s})")
         )
         .await,
-        "collection_state_resource_check"
+        "collection_state_pkey"
     );
     assert_eq!(
         violated(
             &db.pool,
             &format!(
-                "INSERT INTO collection_state (soldier_id, resource, unavailable) VALUES ({s}, 'profile', true)"
+                "UPDATE collection_state SET detailed_state = 'exploded' WHERE soldier_id = {s}"
             )
         )
         .await,
-        "collection_state_unavailable_shape_check"
+        "collection_state_detailed_state_check"
     );
 }
 

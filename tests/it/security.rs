@@ -67,6 +67,13 @@ async fn a_collector_login_role_finishes_jobs_and_is_refused_the_rest(
     let role = LoginRole::create("collector", &["bf4ps_collector"]).await;
     let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
     let jobs = crate::fixtures::jobs(p, 12, Lane::Interactive).await;
+    // No serve publishes the policy here: a spacing that lets 12 jobs pass.
+    exec(
+        p,
+        "UPDATE scheduling_settings SET egress_spacing = interval '1 millisecond'",
+    )
+    .await
+    .unwrap();
     // Another collector, registered by the owner, whose flags must stay put.
     let other = crate::fixtures::collector(p, "other", Lane::Background).await;
 
@@ -86,6 +93,11 @@ async fn a_collector_login_role_finishes_jobs_and_is_refused_the_rest(
     )
     .await;
     assert_eq!(succeeded, jobs.len() as i64);
+    // Its data went into BF4PS's tables through the finalization function.
+    assert_eq!(
+        count(p, "SELECT count(*) FROM detailed_stats_current").await,
+        jobs.len() as i64
+    );
     // Its heartbeats went through the secret-checked function.
     let healthy: bool = sqlx::query_scalar(
         "SELECT heartbeat_state = 'healthy' FROM collectors WHERE collector_name = 'least-priv'",
@@ -96,36 +108,63 @@ async fn a_collector_login_role_finishes_jobs_and_is_refused_the_rest(
     assert!(healthy);
 
     let as_collector = role.pool(&db).await;
+    // It writes nothing directly and reads only the migrations: every
+    // write below goes through a secret- and lease-checking function.
     for sql in [
+        "SELECT * FROM collection_events",
+        "INSERT INTO collection_events (event_type) VALUES ('forged')",
         "DELETE FROM collection_events",
         "UPDATE collection_events SET error_message = 'x'",
         "TRUNCATE collection_events",
         "CREATE TABLE intruder (x int)",
         "ALTER TABLE collection_jobs ADD COLUMN intruder int",
+        "SELECT * FROM collection_jobs",
+        "UPDATE collection_jobs SET eligible_at = now()",
+        "DELETE FROM collection_jobs",
         "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
-             SELECT soldier_id, 'detailed', 'interactive', 'interactive', 'x' FROM soldiers LIMIT 1",
+             VALUES (1, 'detailed', 'interactive', 'interactive', 'x')",
         "UPDATE collectors SET enabled = false",
         "UPDATE collectors SET drained = true",
         "UPDATE collectors SET retired_at = now()",
         "UPDATE collectors SET last_heartbeat_at = now()",
+        "UPDATE collectors SET current_job_id = NULL",
         "SELECT * FROM collector_secrets",
+        "SELECT * FROM soldiers",
         "DELETE FROM soldiers",
+        "UPDATE collection_state SET detailed_last_success_at = now()",
+        "UPDATE detailed_stats_current SET kills = 0",
+        "INSERT INTO freshness_deltas (resource, slot, pairs) VALUES ('detailed', now(), 1)",
+        "UPDATE egress_gates SET paused_until = NULL",
+        "UPDATE egress_budget SET next_slot_at = now()",
         "UPDATE projector_checkpoint SET event_id = 0",
         "DELETE FROM event_rollup_hourly",
         "UPDATE scheduling_settings SET max_pending_interactive = 1000000",
+        "UPDATE scheduling_settings SET heartbeat_lost_after = interval '1 microsecond'",
+        "SELECT * FROM bf4ps_locks FOR UPDATE",
+        "UPDATE bf4ps_leases SET holder = 'intruder'",
         "SELECT * FROM bf4ps_request_refresh('pc', 1)",
+        "SELECT * FROM bf4ps_claim_job(gen_random_uuid(), true, now())",
+        "SELECT bf4ps_collector_check_secret(gen_random_uuid(), gen_random_uuid())",
     ] {
         assert_refused(&as_collector, sql).await;
     }
-    // Another incarnation's heartbeat or clean-stop mark needs its secret.
+    // Every function of the interface needs the incarnation's secret.
+    let o = other.uuid;
     for sql in [
+        format!("SELECT bf4ps_collector_stopped('{o}', gen_random_uuid())"),
+        format!("SELECT * FROM bf4ps_collector_heartbeat('{o}', gen_random_uuid())"),
+        format!("SELECT * FROM bf4ps_collector_egress_pass('{o}', gen_random_uuid())"),
+        format!("SELECT * FROM bf4ps_collector_claim('{o}', gen_random_uuid(), 2, true)"),
+        format!("SELECT bf4ps_collector_next_eligible('{o}', gen_random_uuid())"),
+        format!("SELECT bf4ps_collector_start('{o}', gen_random_uuid(), 1, gen_random_uuid())"),
+        format!("SELECT bf4ps_collector_renew('{o}', gen_random_uuid(), 1, gen_random_uuid())"),
         format!(
-            "SELECT bf4ps_collector_stopped('{}', gen_random_uuid())",
-            other.uuid
+            "SELECT * FROM bf4ps_collector_succeed('{o}', gen_random_uuid(), 1, \
+             gen_random_uuid(), '{{}}', 1, 200)"
         ),
         format!(
-            "SELECT * FROM bf4ps_collector_heartbeat('{}', gen_random_uuid())",
-            other.uuid
+            "SELECT * FROM bf4ps_collector_fail('{o}', gen_random_uuid(), 1, gen_random_uuid(), \
+             'server', 503, 'x', 1)"
         ),
     ] {
         assert_refused(&as_collector, &sql).await;
@@ -161,23 +200,40 @@ async fn the_website_role_may_only_request_refreshes(_: PgPoolOptions, opts: PgC
     let db = TestDb::new(opts).await;
     let role = LoginRole::create("website", &["bf4ps_website"]).await;
     let web = role.pool(&db).await;
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT resource, state FROM bf4ps_request_refresh('pc', 4242)")
-            .fetch_all(&web)
-            .await
-            .unwrap();
+    // An unknown soldier needs its name (the website has it from the URL).
+    assert_eq!(
+        refused(&web, "SELECT * FROM bf4ps_request_refresh('pc', 4242)").await,
+        "22023"
+    );
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT resource, state FROM bf4ps_request_refresh('pc', 4242, soldier_name => 'Web4242')",
+    )
+    .fetch_all(&web)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|(_, state)| state == "created"), "{rows:?}");
+    // Written as BF4PS writes a manual submission.
+    let (name, source): (String, String) = sqlx::query_as(
+        "SELECT s.current_name, o.source_type FROM soldiers s
+         JOIN soldier_sources o USING (soldier_id) WHERE s.persona_id = 4242",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!((name.as_str(), source.as_str()), ("Web4242", "manual"));
     for sql in [
         "SELECT * FROM soldiers",
         "SELECT * FROM collection_jobs",
         "SELECT * FROM collection_events",
         "SELECT * FROM scheduling_settings",
-        "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1)",
+        "INSERT INTO soldiers (platform, persona_id, current_name, last_seen_at)
+             VALUES ('pc', 1, 'x', now())",
         "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
              VALUES (1, 'detailed', 'interactive', 'interactive', 'x')",
         "UPDATE scheduling_settings SET max_pending_interactive = 1000000",
-        "SELECT * FROM bf4ps_collector_register('x', 'h', 'background', 'e', 'v', '1 minute')",
+        "SELECT * FROM bf4ps_locks FOR UPDATE",
+        "SELECT * FROM bf4ps_collector_register('x', 'h', 'background', 'e', 'v')",
     ] {
         assert_refused(&web, sql).await;
     }
@@ -209,12 +265,18 @@ async fn the_reader_role_runs_status_and_writes_nothing(_: PgPoolOptions, opts: 
         3
     );
     for sql in [
-        "INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1)",
+        "INSERT INTO soldiers (platform, persona_id, current_name, last_seen_at)
+             VALUES ('pc', 1, 'x', now())",
         "UPDATE collectors SET drained = true",
         "DELETE FROM collection_jobs",
         "DELETE FROM collection_events",
+        "UPDATE detailed_stats_current SET kills = 0",
         "SELECT * FROM collector_secrets",
+        "SELECT * FROM bf4ps_locks",
+        "SELECT * FROM bf4ps_leases FOR UPDATE",
+        "SELECT * FROM bf4ps_leases FOR KEY SHARE",
         "SELECT * FROM bf4ps_request_refresh('pc', 1)",
+        "SELECT * FROM bf4ps_collector_register('x', 'h', 'background', 'e', 'v')",
         "CREATE TABLE intruder (x int)",
     ] {
         assert_refused(&reader, sql).await;
@@ -265,35 +327,22 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
             })
             .collect()
     };
+    // The collector role writes nothing directly (issue 20): it reads the
+    // migrations (to know the schema is current) and nothing else.
     assert_eq!(
         table_privileges(p, "bf4ps_collector").await,
-        with(&[
-            ("_sqlx_migrations", "SELECT"),
-            ("collection_events", "INSERT"),
-            ("collection_jobs", "SELECT,UPDATE,DELETE"),
-            ("collection_state", "SELECT,INSERT,UPDATE"),
-            ("collectors", "SELECT,UPDATE"),
-            ("egress_budget", "SELECT,UPDATE"),
-            ("egress_gates", "SELECT,INSERT,UPDATE"),
-            ("freshness_deltas", "INSERT"),
-            ("soldier_detailed_history", "SELECT,INSERT"),
-            ("soldier_resource_current", "SELECT,INSERT,UPDATE"),
-            ("soldiers", "SELECT"),
-        ])
+        with(&[("_sqlx_migrations", "SELECT")])
     );
     let columns: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name || '.' || column_name FROM information_schema.column_privileges
-         WHERE grantee = 'bf4ps_collector' AND privilege_type = 'UPDATE'
-           AND table_name = 'collectors' ORDER BY 1",
+        "SELECT table_name || '.' || column_name || ':' || privilege_type
+         FROM information_schema.column_privileges
+         WHERE grantee IN ('bf4ps_collector', 'bf4ps_website', 'bf4ps_reader')
+           AND privilege_type <> 'SELECT' ORDER BY 1",
     )
     .fetch_all(p)
     .await
     .unwrap();
-    assert_eq!(
-        columns,
-        ["collectors.current_job_id", "collectors.updated_at"],
-        "the collector role may not update control flags"
-    );
+    assert!(columns.is_empty(), "column grants: {columns:?}");
     assert!(
         table_privileges(p, "bf4ps_website")
             .await
@@ -301,10 +350,11 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
             .all(|t| t.ends_with(':')),
         "the website role reads or writes no table"
     );
+    // The reader reads everything but the secrets and the locks.
     let reader: Vec<String> = tables
         .iter()
         .map(|t| {
-            let privs = if t == "collector_secrets" {
+            let privs = if ["collector_secrets", "bf4ps_locks"].contains(&t.as_str()) {
                 ""
             } else {
                 "SELECT"
@@ -313,25 +363,34 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
         })
         .collect();
     assert_eq!(table_privileges(p, "bf4ps_reader").await, reader);
-    // Functions: who may execute what.
+    // Functions: who may execute which SECURITY DEFINER function, and the
+    // cores they call with a caller's clock (not callable by any group).
     let executable: Vec<(String, String)> = sqlx::query_as(
         "SELECT r.rolname::text, p.proname::text
          FROM pg_proc p CROSS JOIN pg_roles r
          WHERE p.pronamespace = current_schema()::regnamespace
            AND r.rolname IN ('bf4ps_collector', 'bf4ps_website', 'bf4ps_reader')
            AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
-           AND p.proname IN ('bf4ps_request_refresh', 'bf4ps_collector_register',
-                             'bf4ps_collector_heartbeat', 'bf4ps_collector_stopped',
-                             'bf4ps_collector_check_secret')
+           AND (p.prosecdef OR p.proname IN ('bf4ps_egress_grant', 'bf4ps_claim_job',
+                                              'bf4ps_succeed_job', 'bf4ps_fail_job',
+                                              'bf4ps_record_outcome'))
+           AND p.prorettype <> 'trigger'::regtype
          ORDER BY 1, 2",
     )
     .fetch_all(p)
     .await
     .unwrap();
     let expected: Vec<(String, String)> = [
+        ("bf4ps_collector", "bf4ps_collector_claim"),
+        ("bf4ps_collector", "bf4ps_collector_egress_pass"),
+        ("bf4ps_collector", "bf4ps_collector_fail"),
         ("bf4ps_collector", "bf4ps_collector_heartbeat"),
+        ("bf4ps_collector", "bf4ps_collector_next_eligible"),
         ("bf4ps_collector", "bf4ps_collector_register"),
+        ("bf4ps_collector", "bf4ps_collector_renew"),
+        ("bf4ps_collector", "bf4ps_collector_start"),
         ("bf4ps_collector", "bf4ps_collector_stopped"),
+        ("bf4ps_collector", "bf4ps_collector_succeed"),
         ("bf4ps_website", "bf4ps_request_refresh"),
     ]
     .iter()
@@ -340,35 +399,67 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
     assert_eq!(executable, expected);
 }
 
+/// Issue 20, point 5: every function of ours — definers, plain helpers and
+/// trigger functions alike — pins its search_path with pg_catalog first and
+/// pg_temp last; the definers are owned by a NOLOGIN role. (Extension
+/// members, pgcrypto's, are not ours.)
 #[sqlx::test]
-async fn every_security_definer_function_pins_search_path_with_pg_temp_last(
+async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let db = TestDb::new(opts).await;
-    let rows: Vec<(String, Option<String>, bool)> = sqlx::query_as(
+    let rows: Vec<(String, Option<String>, bool, bool)> = sqlx::query_as(
         "SELECT p.proname::text,
                 (SELECT c FROM unnest(p.proconfig) AS c WHERE c LIKE 'search_path=%'),
-                r.rolcanlogin
+                p.prosecdef, r.rolcanlogin
          FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
-         WHERE p.prosecdef AND p.pronamespace = current_schema()::regnamespace
+         WHERE p.pronamespace = current_schema()::regnamespace
+           AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                           WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+                             AND d.deptype = 'e')
          ORDER BY 1",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
-    let names: Vec<&str> = rows.iter().map(|(n, _, _)| n.as_str()).collect();
+    let definers: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, definer, _)| *definer)
+        .map(|(n, _, _, _)| n.as_str())
+        .collect();
     assert_eq!(
-        names,
+        definers,
         [
             "bf4ps_collector_check_secret",
+            "bf4ps_collector_claim",
+            "bf4ps_collector_egress_pass",
+            "bf4ps_collector_fail",
             "bf4ps_collector_heartbeat",
+            "bf4ps_collector_next_eligible",
             "bf4ps_collector_register",
+            "bf4ps_collector_renew",
+            "bf4ps_collector_start",
             "bf4ps_collector_stopped",
+            "bf4ps_collector_succeed",
+            "bf4ps_freshness_deleted",
+            "bf4ps_freshness_inserted",
+            "bf4ps_freshness_moved",
+            "bf4ps_freshness_truncated",
             "bf4ps_request_refresh",
         ]
     );
-    for (name, search_path, owner_can_login) in rows {
+    // The trigger functions and the plain helpers are covered too.
+    for name in [
+        "bf4ps_notify_event",
+        "bf4ps_notify_jobs_claimable",
+        "bf4ps_freshness_compact",
+        "bf4ps_claim_job",
+        "bf4ps_sane_time",
+    ] {
+        assert!(rows.iter().any(|(n, ..)| n == name), "{name} is not listed");
+    }
+    for (name, search_path, definer, owner_can_login) in rows {
         let search_path = search_path.unwrap_or_else(|| panic!("{name} has no search_path"));
         let last = search_path.rsplit([',', '=']).next().unwrap().trim();
         assert_eq!(last, "pg_temp", "{name}: {search_path}");
@@ -376,7 +467,10 @@ async fn every_security_definer_function_pins_search_path_with_pg_temp_last(
             search_path.starts_with("search_path=pg_catalog"),
             "{name}: {search_path}"
         );
-        assert!(!owner_can_login, "{name} is owned by a LOGIN role");
+        assert!(
+            !(definer && owner_can_login),
+            "{name} is a SECURITY DEFINER function owned by a LOGIN role"
+        );
     }
 }
 
@@ -394,7 +488,10 @@ async fn temporary_tables_cannot_hijack_the_entry_point(_: PgPoolOptions, opts: 
         &db.pool,
         "CREATE FUNCTION vulnerable_probe() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
          SET search_path FROM CURRENT AS $$
-         BEGIN INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 777); END $$;
+         BEGIN
+             INSERT INTO soldiers (platform, persona_id, current_name, last_seen_at)
+             VALUES ('pc', 777, 'probe', now());
+         END $$;
          GRANT EXECUTE ON FUNCTION vulnerable_probe() TO bf4ps_website",
     )
     .await
@@ -415,13 +512,20 @@ async fn temporary_tables_cannot_hijack_the_entry_point(_: PgPoolOptions, opts: 
          CREATE FUNCTION pg_temp.record_who() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN INSERT INTO pg_temp.evidence VALUES (current_user); RETURN NEW; END $$;
          CREATE TEMP TABLE soldiers (soldier_id bigint GENERATED BY DEFAULT AS IDENTITY,
-                                     platform text, persona_id bigint, display_name text);
+                                     platform text, persona_id bigint, current_name text,
+                                     first_seen_at timestamptz, last_seen_at timestamptz);
+         CREATE TEMP TABLE soldier_names (LIKE soldiers);
+         CREATE TEMP TABLE soldier_sources (LIKE soldiers);
          CREATE TEMP TABLE collection_jobs (LIKE soldiers);
          CREATE TEMP TABLE collection_state (LIKE soldiers);
          CREATE TEMP TABLE collection_events (LIKE soldiers);
-         GRANT ALL ON soldiers, collection_jobs, collection_state, collection_events TO PUBLIC;
+         CREATE TEMP TABLE scheduling_settings (max_pending_interactive int);
+         GRANT ALL ON soldiers, soldier_names, soldier_sources, collection_jobs,
+                      collection_state, collection_events, scheduling_settings TO PUBLIC;
          CREATE TRIGGER t BEFORE INSERT ON soldiers FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();
-         CREATE TRIGGER t BEFORE INSERT ON collection_state FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();",
+         CREATE TRIGGER t BEFORE INSERT ON soldier_names FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();
+         CREATE TRIGGER t BEFORE INSERT ON collection_state FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();
+         CREATE TRIGGER t BEFORE INSERT ON collection_events FOR EACH ROW EXECUTE FUNCTION pg_temp.record_who();",
     )
     .await
     .unwrap();
@@ -448,11 +552,12 @@ async fn temporary_tables_cannot_hijack_the_entry_point(_: PgPoolOptions, opts: 
         .await
         .unwrap();
 
-    let rows: Vec<(String,)> =
-        sqlx::query_as("SELECT state FROM bf4ps_request_refresh('pc', 4243)")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as(
+        "SELECT state FROM bf4ps_request_refresh('pc', 4243, soldier_name => 'Tmp')",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
     assert_eq!(rows.len(), 4);
     let who: Vec<String> = sqlx::query_scalar("SELECT who FROM pg_temp.evidence")
         .fetch_all(&mut conn)
@@ -493,11 +598,13 @@ async fn admissions_stop_at_the_cap_under_concurrent_callers(
         tasks.spawn(async move {
             let mut tx = pool.begin().await.unwrap();
             start.wait().await;
-            let called =
-                sqlx::query("SELECT * FROM bf4ps_request_refresh('pc', $1, ARRAY['detailed'])")
-                    .bind(persona)
-                    .execute(&mut *tx)
-                    .await;
+            let called = sqlx::query(
+                "SELECT * FROM bf4ps_request_refresh('pc', $1, ARRAY['detailed'], \
+                     soldier_name => 'cap' || $1)",
+            )
+            .bind(persona)
+            .execute(&mut *tx)
+            .await;
             match called {
                 Ok(_) => {
                     sqlx::query("SELECT pg_sleep(0.02)")
@@ -531,8 +638,11 @@ async fn admissions_stop_at_the_cap_under_concurrent_callers(
         .await,
         CAP
     );
-    // A refused call wrote nothing, not even its soldier or an event.
+    // A refused call wrote nothing, not even its soldier, its name, its
+    // source or an event.
     assert_eq!(count(p, "SELECT count(*) FROM soldiers").await, CAP);
+    assert_eq!(count(p, "SELECT count(*) FROM soldier_names").await, CAP);
+    assert_eq!(count(p, "SELECT count(*) FROM soldier_sources").await, CAP);
     assert_eq!(
         count(p, "SELECT count(*) FROM collection_events").await,
         CAP
@@ -551,7 +661,15 @@ async fn admissions_stop_at_the_cap_under_concurrent_callers(
     assert_eq!(state, "pending");
     // The CLI says so in one line.
     let out = run_bin(
-        &["request", "--platform", "pc", "--persona-id", "999"],
+        &[
+            "request",
+            "--platform",
+            "pc",
+            "--persona-id",
+            "999",
+            "--name",
+            "Late999",
+        ],
         Some(&db.url),
     );
     assert!(!out.status.success());
@@ -667,15 +785,28 @@ async fn every_connection_of_serve_and_a_collector_is_encrypted(
         .env("DATABASE_URL", &url)
         .env("BF4PS_LOG", "warn")
         .env("BF4PS_POLL_INTERVAL", "200ms")
+        .env("BF4PS_EGRESS_RATE", "1000")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     let _serve = ChildGuard(serve.spawn().unwrap());
     let _collector = ChildGuard(collector_cmd(&url, &fake.url(), "tls-1").spawn().unwrap());
     crate::fixtures::jobs(p, 3, Lane::Interactive).await;
-    // Wait until serve leads projection (pool, listener and lock connection
-    // up), the collector listens, and the jobs are done.
+    // Wait until serve leads projection (its pool and listener up), the
+    // collector listens, and the jobs are done.
     let sessions = eventually(WAIT, "serve and collector sessions", || async {
-        let done = count(p, "SELECT count(*) FROM collection_jobs").await == 0;
+        // (serve's feeder adds background work for the new soldiers.)
+        let done = count(
+            p,
+            "SELECT count(*) FROM collection_jobs WHERE lane = 'interactive'",
+        )
+        .await
+            == 0;
+        let leads = count(
+            p,
+            "SELECT count(*) FROM bf4ps_leases WHERE lease_name = 'projector' AND expires_at > now()",
+        )
+        .await
+            == 1;
         let rows: Vec<(String, bool)> = sqlx::query_as(
             "SELECT a.application_name::text, s.ssl
              FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
@@ -687,7 +818,8 @@ async fn every_connection_of_serve_and_a_collector_is_encrypted(
         .unwrap();
         let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
         let listeners = names.iter().filter(|n| **n == "bf4ps-ops listener").count();
-        (done && listeners >= 2 && names.contains(&"bf4ps-ops projector")).then_some(rows)
+        let pooled = names.iter().filter(|n| **n == "bf4ps-ops").count();
+        (done && leads && listeners >= 2 && pooled >= 2).then_some(rows)
     })
     .await;
     let plain: Vec<&String> = sessions

@@ -58,8 +58,8 @@ async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts:
     exec(
         &db.pool,
         format!(
-            "INSERT INTO soldiers (platform, persona_id, display_name) \
-               SELECT 'pc', g, 's' || g FROM generate_series(1, 5) g; \
+            "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at) \
+               SELECT 'pc', g, 's' || g, now(), now() FROM generate_series(1, 5) g; \
              INSERT INTO collectors (collector_name, hostname, lane, egress_key, heartbeat_state, last_heartbeat_at) \
                VALUES ('c1', 'h1', 'background', 'egress-a', 'healthy', '{t0}'), \
                       ('c2', 'h2', 'interactive', 'egress-b', 'lost', '{t0}'::timestamptz - interval '1 minute'); \
@@ -76,11 +76,11 @@ async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts:
                FROM collectors WHERE collector_name = 'c1'; \
              UPDATE collectors SET current_job_id = (SELECT job_id FROM collection_jobs WHERE status = 'running') \
                WHERE collector_name = 'c1'; \
-             INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES \
-               (1, 'profile', '{t0}'::timestamptz - interval '30 minutes'), \
-               (2, 'profile', '{t0}'::timestamptz - interval '2 hours'), \
-               (3, 'profile', '{t0}'::timestamptz - interval '10 days'), \
-               (4, 'profile', NULL)"
+             INSERT INTO collection_state (soldier_id, profile_last_success_at) VALUES \
+               (1, '{t0}'::timestamptz - interval '30 minutes'), \
+               (2, '{t0}'::timestamptz - interval '2 hours'), \
+               (3, '{t0}'::timestamptz - interval '10 days'), \
+               (4, NULL)"
         ),
     )
     .await
@@ -386,7 +386,8 @@ async fn known_sequence_yields_exact_metrics_and_rollups(_: PgPoolOptions, opts:
     assert_eq!(pairs("profile", "1d_7d"), Some(0.0));
     assert_eq!(pairs("profile", "gt_7d"), Some(1.0));
     assert_eq!(pairs("profile", "never"), Some(1.0));
-    assert_eq!(pairs("detailed", "never"), Some(0.0));
+    // Soldiers 1-4 have their one collection_state row; no detailed success.
+    assert_eq!(pairs("detailed", "never"), Some(4.0));
     assert_eq!(
         sample(
             &text,
@@ -915,6 +916,7 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
             "database": true,
             "migrations_current": true,
             "projector_alive": true,
+            "projector_projecting": true,
             "projector_leader": true,
             "reasons": [],
         })
@@ -987,10 +989,31 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
     for r in burst {
         assert_eq!(r.await.unwrap().0, 503);
     }
+    // (A generous bound: with a database round trip per request, each would
+    // wait for its connection attempt.)
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(10),
         "{:?}",
         started.elapsed()
+    );
+
+    // Past the grace, the projector that cannot reach the database is a
+    // reason of its own.
+    let v = eventually(
+        bf4ps_ops::serve::readiness::PROBLEM_GRACE + Duration::from_secs(10),
+        "projector_projecting false",
+        || async {
+            let (_, v) = readyz(addr).await;
+            (v["projector_projecting"] == false).then_some(v)
+        },
+    )
+    .await;
+    assert!(
+        v["reasons"].as_array().unwrap().iter().any(|r| r
+            .as_str()
+            .unwrap()
+            .starts_with("projector cannot lead or project")),
+        "{v}"
     );
 
     // Back: ready again.
@@ -1006,6 +1029,103 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
         (code == 200 && v["reasons"] == serde_json::json!([])).then_some(())
     })
     .await;
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(15), serve)
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
+/// An event the projector cannot project (written by the owner: an infinite
+/// time, a duration no attempt has) is quarantined: `serve` keeps running,
+/// ready, and keeps projecting the events after it.
+#[sqlx::test]
+async fn serve_quarantines_an_event_it_cannot_project_and_keeps_projecting(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+    let projected = |n: i64| {
+        let pool = db.pool.clone();
+        async move {
+            let got: i64 = sqlx::query_scalar(
+                "SELECT projected_events FROM projector_checkpoint WHERE projector = 'main'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (got >= n).then_some(got)
+        }
+    };
+    insert(&db.pool, &Ev::succeeded(10)).await;
+    eventually(Duration::from_secs(20), "the first event projected", || {
+        projected(1)
+    })
+    .await;
+    let forever: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (occurred_at, event_type, lane, resource) \
+         VALUES ('infinity', 'succeeded', 'background', 'profile') RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let endless: i64 = sqlx::query_scalar(
+        "INSERT INTO collection_events (event_type, lane, resource, duration_ms, http_status) \
+         VALUES ('succeeded', 'background', 'profile', 9223372036854775807, 200) \
+         RETURNING event_id",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    for ms in [20, 30] {
+        insert(&db.pool, &Ev::succeeded(ms)).await;
+    }
+    let got = eventually(Duration::from_secs(20), "every event passed", || {
+        projected(5)
+    })
+    .await;
+    assert_eq!(got, 5);
+    let quarantined: Vec<i64> =
+        sqlx::query_scalar("SELECT event_id FROM projector_quarantine ORDER BY event_id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(quarantined, [forever, endless]);
+    // Only the projectable ones count.
+    let r = &rollups(&db.pool).await[0];
+    assert_eq!(
+        (r.succeeded, r.duration_count, r.duration_sum_ms),
+        (3, 3, 60)
+    );
+    let text = eventually(Duration::from_secs(20), "the metrics", || async {
+        let (_, text) = get(addr, "/metrics").await;
+        (sample(&text, "bf4ps_projector_quarantined_events_total", &[]) == Some(2.0))
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "bf4ps_projector_projected_events_total", &[]),
+        Some(5.0)
+    );
+    // Still serving, ready, projecting what comes next.
+    assert!(!serve.is_finished());
+    let (code, v) = readyz(addr).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["projector_projecting"], true);
+    insert(&db.pool, &Ev::failed("timeout", None, 40)).await;
+    eventually(Duration::from_secs(20), "a later event projected", || {
+        projected(6)
+    })
+    .await;
+    assert_eq!(rollups(&db.pool).await[0].failed_timeout, 1);
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(15), serve)
         .await

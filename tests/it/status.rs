@@ -15,20 +15,26 @@ fn fixture(at: DateTime<Utc>) -> String {
     let a = format!("'{}'::timestamptz", at.to_rfc3339());
     format!(
         "
-INSERT INTO soldiers (platform, persona_id) VALUES ('pc', 1), ('pc', 2), ('pc', 3);
--- Freshness ages are read at 5-minute resolution (the rollup's slots):
--- these stay more than 5 minutes inside their bands.
-INSERT INTO collection_state (soldier_id, resource, last_success_at) VALUES
-    (1, 'detailed', {a} - interval '30 minutes'),
-    (2, 'detailed', {a} - interval '2 hours'),
-    (3, 'detailed', NULL),
-    (1, 'profile', {a} - interval '6 hours'),
-    (2, 'profile', {a} - interval '1 day 1 minute'),
-    (3, 'profile', {a} - interval '8 days'),
-    (1, 'weapons', NULL),
-    (2, 'weapons', NULL),
-    (1, 'vehicles', {a} - interval '50 minutes'),
-    (2, 'vehicles', {a} - interval '7 days');
+INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at)
+    VALUES ('pc', 1, 'p1', {a}, {a}), ('pc', 2, 'p2', {a}, {a}), ('pc', 3, 'p3', {a}, {a});
+-- One collection_state row per soldier (BF4PS's); a resource never
+-- collected has no last success. Freshness ages are read at 5-minute
+-- resolution (the rollup's slots): these stay more than 5 minutes inside
+-- their bands.
+INSERT INTO collection_state (soldier_id, detailed_last_success_at, profile_last_success_at,
+                              weapons_last_success_at, vehicles_last_success_at) VALUES
+    (1, {a} - interval '30 minutes', {a} - interval '6 hours', NULL,
+        {a} - interval '50 minutes'),
+    (2, {a} - interval '2 hours', {a} - interval '1 day 1 minute', NULL,
+        {a} - interval '7 days'),
+    (3, NULL, {a} - interval '8 days', NULL, NULL);
+-- Sightings: 1 and 2 played within the active window (24 h); 3 three days
+-- ago (and a manual submission now, which is not a sighting).
+INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at) VALUES
+    (1, 'bf4sw', {a} - interval '9 days', {a} - interval '1 hour'),
+    (2, 'bf4sw', {a} - interval '9 days', {a} - interval '2 hours'),
+    (3, 'bf4sw', {a} - interval '9 days', {a} - interval '3 days'),
+    (3, 'manual', {a}, {a});
 INSERT INTO collectors (collector_uuid, collector_name, hostname, lane, egress_key,
                         heartbeat_state, last_heartbeat_at, enabled, drained, retired_at) VALUES
     ('00000000-0000-0000-0000-000000000001', 'int-a', 'h1', 'interactive', 'e1',
@@ -72,6 +78,11 @@ UPDATE projector_checkpoint AS cp
 SET tx_id = e.tx_id, event_id = e.event_id, projected_events = 2,
     last_event_at = {a} - interval '5 minutes', updated_at = {a} - interval '20 seconds'
 FROM collection_events AS e WHERE cp.projector = 'main' AND e.event_id = 2;
+-- The budget's use: two classes in the window, one row past it.
+INSERT INTO budget_usage (minute, budget_class, grants) VALUES
+    (date_trunc('minute', {a}) - interval '10 minutes', 'active', 7),
+    (date_trunc('minute', {a}) - interval '20 minutes', 'bootstrap', 3),
+    (date_trunc('minute', {a}) - interval '2 hours', 'active', 50);
 INSERT INTO retention_runs (started_at, finished_at, cutoff, deleted, dry_run) VALUES
     ({a} - interval '2 days', {a} - interval '2 days', {a} - interval '182 days', 7, false),
     ({a} - interval '1 hour', {a} - interval '1 hour' + interval '2 seconds',
@@ -129,11 +140,11 @@ fn expected(at: DateTime<Utc>) -> Value {
                 "oldest_success_age_s": 691_200.0
             },
             "weapons": {
-                "pairs": {"lt_1h": 0, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 0, "never": 2},
+                "pairs": {"lt_1h": 0, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 0, "never": 3},
                 "oldest_success_age_s": null
             },
             "vehicles": {
-                "pairs": {"lt_1h": 1, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 1, "never": 0},
+                "pairs": {"lt_1h": 1, "1h_6h": 0, "6h_24h": 0, "1d_7d": 0, "gt_7d": 1, "never": 1},
                 "oldest_success_age_s": 604_800.0
             }
         },
@@ -162,6 +173,28 @@ fn expected(at: DateTime<Utc>) -> Value {
                 "dry_run": false
             },
             "oldest_event_age_s": 600.0
+        },
+        "budget": {
+            "enabled": true,
+            "requests": 1296,
+            "window_s": 3600.0,
+            "used": 10,
+            "classes": [
+                {"class": "bootstrap", "requests": 3, "share": 3.0 / 1296.0,
+                 "min_share": 0.2, "max_share": null},
+                {"class": "retry", "requests": 0, "share": 0.0,
+                 "min_share": 0.05, "max_share": null},
+                {"class": "active", "requests": 7, "share": 7.0 / 1296.0,
+                 "min_share": null, "max_share": 0.75}
+            ]
+        },
+        // Of 1 and 2: detailed within 24 h both, profile within 30 days
+        // both, weapons never, vehicles within 7 days only 1's (2's is
+        // exactly 7 days old).
+        "activity": {
+            "window_s": 86400.0,
+            "active_soldiers": 2,
+            "fresh": {"detailed": 2, "profile": 2, "weapons": 0, "vehicles": 1}
         }
     })
 }
@@ -254,7 +287,8 @@ async fn the_screen_shows_the_known_state(_: PgPoolOptions, opts: PgConnectOptio
             .to_owned(),
         "  detailed            1        1        0        0        0        1  2h 00m".to_owned(),
         "  profile             0        0        1        1        1        0  8d 00h".to_owned(),
-        "  weapons             0        0        0        0        0        2  -".to_owned(),
+        "  weapons             0        0        0        0        0        3  -".to_owned(),
+        "  vehicles            1        0        0        0        1        1  7d 00h".to_owned(),
         "PROJECTOR     backlog 1 event(s), lag 1m 00s, checkpoint event 2 (2 projected), \
          last moved 20.0s ago"
             .to_owned(),

@@ -55,6 +55,53 @@ fn assert_clean(f: &FetchFailure) {
     assert!(!f.message.is_empty(), "{f:?}");
 }
 
+/// The soldier's current name (as `fixtures::soldier` names them): what the
+/// `profile` resource (the Battlelog user page) is fetched by.
+fn name(persona: i64) -> String {
+    format!("p{persona}")
+}
+
+/// Fetches `resource` of the soldier `persona` named [`name`].
+async fn fetch(
+    up: &Upstream,
+    platform: Platform,
+    persona: i64,
+    resource: Resource,
+) -> Result<bf4ps_ops::upstream::Fetched, FetchFailure> {
+    up.fetch(platform, persona, &name(persona), resource).await
+}
+
+/// Where the fake keys what it serves for `resource` of soldier `persona`:
+/// the persona, or for the user page (`profile`) the fake's number for the
+/// soldier's name.
+fn key(platform: Platform, persona: i64, resource: Resource) -> (Platform, i64) {
+    if resource == Resource::Profile {
+        FakeServer::user_key(&name(persona))
+    } else {
+        (platform, persona)
+    }
+}
+
+/// Scripts the responses to `resource` of soldier `persona`.
+fn script(server: &FakeServer, persona: i64, resource: Resource, responses: Vec<Scripted>) {
+    let (platform, id) = key(PC, persona, resource);
+    server.script(platform, id, Some(resource), responses);
+}
+
+/// Whether the fake answers every request for `resource` of `persona`
+/// "not found" (its unavailable share).
+fn unavailable(settings: &FakeSettings, persona: i64, resource: Resource) -> bool {
+    let (platform, id) = key(PC, persona, resource);
+    is_unavailable(settings, platform, id)
+}
+
+const ACCESS_STATES: [&str; 4] = [
+    "public_country",
+    "public_no_country",
+    "friends_only",
+    "not_found",
+];
+
 #[tokio::test]
 async fn each_resource_parses_deterministically_and_bump_changes_it() {
     let server = fake(FakeSettings {
@@ -65,8 +112,8 @@ async fn each_resource_parses_deterministically_and_bump_changes_it() {
     let up = client(&server);
     for (i, resource) in Resource::ALL.iter().copied().enumerate() {
         let persona = 1000 + i as i64;
-        let first = up.fetch(PC, persona, resource).await.unwrap();
-        let again = up.fetch(PC, persona, resource).await.unwrap();
+        let first = fetch(&up, PC, persona, resource).await.unwrap();
+        let again = fetch(&up, PC, persona, resource).await.unwrap();
         assert_eq!(first.http_status, 200);
         assert!(first.body_bytes > 100, "{resource}: {}", first.body_bytes);
         assert_eq!(first.data, again.data, "{resource} is not deterministic");
@@ -82,11 +129,12 @@ async fn each_resource_parses_deterministically_and_bump_changes_it() {
                 assert!(first.body_bytes > 5_000, "{}", first.body_bytes);
             }
             Resource::Profile => {
-                assert_eq!(first.data["name"], raw["viewedPersonaInfo"]["personaName"]);
-                assert_eq!(
-                    first.data["score"].as_i64(),
-                    count(&raw["overviewStats"]["totalScore"])
-                );
+                // The user page of the soldier's account, by its name.
+                let _ = raw;
+                assert_eq!(first.data["battlelog_username"], name(persona));
+                let state = first.data["access_state"].as_str().unwrap();
+                assert!(ACCESS_STATES.contains(&state), "{state}");
+                assert!(first.body_bytes > 5_000, "{}", first.body_bytes);
             }
             Resource::Weapons | Resource::Vehicles => {
                 let key = if resource == Resource::Weapons {
@@ -104,10 +152,22 @@ async fn each_resource_parses_deterministically_and_bump_changes_it() {
         }
 
         server.bump(PC, persona);
-        let bumped = up.fetch(PC, persona, resource).await.unwrap();
+        let bumped = fetch(&up, PC, persona, resource).await.unwrap();
+        if resource == Resource::Profile {
+            // The account's page is not gameplay: play does not change it;
+            // another account's page is another page.
+            assert_eq!(first.data, bumped.data, "{resource} changed on bump");
+            let other = up
+                .fetch(PC, persona, &name(persona + 1), resource)
+                .await
+                .unwrap();
+            assert_ne!(first.data, other.data, "{resource}");
+            assert_eq!(other.data["battlelog_username"], name(persona + 1));
+            continue;
+        }
         assert_ne!(first.data, bumped.data, "{resource} did not change on bump");
         // Another platform is another soldier.
-        let other = up.fetch(Platform::Ps4, persona, resource).await.unwrap();
+        let other = fetch(&up, Platform::Ps4, persona, resource).await.unwrap();
         assert_ne!(first.data, other.data, "{resource}");
     }
     server.shutdown().await;
@@ -138,27 +198,38 @@ async fn failures_are_classified_without_body_text() {
         (Scripted::Reset, ErrorClass::Transport, None),
     ];
     for resource in Resource::ALL.iter().copied() {
-        for (i, (script, class, status)) in cases.iter().enumerate() {
+        for (i, (scripted, class, status)) in cases.iter().enumerate() {
             let persona = 500 + i as i64;
-            server.script(PC, persona, Some(resource), vec![*script]);
-            let f = up.fetch(PC, persona, resource).await.unwrap_err();
-            assert_eq!(f.class, *class, "{resource} {script:?}: {f:?}");
-            assert_eq!(f.http_status, *status, "{resource} {script:?}: {f:?}");
-            assert_clean(&f);
+            script(&server, persona, resource, vec![*scripted]);
+            let got = fetch(&up, PC, persona, resource).await;
+            let not_found = matches!(scripted, Scripted::Status(404) | Scripted::Unavailable);
+            if resource == Resource::Profile && not_found {
+                // A user page Battlelog does not have: data (BF4PS's
+                // `not_found` access state), not a failure.
+                let ok = got.unwrap_or_else(|e| panic!("{resource} {scripted:?}: {e:?}"));
+                assert_eq!(ok.http_status, 404, "{scripted:?}");
+                assert_eq!(ok.data["access_state"], "not_found");
+                assert_eq!(ok.data["battlelog_username"], name(persona));
+            } else {
+                let f = got.unwrap_err();
+                assert_eq!(f.class, *class, "{resource} {scripted:?}: {f:?}");
+                assert_eq!(f.http_status, *status, "{resource} {scripted:?}: {f:?}");
+                assert_clean(&f);
+            }
             // The script is used up: the next request succeeds.
-            up.fetch(PC, persona, resource)
+            fetch(&up, PC, persona, resource)
                 .await
-                .unwrap_or_else(|e| panic!("{resource} after {script:?}: {e:?}"));
+                .unwrap_or_else(|e| panic!("{resource} after {scripted:?}: {e:?}"));
         }
     }
     let f = {
-        server.script(
-            PC,
+        script(
+            &server,
             1,
-            Some(Resource::Detailed),
+            Resource::Detailed,
             vec![Scripted::MissingFields],
         );
-        up.fetch(PC, 1, Resource::Detailed).await.unwrap_err()
+        fetch(&up, PC, 1, Resource::Detailed).await.unwrap_err()
     };
     assert!(f.message.contains("kills"), "{f:?}");
     assert_eq!(
@@ -174,8 +245,8 @@ async fn a_hang_ends_at_the_client_timeout() {
     let server = fake(FakeSettings::default()).await;
     let timeout = Duration::from_millis(300);
     let up = client_with_timeout(&server, timeout);
-    server.script(PC, 7, None, vec![Scripted::Hang]);
-    let f = up.fetch(PC, 7, Resource::Profile).await.unwrap_err();
+    script(&server, 7, Resource::Profile, vec![Scripted::Hang]);
+    let f = fetch(&up, PC, 7, Resource::Profile).await.unwrap_err();
     assert_eq!(f.class, ErrorClass::Timeout, "{f:?}");
     assert_eq!(f.http_status, None);
     assert!(f.duration >= timeout, "{f:?}");
@@ -183,13 +254,13 @@ async fn a_hang_ends_at_the_client_timeout() {
     assert!(f.message.contains("300ms"), "{f:?}");
     assert_clean(&f);
     // A delay shorter than the timeout is just slow.
-    server.script(
-        PC,
+    script(
+        &server,
         7,
-        None,
+        Resource::Profile,
         vec![Scripted::Delay(Duration::from_millis(100))],
     );
-    let ok = up.fetch(PC, 7, Resource::Profile).await.unwrap();
+    let ok = fetch(&up, PC, 7, Resource::Profile).await.unwrap();
     assert!(ok.duration >= Duration::from_millis(100), "{ok:?}");
     server.shutdown().await;
 }
@@ -201,7 +272,7 @@ async fn connection_refused_is_transport() {
         l.local_addr().unwrap().port()
     };
     let up = Upstream::new(&UpstreamArgs::with_url(format!("http://127.0.0.1:{port}"))).unwrap();
-    let f = up.fetch(PC, 1, Resource::Detailed).await.unwrap_err();
+    let f = fetch(&up, PC, 1, Resource::Detailed).await.unwrap_err();
     assert_eq!(f.class, ErrorClass::Transport, "{f:?}");
     assert_eq!(f.http_status, None);
     assert!(f.message.contains("connect"), "{f:?}");
@@ -227,7 +298,7 @@ async fn scripts_are_per_resource_first_and_requests_are_logged() {
         (Resource::Weapons, None),
     ];
     for (resource, class) in classes {
-        let got = up.fetch(PC, 9, resource).await.err().map(|f| f.class);
+        let got = fetch(&up, PC, 9, resource).await.err().map(|f| f.class);
         assert_eq!(got, class, "{resource}");
     }
     let log = server.requests();
@@ -274,20 +345,29 @@ async fn knob_rates_hold_and_match_client_classes() {
         let resource = Resource::ALL[persona as usize % 4];
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await.unwrap();
-            (persona, up.fetch(PC, persona, resource).await)
+            (persona, resource, fetch(&up, PC, persona, resource).await)
         });
     }
     let mut client: HashMap<Option<ErrorClass>, usize> = HashMap::new();
     while let Some(joined) = tasks.join_next().await {
-        let (persona, result) = joined.unwrap();
+        let (persona, resource, result) = joined.unwrap();
+        let gone = unavailable(&settings, persona, resource);
         match result {
             Ok(f) => {
                 assert!(f.duration >= settings.latency, "{f:?}");
+                if gone {
+                    // Only a user page that does not exist is data.
+                    assert_eq!(resource, Resource::Profile);
+                    assert_eq!(
+                        (f.http_status, f.data["access_state"].as_str()),
+                        (404, Some("not_found"))
+                    );
+                }
                 *client.entry(None).or_default() += 1;
             }
             Err(f) => {
                 assert_clean(&f);
-                if is_unavailable(&settings, PC, persona) {
+                if gone {
                     assert_eq!(
                         (f.class, f.http_status),
                         (ErrorClass::Unavailable, Some(404))
@@ -311,6 +391,8 @@ async fn knob_rates_hold_and_match_client_classes() {
             Outcome::Malformed | Outcome::MissingFields | Outcome::NoStats => {
                 Some(ErrorClass::Parse)
             }
+            // A user page that does not exist is data (`not_found`).
+            Outcome::Unavailable | Outcome::NotFound if r.resource == Resource::Profile => None,
             Outcome::Unavailable | Outcome::NotFound => Some(ErrorClass::Unavailable),
             Outcome::Hang => Some(ErrorClass::Timeout),
             Outcome::Reset => Some(ErrorClass::Transport),
@@ -319,10 +401,12 @@ async fn knob_rates_hold_and_match_client_classes() {
     }
     assert_eq!(client, server_side, "client classes vs fake outcomes");
 
-    let unavailable = outcomes.get(&Outcome::NotFound).copied().unwrap_or(0);
-    let expected_unavailable = (0..N).filter(|p| is_unavailable(&settings, PC, *p)).count();
-    assert_eq!(unavailable, expected_unavailable);
-    let eligible = (N as usize - unavailable) as f64;
+    let not_found = outcomes.get(&Outcome::NotFound).copied().unwrap_or(0);
+    let expected_unavailable = (0..N)
+        .filter(|p| unavailable(&settings, *p, Resource::ALL[*p as usize % 4]))
+        .count();
+    assert_eq!(not_found, expected_unavailable);
+    let eligible = (N as usize - not_found) as f64;
     let within = |outcome: Outcome, rate: f64| {
         let got = outcomes.get(&outcome).copied().unwrap_or(0) as f64;
         let mean = eligible * rate;
@@ -361,7 +445,7 @@ async fn knob_rates_hold_and_match_client_classes() {
     let up = client_with_timeout(&replay, Duration::from_secs(3));
     for persona in [3_i64, 17, 123] {
         let resource = Resource::ALL[persona as usize % 4];
-        let _ = up.fetch(PC, persona, resource).await;
+        let _ = fetch(&up, PC, persona, resource).await;
     }
     let first: HashMap<i64, Outcome> = log.iter().map(|r| (r.persona_id, r.outcome)).collect();
     for r in replay.requests() {
@@ -379,15 +463,17 @@ async fn change_rate_advances_stats_between_requests() {
     })
     .await;
     let up = client(&server);
-    let mut previous = up.fetch(PC, 77, Resource::Detailed).await.unwrap().data;
+    let mut previous = fetch(&up, PC, 77, Resource::Detailed).await.unwrap().data;
     let first_generation = server.generation(PC, 77);
     let mut changes = 0;
     for _ in 0..100 {
-        let data = up.fetch(PC, 77, Resource::Detailed).await.unwrap().data;
+        let data = fetch(&up, PC, 77, Resource::Detailed).await.unwrap().data;
         if data != previous {
             changes += 1;
             assert!(data["kills"].as_i64() >= previous["kills"].as_i64());
-            assert!(data["time_played_s"].as_i64() > previous["time_played_s"].as_i64());
+            assert!(
+                data["time_played_seconds"].as_i64() > previous["time_played_seconds"].as_i64()
+            );
         }
         previous = data;
     }
@@ -401,7 +487,7 @@ async fn shutdown_answers_hanging_requests() {
     let server = fake(FakeSettings::default()).await;
     let up = client_with_timeout(&server, Duration::from_secs(60));
     server.script(PC, 3, None, vec![Scripted::Hang]);
-    let fetch = tokio::spawn(async move { up.fetch(PC, 3, Resource::Vehicles).await });
+    let fetch = tokio::spawn(async move { fetch(&up, PC, 3, Resource::Vehicles).await });
     crate::support::eventually(Duration::from_secs(10), "the hanging request", || async {
         (!server.requests().is_empty()).then_some(())
     })
@@ -425,6 +511,93 @@ fn fixtures_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/battlelog")
 }
 
+/// A fixture's `normalized` document (written for the shapes before BF4PS's
+/// columns) in BF4PS's names: `score` is `total_score`, `time_played_s`
+/// `time_played_seconds`, the kit and mode scores `<kit>_score` and
+/// `<mode>_score`, per weapon `time_equipped_s` is `time_equipped_seconds`,
+/// per vehicle `time_in_s` and `destroyed` are `time_in_seconds` and
+/// `destroy_x_in_y`. The decimals are Battlelog's text (compared as
+/// numbers); the derived values BF4PS has no column for (`skill`,
+/// `kd_ratio`, `accuracy`, `rounds`) are dropped.
+fn in_bf4ps_columns(old: &Value) -> serde_json::Map<String, Value> {
+    let rename = |key: &str| -> Option<String> {
+        Some(
+            match key {
+                "score" => "total_score",
+                "time_played_s" => "time_played_seconds",
+                "time_equipped_s" => "time_equipped_seconds",
+                "time_in_s" => "time_in_seconds",
+                "destroyed" => "destroy_x_in_y",
+                "skill" | "kd_ratio" | "accuracy" | "rounds" => return None,
+                other => other,
+            }
+            .to_owned(),
+        )
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in old.as_object().unwrap() {
+        match (key.as_str(), value) {
+            ("kit_scores" | "mode_scores", Value::Object(scores)) => {
+                for (k, v) in scores {
+                    out.insert(format!("{k}_score"), v.clone());
+                }
+            }
+            ("weapons" | "vehicles", Value::Array(list)) => {
+                let list = list
+                    .iter()
+                    .map(|e| Value::Object(in_bf4ps_columns(e)))
+                    .collect();
+                out.insert(key.clone(), Value::Array(list));
+            }
+            _ => {
+                if let Some(k) = rename(key) {
+                    out.insert(k, value.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `got` (the normalized document) holds every value of `want` (a
+/// translated fixture expectation); decimals compare as numbers.
+fn assert_holds(name: &str, path: &str, got: &Value, want: &Value) {
+    match (got, want) {
+        (Value::Object(g), Value::Object(w)) => {
+            for (k, wv) in w {
+                let gv = g
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{name}: {path}.{k} missing in {got}"));
+                assert_holds(name, &format!("{path}.{k}"), gv, wv);
+            }
+        }
+        (Value::Array(g), Value::Array(w)) => {
+            // Weapon and vehicle lists are complete now (entries never used
+            // included, which the fixtures' documents left out): every
+            // expected entry, by guid, and nothing else with kills.
+            for wv in w {
+                let guid = &wv["guid"];
+                let gv = g
+                    .iter()
+                    .find(|e| e["guid"] == *guid)
+                    .unwrap_or_else(|| panic!("{name}: {path} lacks {guid}"));
+                assert_holds(name, &format!("{path}[{guid}]"), gv, wv);
+            }
+            for gv in g {
+                if !w.iter().any(|e| e["guid"] == gv["guid"]) {
+                    let unused = gv["kills"] == 0 || gv["kills"].is_null();
+                    assert!(unused, "{name}: {path} unexpected {gv}");
+                }
+            }
+        }
+        (Value::String(g), Value::Number(w)) if w.is_f64() => {
+            let g: f64 = g.parse().unwrap_or_else(|_| panic!("{name}: {path} {g:?}"));
+            assert!((g - w.as_f64().unwrap()).abs() < 1e-9, "{name}: {path}");
+        }
+        _ => assert_eq!(got, want, "{name}: {path}"),
+    }
+}
+
 #[test]
 fn every_fixture_normalizes_as_expected() {
     let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
@@ -437,7 +610,6 @@ fn every_fixture_normalizes_as_expected() {
     names.sort();
     for required in [
         "detailed",
-        "profile",
         "weapons",
         "vehicles",
         "weapons-null-melee",
@@ -460,13 +632,31 @@ fn every_fixture_normalizes_as_expected() {
         let resource: Resource = expect["resource"].as_str().unwrap().parse().unwrap();
         let platform: Platform = expect["platform"].as_str().unwrap().parse().unwrap();
         let persona = expect["persona_id"].as_i64().unwrap();
-        let got = normalize(resource, platform, persona, &body);
+        let username = self::name(persona);
+        let got = normalize(resource, platform, persona, &username, &body);
+        if resource == Resource::Profile {
+            // The JSON overview is no longer what `profile` fetches (it is
+            // the user page, HTML): such a body is refused, never stored.
+            let e = got.expect_err(&name);
+            assert_eq!(e.class, ErrorClass::Parse, "{name}: {e:?}");
+            assert!(e.message.contains("not an HTML page"), "{name}: {e:?}");
+            continue;
+        }
         if let Some(want) = expect.get("normalized") {
             let got = got.unwrap_or_else(|e| panic!("{name}: {e:?}"));
-            assert_eq!(&got, want, "{name}");
-            // Deterministic: the same stats in another order and other number
-            // representations give the same document.
-            assert_eq!(normalize(resource, platform, persona, &body).unwrap(), got);
+            let want = Value::Object(in_bf4ps_columns(want));
+            assert_holds(&name, "", &got, &want);
+            // Every key is always present (null when not reported).
+            if resource == Resource::Detailed {
+                for column in bf4ps_ops::upstream::battlelog::DETAILED_COLUMNS {
+                    assert!(got.get(*column).is_some(), "{name}: {column} missing");
+                }
+            }
+            // Deterministic.
+            assert_eq!(
+                normalize(resource, platform, persona, &username, &body).unwrap(),
+                got
+            );
         } else {
             let e = got.expect_err(&name);
             assert_eq!(e.class.as_str(), expect["error_class"], "{name}: {e:?}");
@@ -474,6 +664,50 @@ fn every_fixture_normalizes_as_expected() {
             assert!(e.message.contains(fragment), "{name}: {e:?}");
             assert!(e.message.chars().count() <= MAX_MESSAGE_CHARS);
         }
+    }
+}
+
+/// The user page (`profile`): BF4PS's access states from the page, the
+/// country from the flag, and a page that is not the user's is `parse`.
+#[test]
+fn user_pages_normalize_to_bf4ps_profiles() {
+    let page = |inner: &str| {
+        format!(
+            "<!DOCTYPE html><html><head><title>KaVexLin - Battlelog</title></head><body>\
+             <div id=\"profile-user\" data-user-id=\"2832658801\">\
+             <h1 class=\"username\">KaVexLin</h1>{inner}</div></body></html>"
+        )
+        .into_bytes()
+    };
+    let profile = |body: &[u8]| normalize(Resource::Profile, PC, 1, "KaVexLin", body);
+    let flag = page(
+        "<span class=\"location-information\"><img class=\"flag\" \
+         src=\"https://cdn.example/common/flags/se.gif\" alt=\"Sweden\"/> Sweden</span>",
+    );
+    assert_eq!(
+        profile(&flag).unwrap(),
+        serde_json::json!({"battlelog_username": "KaVexLin", "battlelog_user_id": 2832658801_i64,
+                           "country_code": "SE", "country_name": "Sweden",
+                           "access_state": "public_country"})
+    );
+    let none = profile(&page("")).unwrap();
+    assert_eq!(none["access_state"], "public_no_country");
+    assert!(none["country_code"].is_null());
+    let friends = profile(&page(
+        "<p>KaVexLin has chosen to share this profile only with friends.</p>",
+    ))
+    .unwrap();
+    assert_eq!(friends["access_state"], "friends_only");
+    assert!(friends["country_code"].is_null());
+    // Another user's page, a maintenance page, JSON: refused.
+    for body in [
+        normalize(Resource::Profile, PC, 1, "SomeoneElse", &flag),
+        profile(b"<html><body>Battlelog is down for maintenance</body></html>"),
+        profile(b"{\"type\":\"success\",\"data\":{}}"),
+    ] {
+        let e = body.unwrap_err();
+        assert_eq!(e.class, ErrorClass::Parse, "{e:?}");
+        assert!(!e.message.contains("KaVexLin"), "{e:?}");
     }
 }
 
@@ -496,6 +730,7 @@ fn list_order_and_number_representation_do_not_change_the_document() {
         Resource::Weapons,
         PC,
         303_498_475,
+        "p303498475",
         &serde_json::to_vec(&body).unwrap(),
     )
     .unwrap();
@@ -503,6 +738,7 @@ fn list_order_and_number_representation_do_not_change_the_document() {
         Resource::Weapons,
         PC,
         303_498_475,
+        "p303498475",
         &serde_json::to_vec(&shuffled).unwrap(),
     )
     .unwrap();
@@ -517,7 +753,7 @@ async fn the_fake_serves_live_sized_bodies_that_normalize() {
     let server = fake(FakeSettings::default()).await;
     let up = client(&server);
     for persona in [11_i64, 12, 13] {
-        let w = up.fetch(PC, persona, Resource::Weapons).await.unwrap();
+        let w = fetch(&up, PC, persona, Resource::Weapons).await.unwrap();
         assert!(
             (520_000..=640_000).contains(&w.body_bytes),
             "weapons {} bytes",
@@ -535,7 +771,7 @@ async fn the_fake_serves_live_sized_bodies_that_normalize() {
                 .iter()
                 .all(|e| e["shots_fired"].is_null() && e["kills"].is_i64())
         );
-        let v = up.fetch(PC, persona, Resource::Vehicles).await.unwrap();
+        let v = fetch(&up, PC, persona, Resource::Vehicles).await.unwrap();
         assert!(
             (400_000..=500_000).contains(&v.body_bytes),
             "vehicles {} bytes",
@@ -555,7 +791,7 @@ async fn redirects_are_failures_and_never_followed() {
     .await;
     let up = client(&server);
     for resource in Resource::ALL.iter().copied() {
-        let f = up.fetch(PC, 21, resource).await.unwrap_err();
+        let f = fetch(&up, PC, 21, resource).await.unwrap_err();
         assert_eq!(f.class, ErrorClass::Http, "{f:?}");
         assert!(matches!(f.http_status, Some(301 | 302)), "{f:?}");
         assert!(f.message.contains("redirects are not followed"), "{f:?}");
@@ -589,12 +825,12 @@ async fn the_fake_throttles_a_period_or_a_client_above_a_rate() {
     let up = client(&server);
     server.throttle_for(Duration::from_secs(60));
     for resource in Resource::ALL.iter().copied() {
-        let f = up.fetch(PC, 31, resource).await.unwrap_err();
+        let f = fetch(&up, PC, 31, resource).await.unwrap_err();
         assert_eq!((f.class, f.http_status), (ErrorClass::Throttled, Some(429)));
         assert_clean(&f);
     }
     server.throttle_for(Duration::ZERO);
-    up.fetch(PC, 31, Resource::Detailed).await.unwrap();
+    fetch(&up, PC, 31, Resource::Detailed).await.unwrap();
     assert!(
         server
             .requests()
@@ -614,7 +850,7 @@ async fn the_fake_throttles_a_period_or_a_client_above_a_rate() {
     let mut classes = Vec::new();
     for _ in 0..8 {
         classes.push(
-            up.fetch(PC, 32, Resource::Profile)
+            fetch(&up, PC, 32, Resource::Profile)
                 .await
                 .err()
                 .map(|f| f.class),
@@ -679,7 +915,7 @@ async fn cli_serves_until_sigterm_and_exits_zero() {
 
     let up = Upstream::new(&UpstreamArgs::with_url(url)).unwrap();
     let got = up
-        .fetch(Platform::XboxOne, 1234, Resource::Detailed)
+        .fetch(Platform::XboxOne, 1234, "p1234", Resource::Detailed)
         .await
         .unwrap();
     let raw = synthetic_data(9, Platform::XboxOne, 1234, 0, Resource::Detailed);
