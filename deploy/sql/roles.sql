@@ -5,8 +5,8 @@
 --   psql -v owner=bf4ps_owner -f deploy/sql/roles.sql postgres
 --
 -- `owner` is the login role that runs `migrate` and `serve` and owns the
--- bf4ps database. Migration 0006 then finds the roles and only grants
--- privileges on its own objects. Safe to run again.
+-- bf4ps database. Migrations 0006 and 0014 then find the roles and only grant
+-- privileges on their own objects. Safe to run again.
 
 \set ON_ERROR_STOP on
 
@@ -28,12 +28,19 @@ $$;
 -- requires membership of it.
 GRANT bf4ps_definer TO :"owner";
 
+-- serve's monitor ends a collector's or website's session whose transaction
+-- stays open past BF4PS_CLIENT_TRANSACTION_LIMIT (it would hold the fleet's
+-- row locks and the projection horizon): signalling another role's backend
+-- needs pg_signal_backend.
+GRANT pg_signal_backend TO :"owner";
+
 -- Login roles, one per unit (examples: adapt the names and set passwords
 -- with \password NAME, or use certificate authentication):
 --
 --   CREATE ROLE bf4ps_owner LOGIN;                          -- migrate + serve
 --   CREATE DATABASE bf4ps OWNER bf4ps_owner;
---   CREATE ROLE bf4ps_collector_bg_1 LOGIN IN ROLE bf4ps_collector;
+--   CREATE ROLE bf4ps_collector_host1 LOGIN IN ROLE bf4ps_collector; -- one per host:
+--                                 -- its collectors' names and egress keys are its own
 --   CREATE ROLE bf4ps_web LOGIN IN ROLE bf4ps_website;      -- the website
 --   CREATE ROLE bf4ps_grafana LOGIN IN ROLE bf4ps_reader;   -- dashboards, status
 --
