@@ -288,15 +288,7 @@ async fn simulate(
                     continue;
                 }
                 let w = Instant::now();
-                let row: (
-                    bool,
-                    i64,
-                    Option<i64>,
-                    Option<i64>,
-                    Option<String>,
-                    Option<Uuid>,
-                    Option<String>,
-                ) = sqlx::query_as(
+                let row: GrantAndClaim = sqlx::query_as(
                     "SELECT g.granted, g.wait_us, c.job_id, c.soldier_id, c.resource,
                             c.lease_token, c.budget_class
                      FROM bf4ps_egress_grant($1, true, $3) AS g
@@ -520,6 +512,18 @@ fn fresh_ratio(soldiers: &[Soldier], t: i64) -> f64 {
     fresh as f64 / active.len().max(1) as f64
 }
 
+/// One gate pass and the claim it allows: granted, the wait (µs) when
+/// refused, and the claimed job (id, soldier, resource, lease, budget class).
+type GrantAndClaim = (
+    bool,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<String>,
+    Option<Uuid>,
+    Option<String>,
+);
+
 /// 200,000 soldiers as BF4PS's database holds them at the start: tiers,
 /// sightings of the last year, all three resources collected in the last
 /// 30 days. Returns the simulation's view, indexed by soldier id − 1.
@@ -530,11 +534,9 @@ async fn initial_population(
     rng: &mut fastrand::Rng,
 ) -> Result<Vec<Soldier>, BenchError> {
     let mut soldiers = Vec::with_capacity(world.soldiers + world.new_per_day * world.days as usize);
-    let (mut seen, mut first, mut succ): (
-        Vec<DateTime<Utc>>,
-        Vec<DateTime<Utc>>,
-        [Vec<DateTime<Utc>>; 3],
-    ) = (Vec::new(), Vec::new(), [Vec::new(), Vec::new(), Vec::new()]);
+    let mut seen: Vec<DateTime<Utc>> = Vec::new();
+    let mut first: Vec<DateTime<Utc>> = Vec::new();
+    let mut succ: [Vec<DateTime<Utc>>; 3] = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..world.soldiers {
         let tier = pick_tier(rng);
         // The last day of the past year they played on (a week back at
