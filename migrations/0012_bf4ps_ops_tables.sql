@@ -276,6 +276,22 @@ CREATE TABLE projector_quarantine (
     quarantined_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- Who played and how fresh they are, as of `serve`'s last count (the feeder
+-- counts after each cycle: src/feeder.rs count_activity): status and the
+-- gauges read this one row, whatever the number of active soldiers.
+CREATE TABLE activity_summary (
+    singleton boolean PRIMARY KEY DEFAULT true,
+    counted_at timestamptz NOT NULL,
+    active_window interval NOT NULL,
+    active_soldiers bigint NOT NULL,
+    fresh_detailed bigint NOT NULL,
+    fresh_profile bigint NOT NULL,
+    fresh_weapons bigint NOT NULL,
+    fresh_vehicles bigint NOT NULL,
+
+    CONSTRAINT activity_summary_singleton_check CHECK (singleton)
+);
+
 -- ---------------------------------------------------------------------------
 -- The contract tables' two columns, last: ALTER TABLE takes an ACCESS
 -- EXCLUSIVE lock until this migration commits, so nothing else runs after.

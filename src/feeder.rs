@@ -59,6 +59,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -639,7 +640,11 @@ impl Feeder {
                     }
                 };
             if cycle_due {
-                match self.run_once().await {
+                let cycle = self.run_once().await;
+                if let Err(e) = count_activity(&self.pool, None).await {
+                    tracing::warn!(error = %e, "counting the active soldiers failed");
+                }
+                match cycle {
                     Ok(r) if r.inserted > 0 => tracing::debug!(
                         inserted = r.inserted,
                         pending_before = r.pending_before,
@@ -665,6 +670,45 @@ impl Feeder {
         }
     }
 }
+
+/// Counts, as of `at` (`None`: the database's clock), the soldiers seen
+/// playing within the active window (a `bf4sw` sighting) and, per
+/// resource, those whose data is fresh (collected within its cadence,
+/// `refresh_<resource>`), into the one row of `activity_summary` that
+/// `status` and the gauges read. Reads the active soldiers' sightings and
+/// state: bounded by who plays, and run once per feeder cycle rather than
+/// per read.
+pub async fn count_activity(
+    executor: impl PgExecutor<'_>,
+    at: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(COUNT_ACTIVITY_SQL)
+        .bind(at)
+        .execute(executor)
+        .await?;
+    Ok(())
+}
+
+const COUNT_ACTIVITY_SQL: &str = "\
+INSERT INTO activity_summary AS a (singleton, counted_at, active_window, active_soldiers,
+                                   fresh_detailed, fresh_profile, fresh_weapons, fresh_vehicles)
+SELECT true, t.at, s.active_window, count(cs.soldier_id),
+       count(*) FILTER (WHERE cs.detailed_last_success_at > t.at - s.refresh_detailed),
+       count(*) FILTER (WHERE cs.profile_last_success_at > t.at - s.refresh_profile),
+       count(*) FILTER (WHERE cs.weapons_last_success_at > t.at - s.refresh_weapons),
+       count(*) FILTER (WHERE cs.vehicles_last_success_at > t.at - s.refresh_vehicles)
+FROM (SELECT coalesce($1::timestamptz, now()) AS at) AS t
+CROSS JOIN scheduling_settings AS s
+LEFT JOIN soldier_sources AS src
+       ON src.source_type = 'bf4sw' AND src.last_seen_at > t.at - s.active_window
+      AND src.last_seen_at <= t.at
+LEFT JOIN collection_state AS cs ON cs.soldier_id = src.soldier_id
+GROUP BY t.at, s.active_window
+ON CONFLICT (singleton) DO UPDATE
+SET counted_at = EXCLUDED.counted_at, active_window = EXCLUDED.active_window,
+    active_soldiers = EXCLUDED.active_soldiers, fresh_detailed = EXCLUDED.fresh_detailed,
+    fresh_profile = EXCLUDED.fresh_profile, fresh_weapons = EXCLUDED.fresh_weapons,
+    fresh_vehicles = EXCLUDED.fresh_vehicles";
 
 #[cfg(test)]
 mod tests {

@@ -190,17 +190,20 @@ impl GaugeRefresher {
                 0.0
             },
         );
-        self.set(
-            "bf4ps_active_soldiers",
-            &[],
-            s.activity.active_soldiers as f64,
-        );
-        for (resource, n) in s.activity.fresh.iter() {
+        // Not counted yet: no series (a 0 would read as "nobody is fresh").
+        if s.activity.counted_age_s.is_some() {
             self.set(
-                "bf4ps_active_fresh_soldiers",
-                &[("resource", resource.as_str())],
-                *n as f64,
+                "bf4ps_active_soldiers",
+                &[],
+                s.activity.active_soldiers as f64,
             );
+            for (resource, n) in s.activity.fresh.iter() {
+                self.set(
+                    "bf4ps_active_fresh_soldiers",
+                    &[("resource", resource.as_str())],
+                    *n as f64,
+                );
+            }
         }
         for c in &s.budget.classes {
             let labels = [("class", c.class.as_str())];

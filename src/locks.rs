@@ -219,7 +219,9 @@ pub struct EndedSession {
 
 /// Ends the sessions of collector and website roles (members of
 /// `bf4ps_collector` or `bf4ps_website` that are not ours: not members of
-/// `bf4ps_definer`) whose transaction has been open longer than `limit`.
+/// `bf4ps_definer`) whose transaction has been open longer than `limit`,
+/// unless they are waiting for a lock (queued behind the holder: its
+/// victims, freed when it is ended).
 /// Ours last milliseconds; an open one holds the row locks every collector
 /// needs (the budget, a key, the registration lock) and the projection
 /// horizon, so one compromised host could stall the fleet. Readers are left
@@ -237,6 +239,9 @@ pub async fn end_overlong_client_transactions(
         "FROM pg_stat_activity a ",
         "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
         "AND a.xact_start < now() - $1 * interval '1 millisecond' ",
+        // Waiting for a lock: a victim of the holder, not one (ending the
+        // holder frees it).
+        "AND a.wait_event_type IS DISTINCT FROM 'Lock' ",
         "AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
         "     OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER')) ",
         "AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')"

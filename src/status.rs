@@ -86,12 +86,15 @@ pub struct Status {
 
 /// The soldiers seen playing within the active window (a `bf4sw`
 /// sighting) and, per resource, how many of them have it fresh: collected
-/// within its cadence (`refresh_<resource>`). Read from BF4PS's sightings
-/// and state: bounded by the active soldiers, never the population.
+/// within its cadence (`refresh_<resource>`). As the feeder last counted
+/// them (`activity_summary`, after each cycle): one row to read, whatever
+/// the number of active soldiers.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ActivityStatus {
     /// The active window, in seconds.
     pub window_s: f64,
+    /// How long ago the feeder counted (`None`: never yet; the counts are 0).
+    pub counted_age_s: Option<f64>,
     /// Soldiers seen within it.
     pub active_soldiers: u64,
     /// Of those, fresh per resource.
@@ -441,31 +444,42 @@ async fn activity(
     conn: &mut PgConnection,
     at: DateTime<Utc>,
 ) -> Result<ActivityStatus, sqlx::Error> {
-    let (window_s, active, d, p, w, v): (f64, i64, i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT extract(epoch FROM s.active_window)::float8, count(cs.soldier_id), \
-                count(*) FILTER (WHERE cs.detailed_last_success_at > $1 - s.refresh_detailed), \
-                count(*) FILTER (WHERE cs.profile_last_success_at > $1 - s.refresh_profile), \
-                count(*) FILTER (WHERE cs.weapons_last_success_at > $1 - s.refresh_weapons), \
-                count(*) FILTER (WHERE cs.vehicles_last_success_at > $1 - s.refresh_vehicles) \
-         FROM scheduling_settings AS s \
-         LEFT JOIN soldier_sources AS src \
-                ON src.source_type = 'bf4sw' AND src.last_seen_at > $1 - s.active_window \
-               AND src.last_seen_at <= $1 \
-         LEFT JOIN collection_state AS cs ON cs.soldier_id = src.soldier_id \
-         GROUP BY s.active_window",
+    let row: Option<(f64, i64, i64, i64, i64, i64, f64)> = sqlx::query_as(
+        "SELECT extract(epoch FROM active_window)::float8, active_soldiers, fresh_detailed, \
+                fresh_profile, fresh_weapons, fresh_vehicles, \
+                greatest(extract(epoch FROM $1 - counted_at), 0)::float8 \
+         FROM activity_summary",
     )
     .bind(at)
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
     let n = |x: i64| x.max(0) as u64;
-    Ok(ActivityStatus {
-        window_s,
-        active_soldiers: n(active),
-        fresh: PerResource {
-            detailed: n(d),
-            profile: n(p),
-            weapons: n(w),
-            vehicles: n(v),
+    Ok(match row {
+        Some((window_s, active, d, p, w, v, age)) => ActivityStatus {
+            window_s,
+            counted_age_s: Some(age),
+            active_soldiers: n(active),
+            fresh: PerResource {
+                detailed: n(d),
+                profile: n(p),
+                weapons: n(w),
+                vehicles: n(v),
+            },
+        },
+        None => ActivityStatus {
+            window_s: sqlx::query_scalar(
+                "SELECT extract(epoch FROM active_window)::float8 FROM scheduling_settings",
+            )
+            .fetch_one(&mut *conn)
+            .await?,
+            counted_age_s: None,
+            active_soldiers: 0,
+            fresh: PerResource {
+                detailed: 0,
+                profile: 0,
+                weapons: 0,
+                vehicles: 0,
+            },
         },
     })
 }
@@ -858,16 +872,22 @@ impl Status {
                 format!("{:.1}%", n as f64 * 100.0 / a.active_soldiers as f64)
             }
         };
-        line(format!(
-            "ACTIVITY      {} soldier(s) seen playing within {}; fresh (within its cadence): \
-             detailed {}, weapons {}, vehicles {}, profile {}",
-            a.active_soldiers,
-            fmt_age(Some(a.window_s)),
-            share(a.fresh.detailed),
-            share(a.fresh.weapons),
-            share(a.fresh.vehicles),
-            share(a.fresh.profile)
-        ));
+        line(match a.counted_age_s {
+            None => {
+                "ACTIVITY      not counted yet (serve's feeder counts after each cycle)".to_owned()
+            }
+            Some(age) => format!(
+                "ACTIVITY      {} soldier(s) seen playing within {}; fresh (within its cadence): \
+                 detailed {}, weapons {}, vehicles {}, profile {} (counted {} ago)",
+                a.active_soldiers,
+                fmt_age(Some(a.window_s)),
+                share(a.fresh.detailed),
+                share(a.fresh.weapons),
+                share(a.fresh.vehicles),
+                share(a.fresh.profile),
+                fmt_age(Some(age))
+            ),
+        });
         o
     }
 }

@@ -47,16 +47,32 @@ fn bench_all_quick_emits_valid_json_for_every_scenario() {
                     "_bytes",
                     "_ratio",
                     "_per_claim",
-                    "_per_1000_jobs"
+                    "_per_1000_jobs",
+                    "_count"
                 ]
                 .iter()
-                .any(|unit| key.ends_with(unit)),
+                .any(|unit| key.ends_with(unit))
+                    || key.starts_with("requests_per_"),
                 "figure {key} has no unit suffix: {line}"
             );
-            assert!(
-                value.as_f64().is_some_and(f64::is_finite),
-                "{key} is not a number: {line}"
-            );
+            let finite = |v: &serde_json::Value| v.as_f64().is_some_and(f64::is_finite);
+            if key.starts_with("requests_per_") && value.is_object() {
+                // `schedule`'s requests by class: an object of counts.
+                let counts = value.as_object().unwrap();
+                assert!(
+                    !counts.is_empty() && counts.values().all(finite),
+                    "{key} is not an object of counts: {line}"
+                );
+            } else if value.is_null() {
+                // A percentile of nothing measured (`schedule`: no sighting
+                // was followed by a fresh success in a quick run).
+                assert!(
+                    name == "schedule" && (key.ends_with("_p50_s") || key.ends_with("_p95_s")),
+                    "{key} is null: {line}"
+                );
+            } else {
+                assert!(finite(value), "{key} is not a number: {line}");
+            }
         }
         names.insert(name.to_owned());
     }

@@ -193,6 +193,7 @@ fn expected(at: DateTime<Utc>) -> Value {
         // exactly 7 days old).
         "activity": {
             "window_s": 86400.0,
+            "counted_age_s": 0.0,
             "active_soldiers": 2,
             "fresh": {"detailed": 2, "profile": 2, "weapons": 0, "vehicles": 1}
         }
@@ -241,6 +242,10 @@ async fn status_json_reflects_a_known_state_exactly(_: PgPoolOptions, opts: PgCo
         .await
         .unwrap();
     exec(&db.pool, fixture(at)).await.unwrap();
+    // What the feeder counts after each cycle, as of the same instant.
+    bf4ps_ops::feeder::count_activity(&db.pool, Some(at))
+        .await
+        .unwrap();
 
     let s = status::gather(&db.pool, Some(at)).await.unwrap();
     let doc: Value = serde_json::from_str(&s.to_json()).unwrap();

@@ -4,6 +4,10 @@
 //! weapons bodies, ~0.45 MB vehicles, ~5.5 KB detailed). Jobs are the four
 //! resources of each soldier. Scenarios:
 //! - `normalize`: the normalizer alone on fake bodies (ms per body);
+//! - `finalize`: a success finalization alone, in this process, on one
+//!   connection: a weapons job (the soldier's 174 rows of
+//!   `soldier_weapon_stats` replaced, the catalog upserted) beside a
+//!   detailed job (one row of `detailed_stats_current`), the reference;
 //! - `throughput`: 1 and 4 collectors, no upstream latency;
 //! - `battlelog-pace`: 16 collectors with Battlelog's latencies (0.6–2.3 s per
 //!   request), about 10 jobs/s: the goal is 10 realistic jobs/s on under 5%
@@ -21,7 +25,9 @@ use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
-use crate::domain::{Platform, Resource};
+use crate::domain::{Lane, Platform, Resource};
+use crate::queue::{self, Collected};
+use crate::registry::{self, Registration};
 use crate::upstream::battlelog::normalize;
 
 /// Linux reports process times in USER_HZ ticks, 100 per second.
@@ -39,6 +45,7 @@ struct Scenario {
 /// Runs the `collect` scenarios.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let mut reports = vec![normalize_report(ctx.size(200, 20))?];
+    reports.push(finalize_report(ctx, ctx.size(200, 20) as i64).await?);
     let url = ctx.database_url.as_deref().ok_or_else(|| {
         other("bench collect needs DATABASE_URL (or --database-url) for its collector processes")
     })?;
@@ -152,6 +159,98 @@ fn normalize_report(n: usize) -> Result<Report, BenchError> {
     Ok(report)
 }
 
+/// `finalize`: `n` soldiers (discovery's rows), a weapons and a detailed
+/// job each; one background collector claims and starts each job and
+/// finalizes it with the fake's normalized body. Only the finalization
+/// (`bf4ps_collector_succeed`, one round trip, synchronous commit) is timed.
+async fn finalize_report(ctx: &Ctx, n: i64) -> Result<Report, BenchError> {
+    ScratchDb::with(&ctx.target, 2, async |db| {
+        let pool = &db.pool;
+        super::seed_soldiers(pool, n, 7_000_000).await?;
+        sqlx::query(
+            "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
+                                         priority_value)
+             SELECT soldier_id, r, 'background', 'active', 'bench', 0
+             FROM soldiers, unnest(ARRAY['weapons', 'detailed']) AS r",
+        )
+        .execute(pool)
+        .await?;
+        let me = registry::register(
+            pool,
+            &Registration {
+                name: "finalize".to_owned(),
+                hostname: "bench".to_owned(),
+                lane: Lane::Background,
+                egress_key: "bench".to_owned(),
+                software_version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+        )
+        .await
+        .map_err(other)?;
+        let mut conn = pool.acquire().await?;
+        let (mut weapons, mut detailed) = (Vec::new(), Vec::new());
+        while let Some(job) = queue::claim_and_start(&mut *conn, &me)
+            .await
+            .map_err(other)?
+        {
+            let body = synthetic_body(1, job.platform, job.persona_id, 0, job.resource);
+            let data = normalize(
+                job.resource,
+                job.platform,
+                job.persona_id,
+                &job.soldier_name,
+                &body,
+            )
+            .map_err(|e| other(e.message))?;
+            let collected = Collected {
+                data,
+                http_status: 200,
+                duration: Duration::from_millis(1),
+            };
+            let t = Instant::now();
+            queue::finalize_success(&mut *conn, &me, &job.lease(&me), &collected)
+                .await
+                .map_err(other)?
+                .committed()
+                .ok_or_else(|| other("lease lost during the benchmark"))?;
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            match job.resource {
+                Resource::Weapons => weapons.push(ms),
+                _ => detailed.push(ms),
+            }
+        }
+        if weapons.len() as i64 != n || detailed.len() as i64 != n {
+            return Err(other(format!(
+                "finalized {} weapons and {} detailed jobs of {n} each",
+                weapons.len(),
+                detailed.len()
+            )));
+        }
+        let weapon_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM soldier_weapon_stats")
+            .fetch_one(pool)
+            .await?;
+        let (w50, w99) = (
+            percentile(&mut weapons, 50.0),
+            percentile(&mut weapons, 99.0),
+        );
+        let d50 = percentile(&mut detailed, 50.0);
+        Ok(Report::new(
+            "collect",
+            json!({"scenario": "finalize", "jobs_per_resource": n}),
+        )
+        .figure("weapons_finalize_p50_ms", w50)
+        .figure("weapons_finalize_p99_ms", w99)
+        .figure("weapon_rows_count", weapon_rows as f64)
+        .figure("reference_detailed_finalize_p50_ms", d50)
+        .figure(
+            "reference_detailed_finalize_p99_ms",
+            percentile(&mut detailed, 99.0),
+        )
+        .figure("weapons_vs_detailed_p50_ratio", w50 / d50))
+    })
+    .await
+}
+
 /// What one scenario measured.
 struct Figures {
     elapsed: Duration,
@@ -182,8 +281,8 @@ impl CollectorProcess {
             "--upstream-url",
             upstream,
         ]);
-        // Only this bench's settings: the defaults, but no rate limit (the
-        // fake is not Battlelog) and quiet logs.
+        // Only this bench's settings: the defaults and quiet logs (the
+        // rate and budget are the database's, set by `scenario`).
         for (k, _) in std::env::vars() {
             if k.starts_with("BF4PS_") {
                 cmd.env_remove(k);
@@ -191,8 +290,6 @@ impl CollectorProcess {
         }
         let child = cmd
             .env("DATABASE_URL", url)
-            .env("BF4PS_EGRESS_RATE", "1000000")
-            .env("BF4PS_GLOBAL_HOURLY_BUDGET", "0")
             .env("BF4PS_LOG", "warn")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -281,6 +378,15 @@ async fn scenario(
 ) -> Result<Figures, BenchError> {
     let url = url_with_database(url, db.name())?;
     super::seed_soldiers(&db.pool, s.soldiers, 0).await?;
+    // The policy collectors apply is the published one (serve publishes it
+    // from its configuration; there is no serve here): no rate limit (the
+    // fake is not Battlelog) and no fleet budget.
+    sqlx::query(
+        "UPDATE scheduling_settings \
+         SET egress_spacing = interval '1 microsecond', budget_spacing = NULL",
+    )
+    .execute(&db.pool)
+    .await?;
     let mut procs = Vec::new();
     for i in 0..s.collectors {
         procs.push(CollectorProcess::spawn(
