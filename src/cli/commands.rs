@@ -100,11 +100,18 @@ pub async fn migrate(
 }
 
 /// Runs a benchmark (`bench`).
-pub async fn bench(db: &DbArgs, name: &str, json: bool, quick: bool) -> anyhow::Result<ExitCode> {
+pub async fn bench(
+    db: &DbArgs,
+    name: &str,
+    json: bool,
+    quick: bool,
+    days: Option<u32>,
+) -> anyhow::Result<ExitCode> {
     let ctx = crate::dev::bench::Ctx {
         target: db.target()?,
         database_url: db.database_url.clone(),
         quick,
+        days,
     };
     crate::dev::bench::run(&ctx, name, json).await?;
     Ok(ExitCode::SUCCESS)

@@ -229,6 +229,10 @@ pub enum Command {
         /// Smaller samples (smoke runs).
         #[arg(long)]
         quick: bool,
+        /// Simulated days of `schedule` (default 30; with --quick 2): a shorter run at full
+        /// scale.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(2..=365))]
+        days: Option<u32>,
     },
     /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
     /// fake Battlelog, and watch it work.
@@ -403,7 +407,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Projector {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => commands::rebuild(db, wait, batch).await,
-        Command::Bench { name, json, quick } => commands::bench(db, &name, json, quick).await,
+        Command::Bench {
+            name,
+            json,
+            quick,
+            days,
+        } => commands::bench(db, &name, json, quick, days).await,
         Command::Demo(args) => commands::demo(db, args).await,
         Command::Collector(args) => commands::collector(db, args).await,
         Command::Collectors { action } => commands::collectors(db, action).await,

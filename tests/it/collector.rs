@@ -1448,18 +1448,21 @@ async fn the_global_budget_holds_across_four_collectors_and_keys(
     let db = TestDb::new(opts).await;
     let fake = fake().await;
     let p = &db.pool;
+    // Work of every budget class: bootstrap (personas 1100-1119), retry
+    // (a `recent` job: 1120-1139) and active (1140-1159).
+    let class_of = |persona: i64| match persona {
+        1_100..1_120 => "bootstrap",
+        1_120..1_140 => "retry",
+        _ => "active",
+    };
     for persona in 0..60 {
         let s = soldier(p, 1_100 + persona).await;
-        job(
-            p,
-            s,
-            Resource::Detailed,
-            Lane::Background,
-            PriorityClass::Recent,
-            0,
-            0,
-        )
-        .await;
+        let class = match class_of(1_100 + persona) {
+            "bootstrap" => PriorityClass::Bootstrap,
+            "retry" => PriorityClass::Recent,
+            _ => PriorityClass::Active,
+        };
+        job(p, s, Resource::Detailed, Lane::Background, class, 0, 0).await;
     }
     // Each key could do 2 requests/s (8/s in all); the fleet may do 5 per 5 s.
     let (budget, window) = (5_u32, Duration::from_secs(5));
@@ -1510,6 +1513,25 @@ async fn the_global_budget_holds_across_four_collectors_and_keys(
     }
     // The budget is used, not starved (one slot per ~1.21 s).
     assert!(took < Duration::from_secs(30), "12 requests took {took:?}");
+    // The shares, counted at the upstream: with work in every class,
+    // bootstrap gets at least its 20 %, retries at least their 5 % (one
+    // request of 12), and active work at most its 75 %.
+    let mut per_class = std::collections::BTreeMap::<&str, usize>::new();
+    let requests = fake.requests();
+    for r in &requests {
+        *per_class.entry(class_of(r.persona_id)).or_default() += 1;
+    }
+    let n = requests.len();
+    let got = |c: &str| per_class.get(c).copied().unwrap_or(0);
+    assert!(
+        got("bootstrap") * 5 >= n,
+        "bootstrap below its 20 %: {per_class:?}"
+    );
+    assert!(got("retry") >= 1, "retries got nothing: {per_class:?}");
+    assert!(
+        got("active") * 4 <= n * 3,
+        "active work above its 75 %: {per_class:?}"
+    );
     let keys: i64 = sqlx::query_scalar(
         "SELECT count(DISTINCT egress_key_snapshot) FROM collection_events
          WHERE event_type = 'succeeded'",

@@ -107,6 +107,8 @@ pub struct Ctx {
     pub database_url: Option<String>,
     /// Smaller sample sizes (smoke runs, CI).
     pub quick: bool,
+    /// Simulated days of `schedule` (`None`: 30, or 2 when quick).
+    pub days: Option<u32>,
 }
 
 impl Ctx {

@@ -108,6 +108,12 @@ async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Resu
     .bind(persona_base)
     .execute(pool)
     .await?;
+    // The job cycle alone: no fleet budget, so a background claim does not
+    // also apply the budget's shares under its row lock (`claim` measures
+    // that in a scenario of its own).
+    sqlx::query("UPDATE scheduling_settings SET budget_spacing = NULL")
+        .execute(pool)
+        .await?;
     Ok(())
 }
 
@@ -275,7 +281,7 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         };
         for workers in [1usize, 4, 16] {
             let mut report = ScratchDb::with(&target, workers as u32 + 2, async |db| {
-                claim_scenario(db, workers, jobs, tls).await
+                claim_scenario(db, workers, jobs, tls, false).await
             })
             .await?;
             if !tls {
@@ -304,6 +310,24 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             reports.push(report);
         }
     }
+    // 4 workers with the fleet budget's shares applied at every claim (the
+    // default policy), beside the same workers without them.
+    let shares = ScratchDb::with(&ctx.target, 6, async |db| {
+        claim_scenario(db, 4, jobs, false, true).await
+    })
+    .await?;
+    let without = reports
+        .iter()
+        .find(|r: &&Report| r.params["workers"] == json!(4) && r.params["tls"] == json!(false));
+    let shares = match without {
+        Some(w) => {
+            let base = w.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+            let now = shares.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+            shares.figure("jobs_per_s_vs_no_budget_ratio", now / base)
+        }
+        None => shares,
+    };
+    reports.push(shares);
     Ok(reports)
 }
 
@@ -312,8 +336,16 @@ async fn claim_scenario(
     workers: usize,
     jobs: i64,
     tls: bool,
+    budget_shares: bool,
 ) -> Result<Report, BenchError> {
     seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
+    if budget_shares {
+        // The published default (1,296 requests an hour): every background
+        // claim takes the budget's row lock and reads its window's usage.
+        sqlx::query("UPDATE scheduling_settings SET budget_spacing = interval '2.792438 seconds'")
+            .execute(&db.pool)
+            .await?;
+    }
     sqlx::query("VACUUM ANALYZE collection_jobs, collection_state")
         .execute(&db.pool)
         .await?;
@@ -354,7 +386,7 @@ async fn claim_scenario(
         .await?;
     Ok(Report::new(
         "claim",
-        json!({"workers": workers, "jobs": jobs, "tls": tls}),
+        json!({"workers": workers, "jobs": jobs, "tls": tls, "budget_shares": budget_shares}),
     )
     .figure("jobs_per_s", total as f64 / secs)
     .figure("commits_per_s", 2.0 * total as f64 / secs)

@@ -82,11 +82,11 @@ struct World {
 }
 
 impl World {
-    fn new(quick: bool) -> World {
+    fn new(quick: bool, days: Option<u32>) -> World {
         World {
             soldiers: if quick { 10_000 } else { 200_000 },
             new_per_day: if quick { 122 } else { 2_430 },
-            days: if quick { 2 } else { 30 },
+            days: days.map_or(if quick { 2 } else { 30 }, i64::from),
             keys: 8,
             key_spacing: 5 * US,
             budget: if quick { 65 } else { 1_296 },
@@ -101,7 +101,7 @@ impl World {
 
 /// Runs both policies at once, one scratch database each.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let world = World::new(ctx.quick);
+    let world = World::new(ctx.quick, ctx.days);
     let (age, sightings) = tokio::join!(
         ScratchDb::with(&ctx.target, 4, async |db| {
             simulate(db, &world, SchedulingPolicy::Age).await
