@@ -854,7 +854,9 @@ BEGIN
                coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'retry'), 0)
           INTO v_active, v_bootstrap, v_retry
         FROM @schema@.budget_usage AS u
-        WHERE u.minute > p_now - s.budget_window AND u.minute <= p_now;
+        -- Every minute whose span overlaps the window (the current one
+        -- included, whatever the window's length).
+        WHERE u.minute + interval '1 minute' > p_now - s.budget_window AND u.minute <= p_now;
         v_classes := ARRAY[]::text[];
         IF v_bootstrap < s.share_bootstrap_min * s.budget_requests THEN
             v_classes := v_classes || 'bootstrap'::text;

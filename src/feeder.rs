@@ -479,8 +479,8 @@ const PENDING_DEPTH_SQL: &str =
     "SELECT count(*) FROM collection_jobs WHERE lane = 'background' AND status = 'pending'";
 
 /// Usage rows older than two budget windows go ($1 now, $2 window in s).
-const PRUNE_USAGE_SQL: &str =
-    "DELETE FROM budget_usage WHERE minute < $1 - 2 * make_interval(secs => $2::float8)";
+const PRUNE_USAGE_SQL: &str = "DELETE FROM budget_usage \
+     WHERE minute + interval '1 minute' < $1 - 2 * make_interval(secs => $2::float8)";
 
 /// Binds the feed statement's parameters.
 macro_rules! bind_feed {

@@ -501,7 +501,8 @@ async fn budget(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<BudgetStat
          FROM scheduling_settings AS s \
          CROSS JOIN (VALUES ('bootstrap', 1), ('retry', 2), ('active', 3)) AS c(class, ord) \
          LEFT JOIN budget_usage AS u \
-                ON u.budget_class = c.class AND u.minute > $1 - s.budget_window \
+                ON u.budget_class = c.class \
+               AND u.minute + interval '1 minute' > $1 - s.budget_window \
                AND u.minute <= $1 \
          GROUP BY c.class, c.ord, s.budget_requests, s.share_bootstrap_min, \
                   s.share_retry_min, s.share_active_max \
