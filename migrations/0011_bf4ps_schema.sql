@@ -497,7 +497,9 @@ LEFT JOIN public.collection_state AS v ON v.soldier_id = s.soldier_id AND v.reso
 -- Detailed stats: the 0.1 document's counters under BF4PS's 48 column names
 -- (the document kept reals at 4 decimals, inside both column scales).
 CREATE FUNCTION pg_temp.bf4ps_0011_detailed(d jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
     SELECT jsonb_build_object(
         'rank', d->'rank',
         'time_played_seconds', d->'time_played_s',

@@ -69,7 +69,10 @@ $roles$;
 -- The function bodies name our schema through @schema@ (replaced below with
 -- the schema collection_jobs lives in, normally public).
 CREATE FUNCTION pg_temp.bf4ps_define(body text) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The migration's own search_path: it finds collection_jobs' schema.
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     EXECUTE replace(body, '@schema@',
                     (SELECT quote_ident(n.nspname)
