@@ -641,7 +641,11 @@ impl Feeder {
                 };
             if cycle_due {
                 let cycle = self.run_once().await;
-                if let Err(e) = count_activity(&self.pool, None).await {
+                // Counted by the feeder whose cycle ran (one per cycle, not
+                // one per serve).
+                if matches!(cycle, Ok(CycleReport { ran: true, .. }))
+                    && let Err(e) = count_activity(&self.pool, None).await
+                {
                     tracing::warn!(error = %e, "counting the active soldiers failed");
                 }
                 match cycle {

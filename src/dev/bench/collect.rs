@@ -27,7 +27,6 @@ use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
 use crate::domain::{Lane, Platform, Resource};
 use crate::queue::{self, Collected};
-use crate::registry::{self, Registration};
 use crate::upstream::battlelog::normalize;
 
 /// Linux reports process times in USER_HZ ticks, 100 per second.
@@ -175,18 +174,7 @@ async fn finalize_report(ctx: &Ctx, n: i64) -> Result<Report, BenchError> {
         )
         .execute(pool)
         .await?;
-        let me = registry::register(
-            pool,
-            &Registration {
-                name: "finalize".to_owned(),
-                hostname: "bench".to_owned(),
-                lane: Lane::Background,
-                egress_key: "bench".to_owned(),
-                software_version: env!("CARGO_PKG_VERSION").to_owned(),
-            },
-        )
-        .await
-        .map_err(other)?;
+        let me = super::queue::register(pool, "finalize", Lane::Background).await?;
         let mut conn = pool.acquire().await?;
         let (mut weapons, mut detailed) = (Vec::new(), Vec::new());
         while let Some(job) = queue::claim_and_start(&mut *conn, &me)

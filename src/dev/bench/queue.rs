@@ -21,7 +21,12 @@ fn lost() -> BenchError {
     BenchError::Other("lease lost during the benchmark".into())
 }
 
-async fn register(pool: &PgPool, name: &str, lane: Lane) -> Result<CollectorId, BenchError> {
+/// Registers a collector of `lane` on the egress key `bench`.
+pub(super) async fn register(
+    pool: &PgPool,
+    name: &str,
+    lane: Lane,
+) -> Result<CollectorId, BenchError> {
     registry::register(
         pool,
         &Registration {
