@@ -1,7 +1,9 @@
 //! Physical reference figures, measured the same way as the product's:
 //! loopback `SELECT 1` round trip, NOTIFY delivery latency after commit, and
-//! single-row insert commit rate with 8 writers (no triggers). Every other
-//! benchmark's figure should be read beside these.
+//! single-row insert commit rate with 8 writers (no triggers), and the
+//! start-up of a CLI command (connect, one query, exit) beside `psql`
+//! doing the same over the same URL. Every other benchmark's figure should
+//! be read beside these.
 
 use std::time::{Duration, Instant};
 
@@ -98,5 +100,75 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         )
         .figure("commits_per_s", rate),
     );
+
+    // 4. CLI start-up: `bf4ps-ops collectors list` (process start, TLS as
+    //    the URL says, one query, exit) beside `psql -c 'SELECT 1'`.
+    if let Some(url) = ctx.database_url.as_deref() {
+        let url = super::collect::url_with_database(url, db.name())?;
+        let runs = ctx.size(20, 5);
+        let exe = std::env::current_exe().map_err(|e| BenchError::Other(e.to_string()))?;
+        let ours = start_up(runs, || {
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.args(["collectors", "list", "--database-url", &url]);
+            cmd
+        })?;
+        let mut report = Report::new(
+            "reference",
+            json!({"scenario": "cli_start_up", "runs": runs, "sslmode": sslmode(&url)}),
+        )
+        .figure("collectors_list_p50_ms", ours.0)
+        .figure("collectors_list_max_ms", ours.1);
+        // psql is the yardstick where it is installed.
+        let psql = start_up(runs, || {
+            let mut cmd = std::process::Command::new("psql");
+            cmd.args([&url, "-qAtX", "-c", "SELECT 1"]);
+            cmd
+        });
+        if let Ok(psql) = psql {
+            report = report
+                .figure("psql_p50_ms", psql.0)
+                .figure("psql_max_ms", psql.1);
+        }
+        reports.push(report);
+    }
     Ok(reports)
+}
+
+/// The sslmode a URL asks for (`prefer` when it says none, as libpq).
+fn sslmode(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| k == "sslmode")
+                .map(|(_, v)| v.into_owned())
+        })
+        .unwrap_or_else(|| "prefer".to_owned())
+}
+
+/// Median and longest wall time (ms) of `runs` runs of a command, each of
+/// which must succeed.
+fn start_up(
+    runs: usize,
+    command: impl Fn() -> std::process::Command,
+) -> Result<(f64, f64), BenchError> {
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let mut cmd = command();
+        cmd.stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        let t = Instant::now();
+        let out = cmd
+            .output()
+            .map_err(|e| BenchError::Other(format!("{cmd:?}: {e}")))?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        if !out.status.success() {
+            return Err(BenchError::Other(format!(
+                "{cmd:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+    }
+    let max = samples.iter().copied().fold(0.0, f64::max);
+    Ok((percentile(&mut samples, 50.0), max))
 }

@@ -1,0 +1,276 @@
+//! Locks nobody else can hold: what runs once at a time across the fleet.
+//!
+//! - **Row locks** on `bf4ps_locks` (migration 0012), transaction-scoped,
+//!   taken inside SQL: the feeder's cycle, freshness compaction, collector
+//!   registration, interactive admission and the weapon and vehicle
+//!   catalogs. Locking a row needs UPDATE on the table, which only the
+//!   schema owner and `bf4ps_definer` have: a collector, reader or website
+//!   role cannot take or block them;
+//! - **Leases** on `bf4ps_leases` ([`Lease`]): what one process does across
+//!   transactions (projector leadership, a retention run), taken and renewed
+//!   by a compare-and-set on its row and fenced in every transaction that
+//!   acts on it. A holder that dies loses it when it expires; no session
+//!   needs to stay open, so a lease works through a transaction pooler;
+//! - **The migration lock** [`MIGRATE`], an advisory lock (migrations start
+//!   on an empty database, before any table exists): any role can take an
+//!   advisory lock, so `migrate` waits for it only up to a timeout and then
+//!   names the holder ([`holder`]).
+//!
+//! Invariants: only [`MIGRATE`] is an advisory lock; every lock and lease is
+//! declared here once (the SQL names match: a unit test reads the
+//! migrations).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+use uuid::Uuid;
+
+use super::ms;
+
+/// Whole `migrate` runs ("bf4psmig" in ASCII; a session lock on the
+/// migrating connection).
+pub const MIGRATE: i64 = 0x6266_3470_736d_6967;
+
+/// The rows of `bf4ps_locks`, each locked by one SQL function or statement.
+pub const ROW_LOCKS: &[&str] = &[
+    "interactive_admission",
+    "feeder",
+    "freshness_compaction",
+    "collector_registration",
+    "weapon_catalog",
+    "vehicle_catalog",
+];
+
+/// What a lease is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseName {
+    /// The leading projector.
+    Projector,
+    /// A retention run (and `projector rebuild`, which holds both).
+    Retention,
+}
+
+impl LeaseName {
+    /// The row's `lease_name`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseName::Projector => "projector",
+            LeaseName::Retention => "retention",
+        }
+    }
+}
+
+/// One process's claim on a [`LeaseName`]: a holder id unique to this
+/// process (and this use), what it is, and how long a grant lasts.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    name: LeaseName,
+    holder: String,
+    detail: String,
+    ttl: Duration,
+}
+
+/// Who holds a lease now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    /// What the holder said it is (process, host, pid).
+    pub(crate) detail: String,
+    /// When its grant ends unless renewed.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl std::fmt::Display for LeaseHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (until {})",
+            self.detail,
+            self.expires_at.format("%H:%M:%S%.3f UTC")
+        )
+    }
+}
+
+impl Lease {
+    /// A lease `name` for this process, described as `what` (e.g.
+    /// "bf4ps-ops serve"), granted for `ttl` at a time.
+    pub fn new(name: LeaseName, what: &str, ttl: Duration) -> Lease {
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        Lease {
+            name,
+            holder: Uuid::new_v4().to_string(),
+            detail: format!("{what} on {host} (pid {})", std::process::id()),
+            ttl,
+        }
+    }
+
+    /// The lease's name.
+    pub fn name(&self) -> LeaseName {
+        self.name
+    }
+
+    /// Takes the lease when it is free or expired, or renews it when this
+    /// process holds it. `false`: another holder has it.
+    pub async fn acquire(&self, executor: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+        let taken: Option<i64> = sqlx::query_scalar(
+            "UPDATE bf4ps_leases SET holder = $2, holder_detail = $3, \
+                 acquired_at = CASE WHEN holder = $2 AND expires_at > now() THEN acquired_at \
+                                    ELSE now() END, \
+                 generation = generation + CASE WHEN holder = $2 AND expires_at > now() THEN 0 \
+                                                ELSE 1 END, \
+                 expires_at = now() + $4 * interval '1 millisecond' \
+             WHERE lease_name = $1 AND (holder = $2 OR expires_at <= now()) \
+             RETURNING generation",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .bind(&self.detail)
+        .bind(ms(self.ttl))
+        .fetch_optional(executor)
+        .await?;
+        Ok(taken.is_some())
+    }
+
+    /// Extends the lease only if this process holds it unexpired; in a
+    /// transaction, this is the fence: the row stays locked until commit, so
+    /// nobody takes the lease before the transaction ends. `false`: lost.
+    pub async fn renew(&self, executor: impl PgExecutor<'_>) -> Result<bool, sqlx::Error> {
+        let renewed = sqlx::query(
+            "UPDATE bf4ps_leases SET expires_at = now() + $3 * interval '1 millisecond' \
+             WHERE lease_name = $1 AND holder = $2 AND expires_at > now()",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .bind(ms(self.ttl))
+        .execute(executor)
+        .await?;
+        Ok(renewed.rows_affected() == 1)
+    }
+
+    /// Gives the lease up now (if this process holds it).
+    pub async fn release(&self, executor: impl PgExecutor<'_>) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "UPDATE bf4ps_leases SET expires_at = now() \
+             WHERE lease_name = $1 AND holder = $2 AND expires_at > now()",
+        )
+        .bind(self.name.as_str())
+        .bind(&self.holder)
+        .execute(executor)
+        .await?;
+        Ok(())
+    }
+}
+
+/// Who holds lease `name` now; `None` when it is free or expired.
+pub async fn lease_holder(
+    executor: impl PgExecutor<'_>,
+    name: LeaseName,
+) -> Result<Option<LeaseHolder>, sqlx::Error> {
+    let row: Option<(String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT coalesce(holder_detail, '?'), expires_at FROM bf4ps_leases \
+         WHERE lease_name = $1 AND expires_at > now() AND isfinite(expires_at)",
+    )
+    .bind(name.as_str())
+    .fetch_optional(executor)
+    .await?;
+    Ok(row.map(|(detail, expires_at)| LeaseHolder { detail, expires_at }))
+}
+
+/// Who holds advisory lock `key` in this database, e.g. `pid 4242, role
+/// bf4ps_reader (psql from 10.0.0.7)`; `None` when nobody does.
+pub async fn holder(
+    executor: impl PgExecutor<'_>,
+    key: i64,
+) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar(concat!(
+        "SELECT format('pid %s, role %s (%s%s)', a.pid, coalesce(a.usename::text, '?'), ",
+        "coalesce(nullif(a.application_name, ''), 'no application name'), ",
+        "coalesce(' from ' || a.client_addr::text, '')) ",
+        "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid ",
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.database = ",
+        "(SELECT oid FROM pg_database WHERE datname = current_database()) ",
+        "AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 LIMIT 1"
+    ))
+    .bind(key)
+    .fetch_optional(executor)
+    .await
+}
+
+/// A client session the monitor ended ([`end_overlong_client_transactions`]).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub(crate) struct EndedSession {
+    /// Its backend pid.
+    pub pid: i32,
+    /// Its login role.
+    pub role: String,
+    /// Its application_name.
+    pub application_name: String,
+    /// How long its transaction had been open, in seconds.
+    pub xact_age_s: f64,
+    /// Whether it was ended (false: this role may not signal it; grant it
+    /// pg_signal_backend).
+    pub ended: bool,
+}
+
+/// Ends the sessions of collector and website roles (members of
+/// `bf4ps_collector` or `bf4ps_website` that are not ours: not members of
+/// `bf4ps_definer`) whose transaction has been open longer than `limit`,
+/// unless they are waiting for a lock (queued behind the holder: its
+/// victims, freed when it is ended).
+/// Ours last milliseconds; an open one holds the row locks every collector
+/// needs (the budget, a key, the registration lock) and the projection
+/// horizon, so one compromised host could stall the fleet. Readers are left
+/// alone: they hold neither (the horizon ignores roles that cannot write
+/// events).
+pub(crate) async fn end_overlong_client_transactions(
+    executor: impl PgExecutor<'_>,
+    limit: Duration,
+) -> Result<Vec<EndedSession>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "coalesce(a.application_name, '') AS application_name, ",
+        "extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
+        "coalesce(pg_terminate_backend(a.pid), false) AS ended ",
+        "FROM pg_stat_activity a ",
+        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
+        "AND a.xact_start < now() - $1 * interval '1 millisecond' ",
+        // Waiting for a lock: a victim of the holder, not one (ending the
+        // holder frees it).
+        "AND a.wait_event_type IS DISTINCT FROM 'Lock' ",
+        "AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "     OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER')) ",
+        "AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')"
+    ))
+    .bind(ms(limit))
+    .fetch_all(executor)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_key_spells_its_tag() {
+        assert_eq!(&MIGRATE.to_be_bytes(), b"bf4psmig");
+    }
+
+    #[test]
+    fn every_lock_and_lease_is_declared_in_the_migrations() {
+        let tables = include_str!("../../migrations/0012_bf4ps_ops_tables.sql");
+        for name in ROW_LOCKS {
+            assert!(tables.contains(&format!("('{name}')")), "{name}");
+        }
+        for lease in [LeaseName::Projector, LeaseName::Retention] {
+            assert!(
+                tables.contains(&format!("('{}')", lease.as_str())),
+                "{lease:?}"
+            );
+        }
+        let functions = include_str!("../../migrations/0014_bf4ps_ops_functions.sql");
+        assert!(
+            !functions.contains("pg_advisory"),
+            "0014 takes no advisory lock"
+        );
+    }
+}
