@@ -9,7 +9,6 @@
 //! - the collector's claim errors: [`CLAIM_ERRORS`];
 //! - the collector's finalization retries: [`FINALIZE_RETRIES`];
 //! - the projector's failed steps: [`PROJECTOR_ERRORS`];
-//! - a throttled job after its egress key's pause (`queue`): [`jitter_up`];
 //! - and every periodic task's cadence (polls, cycles, sweeps): [`jittered`],
 //!   ±20%, so processes sharing a database do not fall into step.
 //!
@@ -25,7 +24,7 @@
 use std::time::Duration;
 
 /// `base × 2^(attempt − 1)`, capped at `max`. Attempt 0 counts as 1.
-pub fn exponential(attempt: u32, base: Duration, max: Duration) -> Duration {
+pub(crate) fn exponential(attempt: u32, base: Duration, max: Duration) -> Duration {
     let exp = attempt.saturating_sub(1).min(30);
     base.saturating_mul(1u32 << exp).min(max)
 }
@@ -50,19 +49,9 @@ pub fn jittered(base: Duration) -> Duration {
     jitter(base, 0.2, fastrand::f64())
 }
 
-/// `delay` stretched by up to `spread` (a fraction, clamped to [0, 1]) using
-/// `unit` ∈ [0, 1]: `delay × (1 + spread × unit)` — never shorter than
-/// `delay` (after a pause every waiter must wait it out, then spread).
-pub fn jitter_up(delay: Duration, spread: f64, unit: f64) -> Duration {
-    let (spread, unit) = (fraction(spread, 0.0), fraction(unit, 0.0));
-    Duration::try_from_secs_f64(delay.as_secs_f64() * (1.0 + spread * unit))
-        .unwrap_or(Duration::MAX)
-        .max(delay)
-}
-
 /// Exponential backoff with a cap, then jitter: [`exponential`] spread by
 /// [`jitter`]. The delay before retry number `attempt` (1 = the first).
-pub fn retry_delay(
+pub(crate) fn retry_delay(
     attempt: u32,
     base: Duration,
     max: Duration,
@@ -75,7 +64,7 @@ pub fn retry_delay(
 /// A backoff schedule for a retry loop: the loop counts its consecutive
 /// failures and asks for the delay before its next try.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     /// The delay before the first retry.
     pub base: Duration,
     /// The longest delay.
@@ -86,7 +75,7 @@ pub struct Backoff {
 
 /// The collector's retries of a failed claim (or egress pass): 400 ms
 /// doubling up to 25.6 s, no jitter.
-pub const CLAIM_ERRORS: Backoff = Backoff {
+pub(crate) const CLAIM_ERRORS: Backoff = Backoff {
     base: Duration::from_millis(400),
     max: Duration::from_millis(25_600),
     spread: 0.0,
@@ -94,7 +83,7 @@ pub const CLAIM_ERRORS: Backoff = Backoff {
 
 /// The collector's retries of a failed finalization: 100 ms doubling up
 /// to 5 s, no jitter (the lease bounds how long it keeps trying).
-pub const FINALIZE_RETRIES: Backoff = Backoff {
+pub(crate) const FINALIZE_RETRIES: Backoff = Backoff {
     base: Duration::from_millis(100),
     max: Duration::from_secs(5),
     spread: 0.0,
@@ -102,7 +91,7 @@ pub const FINALIZE_RETRIES: Backoff = Backoff {
 
 /// The projector's retries of a failed step: 100 ms doubling up to 5 s,
 /// ±20% (as every periodic wait in the crate).
-pub const PROJECTOR_ERRORS: Backoff = Backoff {
+pub(crate) const PROJECTOR_ERRORS: Backoff = Backoff {
     base: Duration::from_millis(100),
     max: Duration::from_secs(5),
     spread: 0.2,
@@ -116,7 +105,7 @@ impl Backoff {
     }
 
     /// [`Backoff::delay`] with the random unit given (pure).
-    pub fn delay_with(&self, attempt: u32, unit: f64) -> Duration {
+    pub(crate) fn delay_with(&self, attempt: u32, unit: f64) -> Duration {
         retry_delay(attempt, self.base, self.max, self.spread, unit)
     }
 }
@@ -234,22 +223,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    #[test]
-    fn jitter_up_never_shortens() {
-        let mut rng = fastrand::Rng::with_seed(11);
-        for _ in 0..20_000 {
-            let d = Duration::from_millis(rng.u64(0..10_000_000));
-            let spread = rng.f64();
-            let up = jitter_up(d, spread, rng.f64());
-            assert!(up >= d);
-            assert!(up.as_secs_f64() <= d.as_secs_f64() * (1.0 + spread) + 1e-6);
-        }
-        for f in [f64::NAN, f64::INFINITY, -1.0, 1e300] {
-            assert!(jitter_up(Duration::MAX, f, f) == Duration::MAX);
-            assert!(jitter_up(Duration::from_secs(1), f, 1.0) <= Duration::from_secs(2));
         }
     }
 

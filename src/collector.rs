@@ -38,13 +38,14 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backoff::{CLAIM_ERRORS, FINALIZE_RETRIES};
-use crate::config::Tuning;
-use crate::db::{Pool, PoolConn};
+use crate::db::{DbTarget, Pool, PoolConn};
+use crate::domain::Lane;
 use crate::egress::{self, EgressError};
-use crate::listener::{Channel, Listener, Wake};
+use crate::listener::{Channel, Listener, ListenerOptions, WakeReason};
 use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, QueueError};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
 use crate::telemetry::error_chain;
+use crate::tuning::Tuning;
 use crate::upstream::Upstream;
 
 /// The collector could not start or stopped abnormally.
@@ -120,9 +121,9 @@ pub struct CollectorMetrics {
     /// `bf4ps_collector_jobs_total{outcome="lease_lost"}`.
     pub lease_lost: metrics::Counter,
     /// `bf4ps_collector_egress_wait_seconds`.
-    pub egress_wait: metrics::Histogram,
+    pub(crate) egress_wait: metrics::Histogram,
     /// `bf4ps_collector_protocol_refusals_total`.
-    pub protocol_refusals: metrics::Counter,
+    pub(crate) protocol_refusals: metrics::Counter,
 }
 
 impl CollectorMetrics {
@@ -187,7 +188,139 @@ pub struct Stats {
     /// transaction start − the job's `eligible_at`, both on the database
     /// clock): the notification path, without the time a job queued behind
     /// busy collectors or the egress spacing.
-    pub last_wake_to_claim_us: AtomicU64,
+    pub(crate) last_wake_to_claim_us: AtomicU64,
+}
+
+/// Builder of a collector process, as [`crate::serve::Serve`] is of
+/// `serve`: the LISTEN connection its collectors share (one per process,
+/// for their lanes), the upstream client and the tuning. [`start`] opens
+/// the connection; then [`Collectors::spawn`] registers and runs each
+/// collector. The CLI, the demo and the tests start collectors this way.
+///
+/// [`start`]: CollectorProcess::start
+pub struct CollectorProcess {
+    listen: DbTarget,
+    lanes: Vec<Lane>,
+    upstream: Arc<Upstream>,
+    tuning: Tuning,
+    poll_only: bool,
+    reconnects: metrics::Counter,
+}
+
+impl CollectorProcess {
+    /// A process whose collectors wake on the lanes `lanes` through a
+    /// LISTEN connection to `listen` (a direct target, not a transaction
+    /// pooler), fetch through `upstream` and run with `tuning` (validated).
+    pub fn new(
+        listen: DbTarget,
+        lanes: &[Lane],
+        upstream: Arc<Upstream>,
+        tuning: Tuning,
+    ) -> CollectorProcess {
+        CollectorProcess {
+            listen,
+            lanes: lanes.to_vec(),
+            upstream,
+            tuning,
+            poll_only: false,
+            reconnects: metrics::Counter::noop(),
+        }
+    }
+
+    /// No LISTEN connection at all: collectors only poll (behind a
+    /// transaction pooler without a direct URL).
+    pub fn poll_only(mut self, poll_only: bool) -> CollectorProcess {
+        self.poll_only = poll_only;
+        self
+    }
+
+    /// Where the LISTEN connection counts its reconnects
+    /// (`bf4ps_listener_reconnects_total{process="collector"}`).
+    pub fn reconnects(mut self, counter: metrics::Counter) -> CollectorProcess {
+        self.reconnects = counter;
+        self
+    }
+
+    /// The started process: its collectors' LISTEN connection opens with
+    /// the first registration (a refused one leaves nothing running) and
+    /// closes when `stop` fires.
+    pub fn start(self, stop: CancellationToken) -> Collectors {
+        Collectors {
+            process: self,
+            stop,
+            listener: std::sync::OnceLock::new(),
+        }
+    }
+}
+
+/// A started collector process: registers and runs its collectors.
+pub struct Collectors {
+    process: CollectorProcess,
+    stop: CancellationToken,
+    listener: std::sync::OnceLock<Listener>,
+}
+
+impl Collectors {
+    /// Registers a collector on `pool` ([`Collector::register`]: protocol
+    /// check, then registration) and runs it in a task of its own until
+    /// `drain` or `abort` ([`Collector::run`]). A refused registration
+    /// starts nothing.
+    pub async fn spawn(
+        &self,
+        pool: impl Into<Pool>,
+        registration: &Registration,
+        metrics: CollectorMetrics,
+        drain: CancellationToken,
+        abort: CancellationToken,
+    ) -> Result<RunningCollector, CollectorError> {
+        let p = &self.process;
+        let collector = Collector::register(
+            pool,
+            registration,
+            p.upstream.clone(),
+            p.tuning.clone(),
+            metrics,
+        )
+        .await?;
+        let listener = self.listener.get_or_init(|| {
+            Listener::spawn(
+                p.listen.clone(),
+                &p.lanes
+                    .iter()
+                    .map(|l| Channel::Jobs(*l))
+                    .collect::<Vec<_>>(),
+                ListenerOptions {
+                    enabled: !p.poll_only,
+                    ..ListenerOptions::new(p.tuning.poll.poll_interval)
+                },
+                p.reconnects.clone(),
+                self.stop.clone(),
+            )
+        });
+        let (id, stats) = (collector.id().clone(), collector.stats());
+        let task = tokio::spawn(collector.run(listener.clone(), drain, abort));
+        Ok(RunningCollector { id, stats, task })
+    }
+}
+
+/// A registered collector, running.
+pub struct RunningCollector {
+    /// Its incarnation.
+    pub id: CollectorId,
+    /// Its live counters.
+    pub stats: Arc<Stats>,
+    /// Its task: ends when it drained, was retired or was aborted.
+    pub task: tokio::task::JoinHandle<Result<(), CollectorError>>,
+}
+
+impl RunningCollector {
+    /// Waits for the collector to stop; a panic is re-raised.
+    pub async fn wait(self) -> Result<(), CollectorError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
 }
 
 /// Everything one collector incarnation needs.
@@ -266,7 +399,7 @@ impl Collector {
             let heartbeat = tokio::spawn(heartbeat_loop(
                 self.pool.clone(),
                 self.id.clone(),
-                self.tuning.heartbeat_interval,
+                self.tuning.registry.heartbeat_interval,
                 self.claimable.clone(),
                 drain.clone(),
                 stop_heartbeat.clone(),
@@ -310,7 +443,7 @@ impl Collector {
             }
             // How long to sleep unless woken: the poll interval, or less when
             // a backed-off job becomes eligible sooner.
-            let mut sleep = self.tuning.poll_interval;
+            let mut sleep = self.tuning.poll.poll_interval;
             if self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
                     Ok(Some(Claimed {
@@ -380,10 +513,10 @@ impl Collector {
                 _ = stopped(drain, abort) => return Ok(()),
                 w = waiter.wait_at_most(sleep) => w,
             };
-            if wake == Wake::Cancelled {
+            if wake == WakeReason::Cancelled {
                 return Ok(());
             }
-            notified = wake == Wake::Notified;
+            notified = wake == WakeReason::Notified;
         }
     }
 

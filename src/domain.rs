@@ -178,7 +178,7 @@ text_enum! {
 impl EventType {
     /// Parses known event types, `None` for any other text (the column is
     /// free text by contract, so future types must not break readers).
-    pub fn parse_lenient(text: &str) -> Option<EventType> {
+    pub(crate) fn parse_lenient(text: &str) -> Option<EventType> {
         text.parse().ok()
     }
 }
@@ -270,7 +270,42 @@ impl Lane {
 }
 
 /// The NOTIFY channel on which event appends are announced (contract).
-pub const EVENTS_CHANNEL: &str = "bf4ps_events";
+pub(crate) const EVENTS_CHANNEL: &str = "bf4ps_events";
+
+/// One value per resource.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PerResource<T> {
+    /// `detailed`.
+    pub detailed: T,
+    /// `profile`.
+    pub profile: T,
+    /// `weapons`.
+    pub weapons: T,
+    /// `vehicles`.
+    pub vehicles: T,
+}
+
+impl<T> PerResource<T> {
+    /// The value of `r`.
+    pub fn get_mut(&mut self, r: Resource) -> &mut T {
+        match r {
+            Resource::Detailed => &mut self.detailed,
+            Resource::Profile => &mut self.profile,
+            Resource::Weapons => &mut self.weapons,
+            Resource::Vehicles => &mut self.vehicles,
+        }
+    }
+
+    /// Every resource with its value.
+    pub fn iter(&self) -> [(Resource, &T); 4] {
+        [
+            (Resource::Detailed, &self.detailed),
+            (Resource::Profile, &self.profile),
+            (Resource::Weapons, &self.weapons),
+            (Resource::Vehicles, &self.vehicles),
+        ]
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -34,22 +34,92 @@ use crate::db::Pool;
 use crate::registry::CollectorId;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Tuning;
 use crate::domain::Lane;
+
+crate::config::settings! {
+    /// Battlelog egress: per-key rate, the fleet budget and its shares, throttle pauses.
+    pub struct EgressSettings in egress_setting {
+        /// Battlelog requests per second allowed per egress key, shared by every
+        /// collector on that key (fractions allowed: 0.2 = one every 5 s).
+        egress_rate: f64 = "0.2", "egress-rate", "BF4PS_EGRESS_RATE", "Egress",
+            check crate::config::checks::rate;
+
+        /// Background requests allowed fleet-wide (all egress keys together) per
+        /// budget window; 0 turns the budget off. The interactive lane is exempt.
+        global_hourly_budget: u32 = "1296", "global-hourly-budget", "BF4PS_GLOBAL_HOURLY_BUDGET", "Egress";
+
+        /// The rolling window of the global budget (1h; shorter only for tests).
+        global_budget_window: std::time::Duration = "1h", "global-budget-window", "BF4PS_GLOBAL_BUDGET_WINDOW", "Egress",
+            check crate::config::checks::positive;
+
+        /// Active work (due refreshes) may use at most this share of the budget in
+        /// any budget window, unless nothing else waits.
+        share_active_max: f64 = "0.75", "share-active-max", "BF4PS_SHARE_ACTIVE_MAX", "Egress",
+            check crate::config::checks::share;
+
+        /// Bootstrap work (new soldiers) gets at least this share of the budget
+        /// while it has work.
+        share_bootstrap_min: f64 = "0.20", "share-bootstrap-min", "BF4PS_SHARE_BOOTSTRAP_MIN", "Egress",
+            check crate::config::checks::share;
+
+        /// Retries and recovery get at least this share of the budget while they
+        /// have work.
+        share_retry_min: f64 = "0.05", "share-retry-min", "BF4PS_SHARE_RETRY_MIN", "Egress",
+            check crate::config::checks::share;
+
+        /// doubles while throttling continues.
+        throttle_pause: std::time::Duration = "1m", "throttle-pause", "BF4PS_THROTTLE_PAUSE", "Egress",
+            check crate::config::checks::positive;
+
+        /// Longest pause of a throttled egress key.
+        throttle_pause_max: std::time::Duration = "30m", "throttle-pause-max", "BF4PS_THROTTLE_PAUSE_MAX", "Egress",
+            check crate::config::checks::positive;
+    }
+}
+
+impl EgressSettings {
+    /// Checks each setting and the relations between them; the error names
+    /// the flag and variable to fix.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        use crate::config::err;
+        use egress_setting::label::*;
+        self.check_each()?;
+        if self.share_bootstrap_min + self.share_retry_min > 1.0 {
+            return Err(err(
+                share_retry_min,
+                format!(
+                    "the bootstrap and retry minimums add up to more than the budget ({} + {})",
+                    self.share_bootstrap_min, self.share_retry_min
+                ),
+            ));
+        }
+        if self.throttle_pause > self.throttle_pause_max {
+            return Err(err(
+                throttle_pause_max,
+                format!(
+                    "{} is shorter than the first pause ({})",
+                    crate::config::fmt_duration(self.throttle_pause_max),
+                    crate::config::fmt_duration(self.throttle_pause)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Extra spacing of the global budget's slots, as a share of the window
 /// (0.5%: the fleet can spend 99.4% of the budget): requests reach Battlelog some time after their grant (the claim,
 /// the start, the connection), and the spread of that delay must not push a
 /// rolling window, counted at Battlelog, over the budget.
-pub const BUDGET_MARGIN: f64 = 0.005;
+pub(crate) const BUDGET_MARGIN: f64 = 0.005;
 
 /// Spread of that delay the budget absorbs however short its window (a
 /// budget of N slots is stretched by this much in all).
-pub const BUDGET_SLACK: Duration = Duration::from_secs(1);
+pub(crate) const BUDGET_SLACK: Duration = Duration::from_secs(1);
 
 /// Longest sleep between two passes while waiting (a pause may be lifted,
 /// or shortened, by an operator meanwhile).
-pub const MAX_WAIT_STEP: Duration = Duration::from_secs(10);
+pub(crate) const MAX_WAIT_STEP: Duration = Duration::from_secs(10);
 
 /// The gate could not be passed.
 #[derive(Debug, thiserror::Error)]
@@ -74,7 +144,7 @@ pub enum EgressError {
 /// What passes are subject to (`serve` publishes them into
 /// `scheduling_settings`; the gate applies them to every collector).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Spacing of requests on one key (1 / rate).
     pub spacing: Duration,
     /// Spacing of the fleet-wide budget's slots (with the margin); `None`:
@@ -83,15 +153,15 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The limits of a collector of `lane` under `tuning` (validated).
-    pub fn new(tuning: &Tuning, lane: Lane) -> Result<Limits, EgressError> {
-        let rate = tuning.egress_rate;
+    /// The limits of a collector of `lane` under `egress` (validated).
+    pub fn new(egress: &EgressSettings, lane: Lane) -> Result<Limits, EgressError> {
+        let rate = egress.egress_rate;
         let spacing = Duration::try_from_secs_f64(1.0 / rate)
             .ok()
             .filter(|_| rate.is_finite() && rate > 0.0)
             .ok_or(EgressError::BadRate(rate))?;
-        let budget_spacing = (lane == Lane::Background && tuning.global_hourly_budget > 0)
-            .then(|| budget_spacing(tuning.global_budget_window, tuning.global_hourly_budget));
+        let budget_spacing = (lane == Lane::Background && egress.global_hourly_budget > 0)
+            .then(|| budget_spacing(egress.global_budget_window, egress.global_hourly_budget));
         Ok(Limits {
             spacing,
             budget_spacing,
@@ -190,24 +260,24 @@ mod tests {
 
     #[test]
     fn limits_follow_the_lane_and_the_budget() {
-        let t = Tuning::default();
+        let t = EgressSettings::default();
         let bg = Limits::new(&t, Lane::Background).unwrap();
         assert_eq!(bg.spacing, Duration::from_secs(5));
         assert!(bg.budget_spacing.is_some());
         let int = Limits::new(&t, Lane::Interactive).unwrap();
         assert_eq!(int.budget_spacing, None, "the interactive lane is exempt");
-        let off = Tuning {
+        let off = EgressSettings {
             global_hourly_budget: 0,
-            ..Tuning::default()
+            ..EgressSettings::default()
         };
         assert_eq!(
             Limits::new(&off, Lane::Background).unwrap().budget_spacing,
             None
         );
         for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e-300] {
-            let bad = Tuning {
+            let bad = EgressSettings {
                 egress_rate: rate,
-                ..Tuning::default()
+                ..EgressSettings::default()
             };
             assert!(Limits::new(&bad, Lane::Background).is_err(), "{rate}");
         }

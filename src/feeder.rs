@@ -60,16 +60,116 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::backoff::jittered;
-use crate::config::{ExtraWork, ResourceWeights, SchedulingPolicy, Tuning};
+use crate::config::{ExtraWork, SchedulingPolicy};
 use crate::db::Pool;
 use crate::domain::{EVENTS_CHANNEL, Resource};
+use crate::egress::EgressSettings;
+use crate::listener::PollSettings;
+use crate::task::Periodic;
 
-/// The ageing reference: `priority_value` counts minutes of due time from here.
-pub const AGING_EPOCH: &str = "2025-01-01 00:00:00+00";
+crate::config::settings! {
+    /// The feeder: what background work it schedules, and how much.
+    pub struct FeederSettings in feeder_setting {
+        /// Pending background jobs the feeder keeps in the working set.
+        feeder_target_depth: u32 = "1000", "feeder-target-depth", "BF4PS_FEEDER_TARGET_DEPTH", "Scheduling",
+            check crate::config::checks::at_least_one;
+
+        /// The feeder tops up early when pending depth falls below this.
+        feeder_low_watermark: u32 = "500", "feeder-low-watermark", "BF4PS_FEEDER_LOW_WATERMARK", "Scheduling";
+
+        /// Feeder cadence (a cycle reads one state row per soldier seen in the
+        /// active window; it also runs at once below the low watermark).
+        feeder_interval: std::time::Duration = "30s", "feeder-interval", "BF4PS_FEEDER_INTERVAL", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// Priority weight per resource (RESOURCE=WEIGHT, comma separated, all four).
+        resource_weights: crate::config::ResourceWeights = "detailed=40,profile=30,weapons=20,vehicles=10", "resource-weights", "BF4PS_RESOURCE_WEIGHTS", "Scheduling";
+
+        /// Which pairs the feeder gives background work: `sightings` (BF4PS's
+        /// policy: new soldiers, due resources of soldiers seen playing, retries)
+        /// or `age` (every due pair oldest first, the policy of 0.1).
+        scheduling_policy: crate::config::SchedulingPolicy = "sightings", "scheduling-policy", "BF4PS_SCHEDULING_POLICY", "Scheduling";
+
+        /// The resources the feeder schedules (BF4PS schedules no `profile`:
+        /// it comes from interactive requests).
+        background_resources: crate::config::Resources = "detailed,weapons,vehicles", "background-resources", "BF4PS_BACKGROUND_RESOURCES", "Scheduling",
+            check crate::config::checks::some_resource;
+
+        /// What soldiers seen within the recent window (but not the active one)
+        /// get: `none` (BF4PS) or `due` (their due resources, after all else).
+        recent_work: crate::config::ExtraWork = "none", "recent-work", "BF4PS_RECENT_WORK", "Scheduling";
+
+        /// What soldiers not seen within the recent window get: `none` (BF4PS)
+        /// or `due`.
+        inactive_work: crate::config::ExtraWork = "none", "inactive-work", "BF4PS_INACTIVE_WORK", "Scheduling";
+
+        /// A soldier seen playing within this window (discovery's sightings) is
+        /// `active`: its due resources get background work.
+        active_window: std::time::Duration = "24h", "active-window", "BF4PS_ACTIVE_WINDOW", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// one seen longer ago is inactive.
+        recent_window: std::time::Duration = "7d", "recent-window", "BF4PS_RECENT_WINDOW", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// A successful `detailed` collection is due again after this long.
+        refresh_detailed: std::time::Duration = "24h", "refresh-detailed", "BF4PS_REFRESH_DETAILED", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// A successful `profile` collection is due again after this long.
+        refresh_profile: std::time::Duration = "30d", "refresh-profile", "BF4PS_REFRESH_PROFILE", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// A successful `weapons` collection is due again after this long.
+        refresh_weapons: std::time::Duration = "7d", "refresh-weapons", "BF4PS_REFRESH_WEAPONS", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// A successful `vehicles` collection is due again after this long.
+        refresh_vehicles: std::time::Duration = "7d", "refresh-vehicles", "BF4PS_REFRESH_VEHICLES", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// Priority points per minute a pair has been overdue (aging; prevents starvation).
+        aging_weight: f64 = "1", "aging-weight", "BF4PS_AGING_WEIGHT", "Scheduling",
+            check crate::config::checks::non_negative;
+    }
+}
+
+impl FeederSettings {
+    /// Checks each setting and the relations between them; the error names
+    /// the flag and variable to fix.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        use crate::config::err;
+        use feeder_setting::label::*;
+        self.check_each()?;
+        if self.feeder_low_watermark > self.feeder_target_depth {
+            return Err(err(
+                feeder_low_watermark,
+                format!(
+                    "{} exceeds the target depth ({})",
+                    self.feeder_low_watermark, self.feeder_target_depth
+                ),
+            ));
+        }
+        if self.active_window > self.recent_window {
+            return Err(err(
+                recent_window,
+                format!(
+                    "{} is shorter than the active window ({})",
+                    crate::config::fmt_duration(self.recent_window),
+                    crate::config::fmt_duration(self.active_window)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The ageing reference: `priority_value` counts minutes of due time from
+/// here (spelled in the feed statements; the tests check they agree).
+#[cfg(test)]
+const AGING_EPOCH: &str = "2025-01-01 00:00:00+00";
 
 /// A feed cycle failed (the loop logs it and tries again next tick).
 #[derive(Debug, thiserror::Error)]
@@ -79,75 +179,21 @@ pub enum FeederError {
     Db(#[from] sqlx::Error),
 }
 
-/// The feeder's settings, taken from [`Tuning`].
-#[derive(Debug, Clone)]
-pub struct FeederConfig {
-    /// Pending background jobs to keep in the working set.
-    pub target_depth: u32,
-    /// Top up at once when the pending depth falls below this.
-    pub low_watermark: u32,
-    /// Cadence of full cycles (jittered ±20%).
-    pub interval: Duration,
-    /// How often the loop looks at the pending depth between cycles.
-    pub check_interval: Duration,
-    /// Priority weight per resource.
-    pub resource_weights: ResourceWeights,
-    /// Priority points per minute overdue.
-    pub aging_weight: f64,
-    /// What is due.
-    pub policy: SchedulingPolicy,
-    /// The resources fed.
-    pub resources: Vec<Resource>,
-    /// Seen within this: active.
-    pub active_window: Duration,
-    /// Seen within this (not active): recent.
-    pub recent_window: Duration,
-    /// What recent soldiers get.
-    pub recent_work: ExtraWork,
-    /// What inactive soldiers get.
-    pub inactive_work: ExtraWork,
-    /// Minimum shares of bootstrap and retries (the working set's split).
-    pub min_shares: (f64, f64),
-    /// The budget window (usage older than two windows is pruned).
-    pub budget_window: Duration,
-}
-
-impl FeederConfig {
-    /// The feeder's part of a validated [`Tuning`].
-    pub fn from_tuning(t: &Tuning) -> FeederConfig {
-        FeederConfig {
-            target_depth: t.feeder_target_depth,
-            low_watermark: t.feeder_low_watermark,
-            interval: t.feeder_interval,
-            check_interval: t.poll_interval.min(t.feeder_interval),
-            resource_weights: t.resource_weights,
-            aging_weight: t.aging_weight,
-            policy: t.scheduling_policy,
-            resources: t.background_resources.0.clone(),
-            active_window: t.active_window,
-            recent_window: t.recent_window,
-            recent_work: t.recent_work,
-            inactive_work: t.inactive_work,
-            min_shares: (t.share_bootstrap_min, t.share_retry_min),
-            budget_window: t.global_budget_window,
-        }
-    }
-
-    /// Room per class for a working set holding `pending` (bootstrap,
-    /// retry, active) jobs: each class up to its share of the target depth.
-    fn room(&self, pending: [i64; 3]) -> [i64; 3] {
-        let target = i64::from(self.target_depth);
-        let boot = ((target as f64) * self.min_shares.0).ceil() as i64;
-        let retry = ((target as f64) * self.min_shares.1).ceil() as i64;
-        let active = (target - boot - retry).max(0);
-        [boot, retry, active]
-            .iter()
-            .zip(pending)
-            .map(|(depth, p)| (depth - p).max(0))
-            .collect::<Vec<_>>()
-            .try_into()
-            .unwrap_or([0; 3])
-    }
+/// Room per class for a working set of `target` jobs holding `pending`
+/// (bootstrap, retry, active): bootstrap and retries up to their minimum
+/// shares (`min_shares`) of the target, active the rest.
+fn room(target: u32, min_shares: (f64, f64), pending: [i64; 3]) -> [i64; 3] {
+    let target = i64::from(target);
+    let boot = ((target as f64) * min_shares.0).ceil() as i64;
+    let retry = ((target as f64) * min_shares.1).ceil() as i64;
+    let active = (target - boot - retry).max(0);
+    [boot, retry, active]
+        .iter()
+        .zip(pending)
+        .map(|(depth, p)| (depth - p).max(0))
+        .collect::<Vec<_>>()
+        .try_into()
+        .unwrap_or([0; 3])
 }
 
 /// What one cycle did.
@@ -486,7 +532,12 @@ const PRUNE_USAGE_SQL: &str = "DELETE FROM budget_usage \
 macro_rules! bind_feed {
     ($query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
         let w = $cfg.resource_weights;
-        let resources: Vec<&str> = $cfg.resources.iter().map(|r| r.as_str()).collect();
+        let resources: Vec<&str> = $cfg
+            .background_resources
+            .0
+            .iter()
+            .map(|r| r.as_str())
+            .collect();
         $query
             .bind($now)
             .bind($cfg.active_window.as_secs_f64())
@@ -510,20 +561,34 @@ macro_rules! bind_feed {
 #[derive(Debug, Clone)]
 pub struct Feeder {
     pool: Pool,
-    cfg: FeederConfig,
+    settings: FeederSettings,
+    /// How often the loop looks at the pending depth between cycles: the
+    /// poll interval, at most the cadence.
+    check_interval: Duration,
+    /// The budget's minimum shares of bootstrap and retries (the working
+    /// set's split) and its window (usage older than two is pruned).
+    egress: EgressSettings,
 }
 
 impl Feeder {
-    /// A feeder on `pool` with `cfg`.
-    pub fn new(pool: impl Into<Pool>, cfg: FeederConfig) -> Feeder {
+    /// A feeder on `pool` with its settings, the poll interval and the
+    /// budget's shares and window (validated).
+    pub fn new(
+        pool: impl Into<Pool>,
+        settings: &FeederSettings,
+        poll: &PollSettings,
+        egress: &EgressSettings,
+    ) -> Feeder {
         Feeder {
             pool: pool.into(),
-            cfg,
+            settings: settings.clone(),
+            check_interval: poll.poll_interval.min(settings.feeder_interval),
+            egress: egress.clone(),
         }
     }
 
     /// Pending jobs in the background lane now.
-    pub async fn pending_depth(&self) -> Result<u64, FeederError> {
+    pub(crate) async fn pending_depth(&self) -> Result<u64, FeederError> {
         let n: i64 = sqlx::query_scalar(PENDING_DEPTH_SQL)
             .fetch_one(&self.pool)
             .await?;
@@ -564,22 +629,26 @@ impl Feeder {
             pending_before: pending.max(0) as u64,
             ..CycleReport::default()
         };
-        let total = i64::from(self.cfg.target_depth) - pending;
+        let total = i64::from(self.settings.feeder_target_depth) - pending;
         if total > 0 {
-            let sql = match self.cfg.policy {
+            let sql = match self.settings.scheduling_policy {
                 SchedulingPolicy::Sightings => FEED_SIGHTINGS_SQL,
                 SchedulingPolicy::Age => FEED_AGE_SQL,
             };
             // First each class up to its share of the depth, then whatever
             // room is left to any class that has more.
-            let first = self.cfg.room([boot, retry, active]);
+            let first = room(
+                self.settings.feeder_target_depth,
+                (self.egress.share_bootstrap_min, self.egress.share_retry_min),
+                [boot, retry, active],
+            );
             let mut left = total;
             for room in [first, [total; 3]] {
                 if left <= 0 {
                     break;
                 }
                 let (b, r, a): (i64, i64, i64) =
-                    bind_feed!(sqlx::query_as(sql), self.cfg, now, room, left)
+                    bind_feed!(sqlx::query_as(sql), self.settings, now, room, left)
                         .fetch_one(&mut *tx)
                         .await?;
                 report.bootstrap += b as u64;
@@ -591,7 +660,7 @@ impl Feeder {
         }
         sqlx::query(PRUNE_USAGE_SQL)
             .bind(now)
-            .bind(self.cfg.budget_window.as_secs_f64())
+            .bind(self.egress.global_budget_window.as_secs_f64())
             .execute(&mut *tx)
             .await?;
         if notify_events && report.inserted > 0 {
@@ -610,67 +679,74 @@ impl Feeder {
     pub async fn explain_cycle(&self, limit: i64) -> Result<String, FeederError> {
         let mut tx = self.pool.begin().await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        let sql = match self.cfg.policy {
+        let sql = match self.settings.scheduling_policy {
             SchedulingPolicy::Sightings => EXPLAIN_SIGHTINGS_SQL,
             SchedulingPolicy::Age => EXPLAIN_AGE_SQL,
         };
         let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
             .fetch_one(&mut *tx)
             .await?;
-        let lines: Vec<String> =
-            bind_feed!(sqlx::query_scalar(sql), self.cfg, now, [limit; 3], limit)
-                .fetch_all(&mut *tx)
-                .await?;
+        let lines: Vec<String> = bind_feed!(
+            sqlx::query_scalar(sql),
+            self.settings,
+            now,
+            [limit; 3],
+            limit
+        )
+        .fetch_all(&mut *tx)
+        .await?;
         tx.rollback().await?;
         Ok(lines.join("\n"))
     }
+}
 
-    /// Runs cycles until `cancel` fires: every `interval` (jittered ±20%),
-    /// and at once when the pending depth falls below `low_watermark`
-    /// (checked every `check_interval`). Errors are logged, never fatal.
-    pub async fn run(&self, cancel: CancellationToken) {
-        let mut next_cycle = Instant::now();
-        loop {
-            let cycle_due = Instant::now() >= next_cycle
-                || match self.pending_depth().await {
-                    Ok(depth) => depth < u64::from(self.cfg.low_watermark),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "feeder depth check failed");
-                        false
-                    }
-                };
-            if cycle_due {
-                let cycle = self.run_once().await;
-                // Counted by the feeder whose cycle ran (one per cycle, not
-                // one per serve).
-                if matches!(cycle, Ok(CycleReport { ran: true, .. }))
-                    && let Err(e) = count_activity(&self.pool, None).await
-                {
-                    tracing::warn!(error = %e, "counting the active soldiers failed");
-                }
-                match cycle {
-                    Ok(r) if r.inserted > 0 => tracing::debug!(
-                        inserted = r.inserted,
-                        pending_before = r.pending_before,
-                        bootstrap = r.bootstrap,
-                        active = r.active,
-                        retry = r.retry,
-                        "feeder topped up the background lane"
-                    ),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "feeder cycle failed"),
-                }
-                next_cycle = Instant::now() + jittered(self.cfg.interval);
+impl Periodic for Feeder {
+    const NAME: &'static str = "feeder";
+    type Report = CycleReport;
+    type Error = FeederError;
+
+    /// One cycle on the database's clock; the feeder whose cycle ran (one
+    /// per cycle, not one per serve) then counts the active soldiers.
+    async fn run_once(&self) -> Result<CycleReport, FeederError> {
+        let cycle = self.run_once_at(None).await?;
+        if cycle.ran
+            && let Err(e) = count_activity(&self.pool, None).await
+        {
+            tracing::warn!(error = %e, "counting the active soldiers failed");
+        }
+        Ok(cycle)
+    }
+
+    /// Every `interval`, jittered ±20%.
+    fn next_wait(&self) -> Duration {
+        jittered(self.settings.feeder_interval)
+    }
+
+    fn early_check(&self) -> Option<Duration> {
+        Some(self.check_interval)
+    }
+
+    /// At once when the pending depth falls below `low_watermark`.
+    async fn run_early(&self) -> bool {
+        match self.pending_depth().await {
+            Ok(depth) => depth < u64::from(self.settings.feeder_low_watermark),
+            Err(e) => {
+                tracing::warn!(error = %e, "feeder depth check failed");
+                false
             }
-            let wait = self
-                .cfg
-                .check_interval
-                .min(next_cycle.saturating_duration_since(Instant::now()))
-                .max(Duration::from_millis(10));
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
-            }
+        }
+    }
+
+    fn report(&self, r: &CycleReport) {
+        if r.inserted > 0 {
+            tracing::debug!(
+                inserted = r.inserted,
+                pending_before = r.pending_before,
+                bootstrap = r.bootstrap,
+                active = r.active,
+                retry = r.retry,
+                "feeder topped up the background lane"
+            );
         }
     }
 }
@@ -719,14 +795,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_follows_tuning() {
-        let t = Tuning::default();
-        let c = FeederConfig::from_tuning(&t);
-        assert_eq!(c.target_depth, t.feeder_target_depth);
-        assert_eq!(c.check_interval, t.poll_interval.min(t.feeder_interval));
-        assert_eq!(c.policy, SchedulingPolicy::Sightings);
+    fn defaults_are_bf4ps_policy() {
+        let t = FeederSettings::default();
+        assert_eq!(t.scheduling_policy, SchedulingPolicy::Sightings);
         assert_eq!(
-            c.resources,
+            t.background_resources.0,
             [Resource::Detailed, Resource::Weapons, Resource::Vehicles]
         );
         assert!(FEED_SIGHTINGS_SQL.contains(AGING_EPOCH));
@@ -735,9 +808,16 @@ mod tests {
 
     #[test]
     fn the_working_set_is_split_like_the_shares() {
-        let c = FeederConfig::from_tuning(&Tuning::default());
+        let (t, e) = (FeederSettings::default(), EgressSettings::default());
+        let shares = (e.share_bootstrap_min, e.share_retry_min);
         // 1000 deep: 200 bootstrap, 50 retry, 750 active.
-        assert_eq!(c.room([0, 0, 0]), [200, 50, 750]);
-        assert_eq!(c.room([250, 10, 700]), [0, 40, 50]);
+        assert_eq!(
+            room(t.feeder_target_depth, shares, [0, 0, 0]),
+            [200, 50, 750]
+        );
+        assert_eq!(
+            room(t.feeder_target_depth, shares, [250, 10, 700]),
+            [0, 40, 50]
+        );
     }
 }

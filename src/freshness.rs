@@ -20,12 +20,12 @@
 //!   is one index probe per resource.
 
 use chrono::{DateTime, TimeDelta, Utc};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use sqlx::PgConnection;
 
 use crate::db::Pool;
-use crate::domain::Resource;
-use crate::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
-use crate::status::{PerResource, ResourceFreshness};
+use crate::domain::{PerResource, Resource};
+use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER, freshness_bounds};
 
 /// `SELECT '<resource>', <age of its oldest success at $1 in seconds>`.
 macro_rules! oldest_success {
@@ -183,6 +183,73 @@ fn thresholds(at: DateTime<Utc>) -> Vec<DateTime<Utc>> {
             at - TimeDelta::microseconds((bound * 1e6) as i64) + TimeDelta::microseconds(1)
         })
         .collect()
+}
+
+/// Freshness of one resource.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct ResourceFreshness {
+    /// Pairs per band of last-success age (`lt_1h` … `gt_7d`, then `never`).
+    pub pairs: Bands,
+    /// Age of the oldest last success; `null` when none succeeded yet.
+    pub oldest_success_age_s: Option<f64>,
+}
+
+/// Counts per freshness band, in band order (serialized as a JSON object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bands(pub Vec<(&'static str, u64)>);
+
+impl Default for Bands {
+    fn default() -> Self {
+        Bands(
+            FRESHNESS_BANDS
+                .iter()
+                .map(|(name, _)| (*name, 0))
+                .chain([(FRESHNESS_NEVER, 0)])
+                .collect(),
+        )
+    }
+}
+
+impl Serialize for Bands {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
+/// Freshness compaction as a periodic task of `serve`: folds the rollup's
+/// deltas every `interval` (one runner at a time per database, the others
+/// skip).
+#[derive(Debug, Clone)]
+pub(crate) struct Compaction {
+    /// Where.
+    pub pool: Pool,
+    /// Cadence (jittered).
+    pub interval: std::time::Duration,
+}
+
+impl crate::task::Periodic for Compaction {
+    const NAME: &'static str = "freshness";
+    /// Deltas folded (`None`: another runner was compacting).
+    type Report = Option<u64>;
+    type Error = sqlx::Error;
+
+    async fn run_once(&self) -> Result<Option<u64>, sqlx::Error> {
+        compact(&self.pool).await
+    }
+
+    fn next_wait(&self) -> std::time::Duration {
+        crate::backoff::jittered(self.interval)
+    }
+
+    fn report(&self, folded: &Option<u64>) {
+        if let Some(n @ 1..) = folded {
+            tracing::debug!(folded = n, "freshness deltas folded");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,12 +17,21 @@
 
 use crate::db::Pool;
 use chrono::{DateTime, Utc};
-use tokio_util::sync::CancellationToken;
 
 use crate::domain::{HeartbeatState, JobStatus, PriorityClass};
 use crate::metrics::Registry;
 use crate::projector::ProjectorState;
 use crate::status::{self, Status, StatusError};
+use crate::task::Periodic;
+
+crate::config::settings! {
+    /// The table-backed gauges.
+    pub struct GaugeSettings in gauge_setting {
+        /// Refresh cadence of gauges read from tables (collectors, queue, freshness).
+        gauge_interval: std::time::Duration = "5s", "gauge-interval", "BF4PS_GAUGE_INTERVAL", "Events",
+            check crate::config::checks::positive;
+    }
+}
 
 /// Refreshes the table-backed gauges of one `serve` instance.
 #[derive(Clone)]
@@ -30,6 +39,7 @@ pub struct GaugeRefresher {
     pool: Pool,
     registry: Registry,
     projector: Option<ProjectorState>,
+    interval: std::time::Duration,
 }
 
 /// Unix seconds of `at` minus `age` seconds, in whole milliseconds like
@@ -39,6 +49,7 @@ pub struct GaugeRefresher {
 fn before(at: DateTime<Utc>, age: Option<f64>) -> f64 {
     age.map_or(0.0, |a| {
         let micros = at.timestamp_micros() - (a * 1e6).round() as i64;
+
         micros.div_euclid(1000) as f64 / 1000.0
     })
 }
@@ -59,7 +70,15 @@ impl GaugeRefresher {
             pool: pool.into(),
             registry,
             projector,
+            interval: GaugeSettings::default().gauge_interval,
         }
+    }
+
+    /// Refreshes every `interval` when run (default: the default
+    /// `--gauge-interval`).
+    pub fn every(mut self, interval: std::time::Duration) -> Self {
+        self.interval = interval;
+        self
     }
 
     fn set(&self, name: &'static str, labels: &[(&'static str, &str)], v: f64) {
@@ -216,41 +235,18 @@ impl GaugeRefresher {
             before(at, s.retention.oldest_event_age_s),
         );
     }
-
-    /// Refreshes every `interval` until `cancel` fires; failures are logged.
-    pub async fn run(self, interval: std::time::Duration, cancel: CancellationToken) {
-        loop {
-            if let Err(e) = self.refresh_once().await {
-                tracing::warn!("{}", crate::telemetry::error_chain(&e));
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
-            }
-        }
-    }
 }
 
-/// Keeps the freshness rollup compact: folds its deltas every `interval`
-/// (`serve` runs it on the gauge interval; one runner at a time per
-/// database, the others skip). Failures are logged, never fatal.
-pub async fn compact_freshness(
-    pool: Pool,
-    interval: std::time::Duration,
-    cancel: CancellationToken,
-) {
-    loop {
-        match crate::freshness::compact(&pool).await {
-            Ok(Some(n)) if n > 0 => tracing::debug!(folded = n, "freshness deltas folded"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(
-                "freshness compaction failed: {}",
-                crate::telemetry::error_chain(&e)
-            ),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(crate::backoff::jittered(interval)) => {}
-        }
+impl Periodic for GaugeRefresher {
+    const NAME: &'static str = "gauges";
+    type Report = ();
+    type Error = StatusError;
+
+    async fn run_once(&self) -> Result<(), StatusError> {
+        self.refresh_once().await
+    }
+
+    fn next_wait(&self) -> std::time::Duration {
+        self.interval
     }
 }

@@ -61,19 +61,19 @@ const COPY_CHUNK: usize = 1 << 20;
 
 /// Rows per transaction: bounds how long an import holds locks and the
 /// projector's transaction horizon, and what a failure rolls back.
-pub const DEFAULT_BATCH_ROWS: usize = 50_000;
+pub(crate) const DEFAULT_BATCH_ROWS: usize = 50_000;
 
 /// Batches loaded concurrently (each on its own connection).
-pub const DEFAULT_WORKERS: usize = 2;
+pub(crate) const DEFAULT_WORKERS: usize = 2;
 
 /// Problems listed in full before "... and N more".
 const PROBLEMS_SHOWN: usize = 50;
 
 /// Longest line (row) accepted, in bytes, its line terminator excluded.
-pub const MAX_LINE_BYTES: usize = 4096;
+pub(crate) const MAX_LINE_BYTES: usize = 4096;
 
 /// Longest soldier name accepted, in characters (after trimming).
-pub const MAX_NAME_CHARS: usize = 200;
+pub(crate) const MAX_NAME_CHARS: usize = 200;
 
 /// An import that did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -324,7 +324,7 @@ impl ImportReport {
 }
 
 /// `line N: verb: reason` for each invalid row (the first 50).
-pub fn invalid_lines(rows: &[InvalidRow], verb: &str) -> Vec<String> {
+pub(crate) fn invalid_lines(rows: &[InvalidRow], verb: &str) -> Vec<String> {
     let mut out: Vec<String> = rows
         .iter()
         .take(PROBLEMS_SHOWN)

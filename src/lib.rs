@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod cli;
 pub mod collector;
 pub mod config;
@@ -17,18 +17,18 @@ pub mod freshness;
 pub mod gauges;
 pub mod import;
 pub mod listener;
-pub mod locks;
 pub mod metrics;
 pub mod monitor;
-pub mod output;
-
+pub(crate) mod output;
 pub mod projector;
 pub mod queue;
 pub mod registry;
 pub mod request;
 pub mod retention;
 pub mod serve;
-pub mod shutdown;
+pub(crate) mod shutdown;
 pub mod status;
+pub mod task;
 pub mod telemetry;
+pub mod tuning;
 pub mod upstream;

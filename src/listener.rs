@@ -28,6 +28,15 @@ use crate::backoff::jittered;
 use crate::db::{DbError, DbTarget};
 use crate::domain::{EVENTS_CHANNEL, Lane};
 
+crate::config::settings! {
+    /// The fallback poll of every NOTIFY waiter.
+    pub struct PollSettings in poll_setting {
+        /// Fallback poll for every NOTIFY listener (jittered ±20%).
+        poll_interval: std::time::Duration = "1s", "poll-interval", "BF4PS_POLL_INTERVAL", "Leases and heartbeats",
+            check crate::config::checks::positive;
+    }
+}
+
 /// `application_name` of the LISTEN connection.
 const APPLICATION: &str = "bf4ps-ops listener";
 
@@ -62,7 +71,7 @@ impl Channel {
 
 /// Listener tuning.
 #[derive(Debug, Clone)]
-pub struct ListenerSettings {
+pub struct ListenerOptions {
     /// Open the LISTEN connection at all (`false`: poll-only mode, e.g.
     /// behind a transaction-pooling PgBouncer).
     pub enabled: bool,
@@ -74,10 +83,10 @@ pub struct ListenerSettings {
     pub max_backoff: Duration,
 }
 
-impl ListenerSettings {
+impl ListenerOptions {
     /// Enabled, with the given poll interval and default ping/backoff.
-    pub fn new(poll_interval: Duration) -> ListenerSettings {
-        ListenerSettings {
+    pub fn new(poll_interval: Duration) -> ListenerOptions {
+        ListenerOptions {
             enabled: true,
             poll_interval,
             ping_interval: Duration::from_secs(10),
@@ -88,7 +97,7 @@ impl ListenerSettings {
 
 /// Why [`Waiter::wait`] returned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wake {
+pub enum WakeReason {
     /// A notification (or a catch-up wake after a reconnect, or a passed-on wake).
     Notified,
     /// The fallback poll interval elapsed.
@@ -99,7 +108,7 @@ pub enum Wake {
 
 struct Inner {
     notifies: HashMap<Channel, Arc<Notify>>,
-    settings: ListenerSettings,
+    settings: ListenerOptions,
     connected: AtomicBool,
     connected_tx: watch::Sender<u64>,
     reconnects: AtomicU64,
@@ -118,7 +127,7 @@ impl Listener {
     pub fn spawn(
         target: DbTarget,
         channels: &[Channel],
-        settings: ListenerSettings,
+        settings: ListenerOptions,
         reconnects: metrics::Counter,
         cancel: CancellationToken,
     ) -> Listener {
@@ -187,25 +196,25 @@ pub struct Waiter {
 
 impl Waiter {
     /// Waits for a notification, the jittered fallback poll, or shutdown.
-    pub async fn wait(&self) -> Wake {
+    pub async fn wait(&self) -> WakeReason {
         self.wait_at_most(self.poll_interval).await
     }
 
     /// Like [`Waiter::wait`] but polls after at most `max` (jittered ±20%),
     /// e.g. to wake when a backed-off job becomes eligible.
-    pub async fn wait_at_most(&self, max: Duration) -> Wake {
+    pub(crate) async fn wait_at_most(&self, max: Duration) -> WakeReason {
         let timeout = jittered(max.min(self.poll_interval));
         tokio::select! {
             biased;
-            _ = self.cancel.cancelled() => Wake::Cancelled,
-            _ = self.notify.notified() => Wake::Notified,
-            _ = tokio::time::sleep(timeout) => Wake::Poll,
+            _ = self.cancel.cancelled() => WakeReason::Cancelled,
+            _ = self.notify.notified() => WakeReason::Notified,
+            _ = tokio::time::sleep(timeout) => WakeReason::Poll,
         }
     }
 
     /// Passes a wake on to one other waiter of this channel (call after
     /// finding work: there may be more).
-    pub fn pass_on(&self) {
+    pub(crate) fn pass_on(&self) {
         self.notify.notify_one();
     }
 }

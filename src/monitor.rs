@@ -7,14 +7,30 @@
 
 use std::time::Duration;
 
-use crate::db::{Pool, Pooled};
-use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::db::{Pool, Pooled};
+
 use crate::backoff::jittered;
-use crate::config::Tuning;
-use crate::queue::{self, QueueError, Recovery};
-use crate::registry::{self, RegistryError};
+use crate::queue::{self, QueueError, QueueSettings};
+use crate::registry::{self, RegistryError, RegistrySettings};
+use crate::task::Periodic;
+
+crate::config::settings! {
+    /// The monitor: its cadence and the longest client transaction it lets run.
+    pub struct MonitorSettings in monitor_setting {
+        /// Cadence of the heartbeat sweep and expired-lease recovery.
+        monitor_interval: std::time::Duration = "1s", "monitor-interval", "BF4PS_MONITOR_INTERVAL", "Events",
+            check crate::config::checks::positive;
+
+        /// Longest transaction a session of a collector or website role may
+        /// keep open: the monitor ends longer ones (ours last milliseconds; an
+        /// open one would hold the fleet's row locks and the projection
+        /// horizon). `serve`'s role needs pg_signal_backend for it.
+        client_transaction_limit: std::time::Duration = "30s", "client-transaction-limit", "BF4PS_CLIENT_TRANSACTION_LIMIT", "Events",
+            check crate::config::checks::positive;
+    }
+}
 
 /// Jobs recovered per recovery transaction.
 const RECOVER_BATCH: i64 = 500;
@@ -41,42 +57,51 @@ pub struct MonitorStep {
     /// Jobs returned to pending.
     pub recovered: usize,
     /// Client sessions ended for holding a transaction open too long.
-    pub ended_sessions: usize,
+    pub(crate) ended_sessions: usize,
 }
 
-/// The monitor's settings.
+/// The monitor: its pool and settings.
 #[derive(Debug, Clone)]
 pub struct Monitor {
+    /// Where it sweeps and recovers.
+    pub pool: Pool,
     /// Silence after which a collector is lost.
     pub lost_after: Duration,
     /// How expired leases are recovered (claim-to-start, backoff).
-    pub recovery: Recovery,
-    /// Cadence.
-    pub interval: Duration,
-    /// Longest transaction a collector or website session may keep open.
-    pub client_transaction_limit: Duration,
-}
-
-impl From<&Tuning> for Monitor {
-    fn from(t: &Tuning) -> Monitor {
-        Monitor {
-            lost_after: t.heartbeat_lost_after,
-            recovery: Recovery::from(t),
-            interval: t.monitor_interval,
-            client_transaction_limit: t.client_transaction_limit,
-        }
-    }
+    pub queue: QueueSettings,
+    /// Cadence, and the longest transaction a collector or website session
+    /// may keep open.
+    pub settings: MonitorSettings,
 }
 
 impl Monitor {
-    /// One bounded step: end client sessions holding a transaction open too
-    /// long, sweep lost heartbeats, then recover expired leases in batches
-    /// until a short batch.
-    pub async fn run_once(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
-        let ended =
-            crate::locks::end_overlong_client_transactions(pool, self.client_transaction_limit)
-                .await
-                .map_err(MonitorError::Sessions)?;
+    /// The monitor on `pool`: its settings, the queue's (recovery) and the
+    /// registry's (heartbeat loss), validated.
+    pub fn new(
+        pool: impl Into<Pool>,
+        settings: &MonitorSettings,
+        queue: &QueueSettings,
+        registry: &RegistrySettings,
+    ) -> Monitor {
+        Monitor {
+            pool: pool.into(),
+            lost_after: registry.heartbeat_lost_after,
+            queue: queue.clone(),
+            settings: settings.clone(),
+        }
+    }
+
+    /// One bounded step on `pool` (any executor: tests pass one whose
+    /// plans they read): end client sessions holding a transaction open
+    /// too long, sweep lost heartbeats, then recover expired leases in
+    /// batches until a short batch.
+    pub async fn run_once_on(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
+        let ended = crate::db::locks::end_overlong_client_transactions(
+            pool,
+            self.settings.client_transaction_limit,
+        )
+        .await
+        .map_err(MonitorError::Sessions)?;
         for s in &ended {
             if s.ended {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
@@ -95,7 +120,7 @@ impl Monitor {
         }
         let mut recovered = 0;
         loop {
-            let batch = queue::recover_expired(pool, RECOVER_BATCH, &self.recovery).await?;
+            let batch = queue::recover_expired(pool, RECOVER_BATCH, &self.queue).await?;
             recovered += batch.len();
             for job in &batch {
                 info!(
@@ -114,20 +139,19 @@ impl Monitor {
             ended_sessions: ended.iter().filter(|s| s.ended).count(),
         })
     }
+}
 
-    /// Runs [`Monitor::run_once`] every `interval` (jittered) until cancelled.
-    /// Step failures are logged and retried on the next tick.
-    pub async fn run(&self, pool: impl Into<Pool>, cancel: CancellationToken) {
-        let pool = pool.into();
-        loop {
-            if let Err(e) = self.run_once(&pool).await {
-                warn!(error = %e, "monitor step failed; retrying next tick");
-            }
-            let delay = jittered(self.interval);
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(delay) => {}
-            }
-        }
+impl Periodic for Monitor {
+    const NAME: &'static str = "monitor";
+    type Report = MonitorStep;
+    type Error = MonitorError;
+
+    /// [`Monitor::run_once_on`] its pool.
+    async fn run_once(&self) -> Result<MonitorStep, MonitorError> {
+        self.run_once_on(&self.pool).await
+    }
+
+    fn next_wait(&self) -> Duration {
+        jittered(self.settings.monitor_interval)
     }
 }

@@ -58,7 +58,7 @@ fn needs_escape(c: char) -> bool {
 /// (`\t`, `\n`, `\r`, `\x1b` for the other ASCII ones, `\u{85}` or
 /// `\u{202e}` beyond), everything else as it is. Borrowed when nothing needs
 /// escaping. Pads like a `str` (`{:<20}`).
-pub fn escape(s: &str) -> Cow<'_, str> {
+pub(crate) fn escape(s: &str) -> Cow<'_, str> {
     if !s.chars().any(needs_escape) {
         return Cow::Borrowed(s);
     }

@@ -21,6 +21,49 @@ use uuid::Uuid;
 use crate::db::ms;
 use crate::domain::{HeartbeatState, Lane};
 
+crate::config::settings! {
+    /// Collector incarnations: heartbeats, loss, and the registration limits per login role.
+    pub struct RegistrySettings in registry_setting {
+        /// How often a collector records its heartbeat.
+        heartbeat_interval: std::time::Duration = "10s", "heartbeat-interval", "BF4PS_HEARTBEAT_INTERVAL", "Leases and heartbeats",
+            check crate::config::checks::positive;
+
+        /// A collector silent for longer than this is marked lost (heartbeat_lost).
+        heartbeat_lost_after: std::time::Duration = "30s", "heartbeat-lost-after", "BF4PS_HEARTBEAT_LOST_AFTER", "Leases and heartbeats",
+            check crate::config::checks::positive;
+
+        /// Collector registrations one database login role may make in any hour
+        /// (beyond, SQLSTATE 53400): bounds a compromised or crash-looping host.
+        registrations_per_hour: u32 = "120", "registrations-per-hour", "BF4PS_REGISTRATIONS_PER_HOUR", "Leases and heartbeats",
+            check crate::config::checks::count;
+
+        /// Collectors one database login role may have that are not retired.
+        collectors_per_role: u32 = "50", "collectors-per-role", "BF4PS_COLLECTORS_PER_ROLE", "Leases and heartbeats",
+            check crate::config::checks::count;
+    }
+}
+
+impl RegistrySettings {
+    /// Checks each setting and the relations between them; the error names
+    /// the flag and variable to fix.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        use crate::config::err;
+        use registry_setting::label::*;
+        self.check_each()?;
+        if self.heartbeat_lost_after <= self.heartbeat_interval {
+            return Err(err(
+                heartbeat_lost_after,
+                format!(
+                    "{} must be greater than the heartbeat interval ({})",
+                    crate::config::fmt_duration(self.heartbeat_lost_after),
+                    crate::config::fmt_duration(self.heartbeat_interval)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A registry operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
@@ -313,7 +356,7 @@ pub async fn list(
 
 /// The egress keys of the non-retired collectors (`serve` registers their
 /// series at start).
-pub async fn egress_keys(pool: impl PgExecutor<'_>) -> Result<Vec<String>, RegistryError> {
+pub(crate) async fn egress_keys(pool: impl PgExecutor<'_>) -> Result<Vec<String>, RegistryError> {
     sqlx::query_scalar("SELECT DISTINCT egress_key FROM collectors WHERE retired_at IS NULL")
         .fetch_all(pool)
         .await

@@ -21,6 +21,20 @@
 
 use std::time::Duration;
 
+crate::config::settings! {
+    /// Interactive refreshes: admission and the ETA estimate.
+    pub struct RequestSettings in request_setting {
+        /// Window of recent interactive jobs the ETA estimate learns from.
+        eta_window: std::time::Duration = "15m", "eta-window", "BF4PS_ETA_WINDOW", "Scheduling",
+            check crate::config::checks::positive;
+
+        /// Most pending interactive jobs `bf4ps_request_refresh` admits; beyond,
+        /// it refuses with SQLSTATE 53400 and queues nothing.
+        max_pending_interactive: u32 = "1000", "max-pending-interactive", "BF4PS_MAX_PENDING_INTERACTIVE", "Scheduling",
+            check crate::config::checks::count;
+    }
+}
+
 /// A request that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
@@ -38,11 +52,11 @@ pub enum RequestError {
 }
 
 /// SQLSTATE of a refused admission (`configuration_limit_exceeded`).
-pub const BUSY_SQLSTATE: &str = "53400";
+pub(crate) const BUSY_SQLSTATE: &str = "53400";
 
 /// SQLSTATE of an admission that waited its 2 s for the admission lock
 /// (`lock_not_available`): nothing was queued; retry.
-pub const LOCK_SQLSTATE: &str = "55P03";
+pub(crate) const LOCK_SQLSTATE: &str = "55P03";
 
 impl From<sqlx::Error> for RequestError {
     fn from(e: sqlx::Error) -> Self {
@@ -93,6 +107,7 @@ pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
     name: Option<&str>,
 ) -> Result<Vec<RefreshRow>, RequestError> {
     const ALL: [&str; 4] = ["detailed", "profile", "weapons", "vehicles"];
+
     let resources: Vec<&str> = if resources.is_empty() {
         ALL.to_vec()
     } else {
@@ -151,39 +166,7 @@ pub struct Published {
     /// Shares: active maximum, bootstrap minimum, retry minimum.
     pub shares: [f64; 3],
     /// Seen within this: active.
-    pub active_window: Duration,
-}
-
-impl Published {
-    /// The published part of a validated [`Tuning`](crate::config::Tuning).
-    pub fn from_tuning(t: &crate::config::Tuning) -> Published {
-        Published {
-            eta_window: t.eta_window,
-            egress_rate: t.egress_rate,
-            max_pending_interactive: t.max_pending_interactive,
-            lease_duration: t.lease_duration,
-            heartbeat_lost_after: t.heartbeat_lost_after,
-            budget_spacing: crate::egress::Limits::new(t, crate::domain::Lane::Background)
-                .ok()
-                .and_then(|l| l.budget_spacing),
-            throttle_pause: t.throttle_pause,
-            throttle_pause_max: t.throttle_pause_max,
-            retry_ladder: t.retry_ladder.clone(),
-            retry_jitter: t.retry_jitter,
-            retry_max_attempts: t.retry_max_attempts,
-            refresh: [
-                t.refresh_detailed,
-                t.refresh_profile,
-                t.refresh_weapons,
-                t.refresh_vehicles,
-            ],
-            registrations_per_hour: t.registrations_per_hour,
-            collectors_per_role: t.collectors_per_role,
-            budget: (t.global_hourly_budget.max(1), t.global_budget_window),
-            shares: [t.share_active_max, t.share_bootstrap_min, t.share_retry_min],
-            active_window: t.active_window,
-        }
-    }
+    pub(crate) active_window: Duration,
 }
 
 fn int(n: u32) -> i32 {
@@ -268,7 +251,7 @@ pub async fn publish_settings(
 
 /// Formats an ETA for people: `n/a` (no collector), `<1s`, `12s`, `3m 05s`,
 /// `2h 10m`.
-pub fn fmt_eta(eta: Option<f64>) -> String {
+pub(crate) fn fmt_eta(eta: Option<f64>) -> String {
     let Some(s) = eta else {
         return "n/a (no interactive collector)".to_owned();
     };

@@ -20,11 +20,48 @@
 
 use std::time::{Duration, Instant};
 
-use crate::db::Pooled;
-use crate::locks::{Lease, LeaseName};
+use crate::db::locks::{Lease, LeaseName};
+use crate::db::{Pool, Pooled};
 use crate::metrics::Registry;
 use crate::projector::CHECKPOINT;
 use chrono::{DateTime, Utc};
+
+crate::config::settings! {
+    /// Event retention inside `serve`.
+    pub struct RetentionSettings in retention_setting {
+        /// Age after which collection_events are deleted (only once projected).
+        retention: std::time::Duration = "180d", "retention", "BF4PS_RETENTION", "Events",
+            check crate::config::checks::positive;
+
+        /// Events deleted per retention transaction.
+        retention_batch: u32 = "5000", "retention-batch", "BF4PS_RETENTION_BATCH", "Events",
+            check crate::config::checks::at_least_one;
+
+        /// Retention cadence inside `serve`.
+        retention_interval: std::time::Duration = "10m", "retention-interval", "BF4PS_RETENTION_INTERVAL", "Events",
+            check crate::config::checks::positive;
+    }
+}
+
+impl RetentionSettings {
+    /// Checks each setting and the relations between them; the error names
+    /// the flag and variable to fix.
+    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
+        use crate::config::err;
+        use retention_setting::label::*;
+        self.check_each()?;
+        if self.retention < Duration::from_secs(3600) {
+            return Err(err(
+                retention,
+                format!(
+                    "{} is shorter than 1h",
+                    crate::config::fmt_duration(self.retention)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// A retention failure.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +85,7 @@ pub enum RetentionError {
 
 /// What one run should do.
 #[derive(Debug, Clone)]
-pub struct RetentionSettings {
+pub struct RetentionRun {
     /// Events older than this are deleted (`Tuning::retention`).
     pub retention: Duration,
     /// Events per delete transaction (`Tuning::retention_batch`).
@@ -59,13 +96,13 @@ pub struct RetentionSettings {
     pub now: Option<DateTime<Utc>>,
 }
 
-impl RetentionSettings {
-    /// A run with the retention period and batch of `tuning`, on the
+impl RetentionRun {
+    /// A run with the retention period and batch of `settings`, on the
     /// database's clock.
-    pub fn from_tuning(tuning: &crate::config::Tuning, dry_run: bool) -> RetentionSettings {
-        RetentionSettings {
-            retention: tuning.retention,
-            batch: tuning.retention_batch,
+    pub fn new(settings: &RetentionSettings, dry_run: bool) -> RetentionRun {
+        RetentionRun {
+            retention: settings.retention,
+            batch: settings.retention_batch,
             dry_run,
             now: None,
         }
@@ -97,7 +134,7 @@ pub struct RetentionReport {
     /// Committed delete transactions.
     pub batches: u64,
     /// Longest single delete transaction (the longest lock hold).
-    pub longest_batch: Duration,
+    pub(crate) longest_batch: Duration,
     /// Old events kept because they are not projected yet.
     pub unprojected_old: u64,
 }
@@ -131,20 +168,20 @@ pub fn register_series(registry: &Registry) {
 }
 
 /// How long one grant of the retention lease lasts (renewed by every batch).
-pub const LEASE_TTL: Duration = Duration::from_secs(60);
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(60);
 
 /// One retention run under the `retention` lease, through `pool`.
 /// `registry` (if any) gets `bf4ps_retention_deleted_events_total` bumped
 /// after each batch commit; `progress` is called after each batch.
 pub async fn run_once(
     pool: impl Pooled<'_>,
-    settings: &RetentionSettings,
+    settings: &RetentionRun,
     registry: Option<&Registry>,
     mut progress: impl FnMut(RetentionProgress),
 ) -> Result<RetentionReport, RetentionError> {
     let lease = Lease::new(LeaseName::Retention, "bf4ps-ops retention", LEASE_TTL);
     if !lease.acquire(pool).await? {
-        let holder = crate::locks::lease_holder(pool, LeaseName::Retention).await?;
+        let holder = crate::db::locks::lease_holder(pool, LeaseName::Retention).await?;
         return Err(RetentionError::Busy {
             holder: holder.map_or_else(|| "it just ended".to_owned(), |h| h.to_string()),
         });
@@ -158,7 +195,7 @@ pub async fn run_once(
 async fn leased_run(
     pool: impl Pooled<'_>,
     lease: &Lease,
-    settings: &RetentionSettings,
+    settings: &RetentionRun,
     registry: Option<&Registry>,
     progress: &mut impl FnMut(RetentionProgress),
 ) -> Result<RetentionReport, RetentionError> {
@@ -245,7 +282,9 @@ async fn leased_run(
 
 /// occurred_at of the oldest retained event (None: no events). Give it the
 /// pool, or a connection or transaction whose snapshot it should read.
-pub async fn oldest_event<'e, E>(executor: E) -> Result<Option<DateTime<Utc>>, RetentionError>
+pub(crate) async fn oldest_event<'e, E>(
+    executor: E,
+) -> Result<Option<DateTime<Utc>>, RetentionError>
 where
     E: sqlx::Executor<'e, Database = sqlx::Postgres>,
 {
@@ -254,4 +293,50 @@ where
             .fetch_one(executor)
             .await?,
     )
+}
+/// Retention as a periodic task of `serve`: a run soon after start (a
+/// restart must not starve retention), then every `interval`, jittered.
+/// A run another process holds the lease for is skipped, not an error.
+#[derive(Debug, Clone)]
+pub struct Retention {
+    /// Where.
+    pub pool: Pool,
+    /// Where `bf4ps_retention_deleted_events_total` goes.
+    pub registry: Registry,
+    /// What each run does.
+    pub settings: RetentionRun,
+    /// Cadence.
+    pub interval: Duration,
+}
+
+impl crate::task::Periodic for Retention {
+    const NAME: &'static str = "retention";
+    /// The run (`None`: another runner holds the lease).
+    type Report = Option<RetentionReport>;
+    type Error = RetentionError;
+
+    async fn run_once(&self) -> Result<Option<RetentionReport>, RetentionError> {
+        match run_once(&self.pool, &self.settings, Some(&self.registry), |_| {}).await {
+            Ok(r) => Ok(Some(r)),
+            Err(RetentionError::Busy { holder }) => {
+                tracing::debug!(%holder, "retention: another runner is active");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn first_wait(&self) -> Duration {
+        crate::backoff::jittered(self.interval.min(Duration::from_secs(60)))
+    }
+
+    fn next_wait(&self) -> Duration {
+        crate::backoff::jittered(self.interval)
+    }
+
+    fn report(&self, run: &Option<RetentionReport>) {
+        if let Some(r) = run.as_ref().filter(|r| r.deleted > 0) {
+            tracing::info!(deleted = r.deleted, cutoff = %r.cutoff, "retention deleted old events");
+        }
+    }
 }

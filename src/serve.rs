@@ -1,8 +1,10 @@
-//! `serve`: the control plane. Migrates, then runs the projector, the
-//! table-backed gauge refresher, the retention loop, the readiness
-//! assessment ([`readiness`]) and the HTTP endpoints (`/metrics`,
-//! `/healthz`, `/readyz`, served under the limits of [`http`]), plus any
-//! task plugged in with [`Serve::task`] (the monitor and the feeder).
+//! `serve`: the control plane. Migrates, then runs its tasks: the
+//! projector, the periodic services ([`crate::task::Periodic`]: the gauge
+//! refresher, freshness compaction, retention, the readiness assessment of
+//! [`readiness`], and in [`Serve::standard`] the monitor and the feeder)
+//! and the HTTP endpoints (`/metrics`, `/healthz`, `/readyz`, served under
+//! the limits of [`http`]). Every task is started the same way: built from
+//! the [`TaskContext`] at start, spawned under one name, supervised.
 //!
 //! Connections: the pool (`DATABASE_URL`, pinned behind a transaction
 //! pooler) for every task's statements; the direct target
@@ -35,16 +37,17 @@ use axum::routing::get;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::jittered;
-use crate::config::Tuning;
 use crate::db::{DbError, DbTarget, Pool};
-use crate::feeder::{Feeder, FeederConfig};
+use crate::feeder::Feeder;
+use crate::freshness::Compaction;
 use crate::gauges::GaugeRefresher;
-use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::listener::{Channel, Listener, ListenerOptions};
 use crate::metrics::Registry;
 use crate::monitor::Monitor;
-use crate::projector::{self, LoopSettings, PollWaiter, Projector, ProjectorState, Wake};
-use crate::retention::{self, RetentionError, RetentionSettings};
+use crate::projector::{self, LoopOptions, PollWaiter, Projector, ProjectorState, Wake};
+use crate::retention::{self, Retention, RetentionRun};
+use crate::task::Periodic;
+use crate::tuning::Tuning;
 
 pub mod http;
 pub mod readiness;
@@ -89,7 +92,7 @@ impl ServeSettings {
     }
 
     /// The HTTP server's limits.
-    pub fn http_limits(&self) -> http::HttpLimits {
+    pub(crate) fn http_limits(&self) -> http::HttpLimits {
         http::HttpLimits {
             header_read_timeout: self.http_header_timeout,
             max_connections: self.http_max_connections as usize,
@@ -141,7 +144,7 @@ pub enum ServeError {
     },
 }
 
-/// What a plugged-in task gets.
+/// What every task of `serve` gets.
 #[derive(Clone)]
 pub struct TaskContext {
     /// The direct target: for dedicated (LISTEN, lock) connections.
@@ -161,6 +164,27 @@ type TaskFuture = Pin<Box<dyn Future<Output = TaskOutcome> + Send>>;
 type TaskFn = Box<dyn FnOnce(TaskContext) -> TaskFuture + Send>;
 type WakeFactory = Box<dyn FnOnce(&TaskContext) -> Box<dyn Wake> + Send>;
 
+/// A task named `name`: `f` runs it with the context.
+fn named<F, Fut>(name: &str, f: F) -> (String, TaskFn)
+where
+    F: FnOnce(TaskContext) -> Fut + Send + 'static,
+    Fut: Future<Output = TaskOutcome> + Send + 'static,
+{
+    (name.to_owned(), Box::new(move |ctx| Box::pin(f(ctx))))
+}
+
+/// A periodic service, built from the context, run until cancelled.
+fn periodic<P, F>(build: F) -> (String, TaskFn)
+where
+    P: Periodic,
+    F: FnOnce(&TaskContext) -> P + Send + 'static,
+{
+    named(P::NAME, move |ctx| async move {
+        build(&ctx).run(ctx.cancel).await;
+        Ok(())
+    })
+}
+
 /// Builder of a `serve` instance.
 pub struct Serve {
     target: DbTarget,
@@ -169,7 +193,6 @@ pub struct Serve {
     settings: ServeSettings,
     tasks: Vec<(String, TaskFn)>,
     events_wake: Option<WakeFactory>,
-    loop_settings: Option<LoopSettings>,
     migrate_lock_timeout: Duration,
 }
 
@@ -183,14 +206,13 @@ impl Serve {
             settings,
             tasks: Vec::new(),
             events_wake: None,
-            loop_settings: None,
             migrate_lock_timeout: crate::db::MigrateOptions::default().lock_timeout,
         }
     }
 
     /// How long the start-up migration waits for the migration lock before
     /// it fails naming the holder (`BF4PS_MIGRATE_LOCK_TIMEOUT`).
-    pub fn migrate_lock_timeout(mut self, timeout: Duration) -> Serve {
+    pub(crate) fn migrate_lock_timeout(mut self, timeout: Duration) -> Serve {
         self.migrate_lock_timeout = timeout;
         self
     }
@@ -205,10 +227,20 @@ impl Serve {
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: std::error::Error + Send + Sync + 'static,
     {
-        let run: TaskFn = Box::new(move |ctx| {
-            Box::pin(async move { f(ctx).await.map_err(|e| crate::telemetry::error_chain(&e)) })
-        });
-        self.tasks.push((name.to_owned(), run));
+        self.tasks.push(named(name, move |ctx| async move {
+            f(ctx).await.map_err(|e| crate::telemetry::error_chain(&e))
+        }));
+        self
+    }
+
+    /// INTEGRATION POINT (monitor, feeder): a periodic service, built from
+    /// the context at start and run by [`Periodic::run`] under its name.
+    pub(crate) fn periodic<P, F>(mut self, build: F) -> Serve
+    where
+        P: Periodic,
+        F: FnOnce(&TaskContext) -> P + Send + 'static,
+    {
+        self.tasks.push(periodic(build));
         self
     }
 
@@ -216,7 +248,7 @@ impl Serve {
     /// `bf4ps_events` notification. Default: [`PollWaiter`] on
     /// `Tuning::poll_interval`. The factory runs once at start, e.g.
     /// `|ctx| Box::new(Listener::spawn(...).waiter(Channel::Events))`.
-    pub fn events_wake<F>(mut self, f: F) -> Serve
+    pub(crate) fn events_wake<F>(mut self, f: F) -> Serve
     where
         F: FnOnce(&TaskContext) -> Box<dyn Wake> + Send + 'static,
     {
@@ -234,22 +266,20 @@ impl Serve {
                 let listener = Listener::spawn(
                     ctx.target.clone(),
                     &[Channel::Events],
-                    ListenerSettings::new(ctx.tuning.poll_interval),
+                    ListenerOptions::new(ctx.tuning.poll.poll_interval),
                     ctx.registry
                         .counter("bf4ps_listener_reconnects_total", &[("process", "serve")]),
                     ctx.cancel.clone(),
                 );
                 Box::new(listener.waiter(Channel::Events))
             })
-            .task("monitor", |ctx| async move {
-                Monitor::from(&ctx.tuning).run(ctx.pool, ctx.cancel).await;
-                Ok::<(), std::convert::Infallible>(())
+            .periodic(|ctx| {
+                let t = &ctx.tuning;
+                Monitor::new(&ctx.pool, &t.monitor, &t.queue, &t.registry)
             })
-            .task("feeder", |ctx| async move {
-                Feeder::new(ctx.pool, FeederConfig::from_tuning(&ctx.tuning))
-                    .run(ctx.cancel)
-                    .await;
-                Ok::<(), std::convert::Infallible>(())
+            .periodic(|ctx| {
+                let t = &ctx.tuning;
+                Feeder::new(ctx.pool.clone(), &t.feeder, &t.poll, &t.egress)
             })
     }
 
@@ -258,12 +288,6 @@ impl Serve {
     /// `target` is a transaction pooler. Default: `target` itself.
     pub fn direct(mut self, direct: DbTarget) -> Serve {
         self.direct = Some(direct);
-        self
-    }
-
-    /// Overrides the projector loop settings (tests: faster lock retry).
-    pub fn projector_settings(mut self, settings: LoopSettings) -> Serve {
-        self.loop_settings = Some(settings);
         self
     }
 
@@ -286,7 +310,7 @@ impl Serve {
         crate::request::publish_settings(&pool, &crate::request::Published::from_tuning(&tuning))
             .await
             .map_err(|e| ServeError::Db(DbError::Other(e)))?;
-        let expiry = (tuning.gauge_interval * 3).max(Duration::from_millis(500));
+        let expiry = (tuning.gauges.gauge_interval * 3).max(Duration::from_millis(500));
         let registry = Registry::with_gauge_expiry(expiry);
         let egress_keys = crate::registry::egress_keys(&pool).await?;
         projector::register_series(&registry, &egress_keys);
@@ -313,85 +337,63 @@ impl Serve {
             tuning: tuning.clone(),
             cancel: cancel.child_token(),
         };
-        let mut tasks = Tasks::default();
-
-        // Projector.
-        let projector = Projector::new(pool.clone(), registry.clone(), tuning.projector_batch);
+        // Every task, built-in then plugged-in, started the same way.
+        let projector = Projector::new(
+            pool.clone(),
+            registry.clone(),
+            tuning.projector.projector_batch,
+        );
         let state = projector.state();
         let wake: Box<dyn Wake> = match self.events_wake {
             Some(f) => f(&ctx),
-            None => Box::new(PollWaiter::new(tuning.poll_interval)),
+            None => Box::new(PollWaiter::new(tuning.poll.poll_interval)),
         };
-        let loop_settings = self.loop_settings.unwrap_or_default();
-        {
-            let c = cancel.child_token();
-            tasks.spawn("projector", async move {
-                projector.run(wake, loop_settings, c).await;
-                Ok(())
+        let loop_settings = LoopOptions::default();
+        let alive_within = (tuning.poll.poll_interval * 3).max(Duration::from_secs(15));
+        let (readiness_task, readiness) =
+            readiness::channel(pool.clone(), state.clone(), alive_within);
+        let app = Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .with_state(AppState {
+                registry: registry.clone(),
+                readiness: readiness.clone(),
             });
-        }
-
-        // Gauges.
-        {
-            let refresher =
-                GaugeRefresher::new(pool.clone(), registry.clone(), Some(state.clone()));
-            let c = cancel.child_token();
-            let interval = tuning.gauge_interval;
-            tasks.spawn("gauges", async move {
-                refresher.run(interval, c).await;
+        let limits = self.settings.http_limits();
+        let projector_state = state.clone();
+        let built_in: Vec<(String, TaskFn)> = vec![
+            named("projector", move |ctx| async move {
+                projector.run(wake, loop_settings, ctx.cancel).await;
                 Ok(())
-            });
-        }
-
-        // Freshness rollup compaction (same cadence as the gauges).
-        {
-            let (pool, c, interval) = (pool.clone(), cancel.child_token(), tuning.gauge_interval);
-            tasks.spawn("freshness", async move {
-                crate::gauges::compact_freshness(pool, interval, c).await;
-                Ok(())
-            });
-        }
-
-        // Retention.
-        {
-            let pool = pool.clone();
-            let registry = registry.clone();
-            let c = cancel.child_token();
-            let settings = RetentionSettings::from_tuning(&tuning, false);
-            let interval = tuning.retention_interval;
-            tasks.spawn("retention", async move {
-                retention_loop(pool, registry, settings, interval, c).await;
-                Ok(())
-            });
-        }
-
-        // Readiness, assessed in the background for /readyz.
-        let (readiness_task, readiness) = readiness::channel();
-        {
-            let (pool, projector, c) = (pool.clone(), state.clone(), cancel.child_token());
-            let alive_within = (tuning.poll_interval * 3).max(Duration::from_secs(15));
-            tasks.spawn("readiness", async move {
-                readiness::run(readiness_task, pool, projector, alive_within, c).await;
-                Ok(())
-            });
-        }
-
-        // HTTP.
-        {
-            let app = Router::new()
-                .route("/metrics", get(metrics))
-                .route("/healthz", get(healthz))
-                .route("/readyz", get(readyz))
-                .with_state(AppState {
-                    registry: registry.clone(),
-                    readiness: readiness.clone(),
-                });
-            let (c, limits) = (cancel.child_token(), self.settings.http_limits());
-            tasks.spawn("http", http::serve(listener, app, limits, c));
-        }
-
-        // Plugged-in tasks (monitor, feeder).
-        for (name, f) in self.tasks {
+            }),
+            periodic(move |ctx| {
+                GaugeRefresher::new(
+                    ctx.pool.clone(),
+                    ctx.registry.clone(),
+                    Some(projector_state),
+                )
+                .every(ctx.tuning.gauges.gauge_interval)
+            }),
+            // Freshness rollup compaction, on the gauge cadence.
+            periodic(|ctx| Compaction {
+                pool: ctx.pool.clone(),
+                interval: ctx.tuning.gauges.gauge_interval,
+            }),
+            periodic(|ctx| Retention {
+                pool: ctx.pool.clone(),
+                registry: ctx.registry.clone(),
+                settings: RetentionRun::new(&ctx.tuning.retention, false),
+                interval: ctx.tuning.retention.retention_interval,
+            }),
+            // Readiness, assessed in the background for /readyz.
+            periodic(move |_| readiness_task),
+            named("http", move |ctx| {
+                http::serve(listener, app, limits, ctx.cancel)
+            }),
+        ];
+        let mut tasks = Tasks::default();
+        for (name, f) in built_in.into_iter().chain(self.tasks) {
             tasks.spawn(name, f(ctx.clone()));
         }
 
@@ -552,41 +554,6 @@ impl Tasks {
     }
 }
 
-async fn retention_loop(
-    pool: Pool,
-    registry: Registry,
-    settings: RetentionSettings,
-    interval: Duration,
-    cancel: CancellationToken,
-) {
-    // First run soon after start (restarts must not starve retention).
-    let mut delay = jittered(interval.min(Duration::from_secs(60)));
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(delay) => {}
-        }
-        delay = jittered(interval);
-        let run = retention::run_once(&pool, &settings, Some(&registry), |_| {});
-        let result = tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = run => r,
-        };
-        match result {
-            Ok(r) if r.deleted > 0 => tracing::info!(
-                deleted = r.deleted,
-                cutoff = %r.cutoff,
-                "retention deleted old events"
-            ),
-            Ok(_) => {}
-            Err(RetentionError::Busy { holder }) => {
-                tracing::debug!(%holder, "retention: another runner is active")
-            }
-            Err(e) => tracing::warn!("{e}"),
-        }
-    }
-}
-
 #[derive(Clone)]
 struct AppState {
     registry: Registry,
@@ -617,7 +584,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 /// Resolves on SIGTERM or SIGINT (the CLI's shutdown trigger).
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match (
         signal(SignalKind::terminate()),

@@ -3,7 +3,7 @@
 //!
 //! Sections: collectors by lane and health (and each non-retired collector),
 //! the working set by lane/status/class with the oldest pending age per lane,
-//! freshness per resource by age band ([`FRESHNESS_BANDS`] + `never`, from
+//! freshness per resource by age band ([`crate::freshness::Bands`], from
 //! the rollups of [`crate::freshness`]), egress keys and their throttle
 //! pauses, projector lag with who holds the transaction horizon back, and
 //! retention state.
@@ -31,19 +31,18 @@
 //!   [`crate::output::escape`]: no control character reaches the terminal.
 
 use chrono::{DateTime, Utc};
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use sqlx::PgConnection;
 
 use crate::db::Pool;
 use crate::output::escape;
 
-use crate::domain::{HeartbeatState, JobStatus, Lane, PriorityClass, Resource};
-use crate::metrics::catalog::{FRESHNESS_BANDS, FRESHNESS_NEVER};
+use crate::domain::{HeartbeatState, JobStatus, Lane, PerResource, PriorityClass};
+use crate::freshness::{Bands, ResourceFreshness};
 use crate::projector::{self, ProjectorError};
 use crate::retention::{self, RetentionError};
 
 /// Version of the JSON document's shape.
-pub const FORMAT: u32 = 1;
+pub(crate) const FORMAT: u32 = 1;
 
 /// Status could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -159,48 +158,13 @@ impl<T> PerLane<T> {
     }
 }
 
-/// One value per resource.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct PerResource<T> {
-    /// `detailed`.
-    pub detailed: T,
-    /// `profile`.
-    pub profile: T,
-    /// `weapons`.
-    pub weapons: T,
-    /// `vehicles`.
-    pub vehicles: T,
-}
-
-impl<T> PerResource<T> {
-    /// The value of `r`.
-    pub fn get_mut(&mut self, r: Resource) -> &mut T {
-        match r {
-            Resource::Detailed => &mut self.detailed,
-            Resource::Profile => &mut self.profile,
-            Resource::Weapons => &mut self.weapons,
-            Resource::Vehicles => &mut self.vehicles,
-        }
-    }
-
-    /// Every resource with its value.
-    pub fn iter(&self) -> [(Resource, &T); 4] {
-        [
-            (Resource::Detailed, &self.detailed),
-            (Resource::Profile, &self.profile),
-            (Resource::Weapons, &self.weapons),
-            (Resource::Vehicles, &self.vehicles),
-        ]
-    }
-}
-
 /// Collectors section.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Collectors {
     /// Non-retired collectors per lane by heartbeat state.
     pub counts: PerLane<HealthCounts>,
     /// Every non-retired collector, by lane then name.
-    pub list: Vec<CollectorRow>,
+    pub list: Vec<CollectorStatus>,
 }
 
 /// Non-retired collectors of one lane.
@@ -218,7 +182,7 @@ pub struct HealthCounts {
 
 /// One non-retired collector.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, sqlx::FromRow)]
-pub struct CollectorRow {
+pub struct CollectorStatus {
     /// Operator-facing name.
     pub name: String,
     /// Lane.
@@ -302,41 +266,6 @@ impl ByClass {
     /// Sum over classes.
     pub fn total(&self) -> u64 {
         self.interactive + self.active + self.recent + self.bootstrap
-    }
-}
-
-/// Freshness of one resource.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct ResourceFreshness {
-    /// Pairs per band of last-success age (`lt_1h` … `gt_7d`, then `never`).
-    pub pairs: Bands,
-    /// Age of the oldest last success; `null` when none succeeded yet.
-    pub oldest_success_age_s: Option<f64>,
-}
-
-/// Counts per freshness band, in band order (serialized as a JSON object).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bands(pub Vec<(&'static str, u64)>);
-
-impl Default for Bands {
-    fn default() -> Self {
-        Bands(
-            FRESHNESS_BANDS
-                .iter()
-                .map(|(name, _)| (*name, 0))
-                .chain([(FRESHNESS_NEVER, 0)])
-                .collect(),
-        )
-    }
-}
-
-impl Serialize for Bands {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.0.len()))?;
-        for (k, v) in &self.0 {
-            map.serialize_entry(k, v)?;
-        }
-        map.end()
     }
 }
 
@@ -539,7 +468,7 @@ async fn egress(
 }
 
 async fn collectors(conn: &mut PgConnection, at: DateTime<Utc>) -> Result<Collectors, sqlx::Error> {
-    let list: Vec<CollectorRow> = sqlx::query_as(
+    let list: Vec<CollectorStatus> = sqlx::query_as(
         "SELECT collector_name AS name, lane, egress_key, heartbeat_state AS health, \
                 enabled, drained, \
                 extract(epoch FROM ($1 - bf4ps_sane_time(last_heartbeat_at)))::float8 \
@@ -637,7 +566,7 @@ async fn retention_status(
 }
 
 /// Formats an age for people: `-`, `850ms`, `12.3s`, `4m 05s`, `2h 10m`, `3d 04h`.
-pub fn fmt_age(age: Option<f64>) -> String {
+pub(crate) fn fmt_age(age: Option<f64>) -> String {
     let Some(s) = age else {
         return "-".to_owned();
     };
@@ -896,7 +825,7 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::catalog::freshness_bounds;
+    use crate::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 
     #[test]
     fn bands_match_the_catalog() {

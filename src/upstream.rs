@@ -31,10 +31,10 @@ pub const MAX_MESSAGE_CHARS: usize = 200;
 
 /// Largest response body read; a longer one is a `parse` failure. Real
 /// weapon/vehicle bodies are about 0.6 MB.
-pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Battlelog's numeric platform id (`platformInt`): pc=1, ps4=32, xboxone=64.
-pub const fn battlelog_platform_id(platform: Platform) -> u32 {
+pub(crate) const fn battlelog_platform_id(platform: Platform) -> u32 {
     match platform {
         Platform::Pc => 1,
         Platform::Ps4 => 32,
@@ -43,7 +43,7 @@ pub const fn battlelog_platform_id(platform: Platform) -> u32 {
 }
 
 /// The platform with Battlelog id `id`, if it is one we collect.
-pub fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
+pub(crate) fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
     Platform::ALL
         .iter()
         .copied()
@@ -52,7 +52,7 @@ pub fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
 
 crate::config::settings! {
     /// Upstream (Battlelog) settings; flattened into subcommands that fetch.
-    pub struct UpstreamArgs in upstream_setting {
+    pub struct UpstreamSettings in upstream_setting {
         /// Base URL of Battlelog (http or https), without a trailing path for the resource.
         url: String = "https://battlelog.battlefield.com",
             "upstream-url", "BF4PS_UPSTREAM_URL", "Upstream";
@@ -80,17 +80,17 @@ crate::config::settings! {
     }
 }
 
-impl UpstreamArgs {
+impl UpstreamSettings {
     /// The same settings pointed at another base URL (tests, demo).
-    pub fn with_url(url: impl Into<String>) -> UpstreamArgs {
-        UpstreamArgs {
+    pub fn with_url(url: impl Into<String>) -> UpstreamSettings {
+        UpstreamSettings {
             url: url.into(),
-            ..UpstreamArgs::default()
+            ..UpstreamSettings::default()
         }
     }
 
     /// The path template of `resource`.
-    pub fn path_template(&self, resource: Resource) -> &str {
+    pub(crate) fn path_template(&self, resource: Resource) -> &str {
         match resource {
             Resource::Detailed => &self.path_detailed,
             Resource::Profile => &self.path_profile,
@@ -232,12 +232,12 @@ pub struct FetchFailure {
 pub struct Upstream {
     client: reqwest::Client,
     base: String,
-    settings: UpstreamArgs,
+    settings: UpstreamSettings,
 }
 
 impl Upstream {
     /// Validates `settings` and builds the pooled client.
-    pub fn new(settings: &UpstreamArgs) -> Result<Upstream, UpstreamConfigError> {
+    pub fn new(settings: &UpstreamSettings) -> Result<Upstream, UpstreamConfigError> {
         settings.validate()?;
         let base = base_url(&settings.url)?;
         // reqwest is built without a bundled TLS provider; install ring once
@@ -263,7 +263,7 @@ impl Upstream {
 
     /// The full URL fetched for one soldier's resource (`name`, the
     /// soldier's current name, only for templates with `{name}`).
-    pub fn url_for(
+    pub(crate) fn url_for(
         &self,
         platform: Platform,
         persona_id: i64,
@@ -425,7 +425,7 @@ impl Upstream {
 /// - 408 → `timeout`; 5xx → `server`;
 /// - 3xx (redirects are never followed), other 4xx and anything else →
 ///   `http` (retryable).
-pub fn classify_status(status: u16) -> Option<ErrorClass> {
+pub(crate) fn classify_status(status: u16) -> Option<ErrorClass> {
     match status {
         200..=299 => None,
         401 | 403 | 429 => Some(ErrorClass::Throttled),
@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_render_real_paths() {
-        let up = Upstream::new(&UpstreamArgs::default()).unwrap();
+        let up = Upstream::new(&UpstreamSettings::default()).unwrap();
         assert_eq!(
             up.url_for(Platform::Ps4, 303498475, "x", Resource::Detailed),
             "https://battlelog.battlefield.com/bf4/warsawdetailedstatspopulate/303498475/32/"
@@ -545,7 +545,7 @@ mod tests {
             up.url_for(Platform::Pc, 7, "x", Resource::Weapons),
             "https://battlelog.battlefield.com/bf4/warsawWeaponsPopulateStats/7/1/stats/"
         );
-        let up = Upstream::new(&UpstreamArgs::with_url("http://127.0.0.1:9/prefix/")).unwrap();
+        let up = Upstream::new(&UpstreamSettings::with_url("http://127.0.0.1:9/prefix/")).unwrap();
         assert_eq!(
             up.url_for(Platform::XboxOne, 5, "Ann Lee/ä", Resource::Profile),
             "http://127.0.0.1:9/prefix/bf4/user/Ann%20Lee%2F%C3%A4/"
@@ -554,55 +554,58 @@ mod tests {
 
     #[test]
     fn bad_settings_name_the_setting() {
-        let cases: Vec<(UpstreamArgs, &str)> = vec![
-            (UpstreamArgs::with_url("not a url"), "BF4PS_UPSTREAM_URL"),
+        let cases: Vec<(UpstreamSettings, &str)> = vec![
             (
-                UpstreamArgs::with_url("ftp://example.com"),
+                UpstreamSettings::with_url("not a url"),
                 "BF4PS_UPSTREAM_URL",
             ),
             (
-                UpstreamArgs::with_url("http://h/?q=1"),
+                UpstreamSettings::with_url("ftp://example.com"),
                 "BF4PS_UPSTREAM_URL",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings::with_url("http://h/?q=1"),
+                "BF4PS_UPSTREAM_URL",
+            ),
+            (
+                UpstreamSettings {
                     timeout: Duration::ZERO,
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_UPSTREAM_TIMEOUT",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings {
                     connect_timeout: Duration::ZERO,
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_UPSTREAM_CONNECT_TIMEOUT",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings {
                     path_detailed: "/bf4/x/{platform_id}/".into(),
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_PATH_DETAILED",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings {
                     path_weapons: "/bf4/{persona_id}/{platfrom}/".into(),
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_PATH_WEAPONS",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings {
                     path_vehicles: "bf4/{persona_id}/".into(),
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_PATH_VEHICLES",
             ),
             (
-                UpstreamArgs {
+                UpstreamSettings {
                     user_agent: "bad\nagent".into(),
-                    ..UpstreamArgs::default()
+                    ..UpstreamSettings::default()
                 },
                 "BF4PS_UPSTREAM_USER_AGENT",
             ),

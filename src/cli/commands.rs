@@ -12,12 +12,12 @@ use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
 use super::{CollectorArgs, CollectorsCommand, DbArgs};
-use crate::collector::{Collector, CollectorMetrics};
-use crate::config::{Tuning, fmt_duration};
+use crate::collector::{CollectorMetrics, CollectorProcess};
+use crate::config::fmt_duration;
 use crate::db::{self, DbTarget, Pooling};
-use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::output::escape;
 use crate::registry::{self, Control, Registration};
+use crate::tuning::Tuning;
 use crate::upstream::Upstream;
 
 /// Applies pending migrations, or says what it would do (`migrate`).
@@ -281,7 +281,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
     tuning.validate()?;
     let target = db.checked_direct_target("`retention run`").await?;
     let pool = target.connect(2).await?;
-    let settings = crate::retention::RetentionSettings::from_tuning(&tuning, dry_run);
+    let settings = crate::retention::RetentionRun::new(&tuning.retention, dry_run);
     let report = crate::retention::run_once(&pool, &settings, None, |p| {
         eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
     })
@@ -292,7 +292,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
                  {} older event(s) are kept until projected",
             report.eligible.unwrap_or(0),
-            fmt_duration(tuning.retention),
+            fmt_duration(tuning.retention.retention),
             report.unprojected_old
         );
     } else {
@@ -300,7 +300,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
                  longest batch {} ms; {} older event(s) kept until projected",
             report.deleted,
-            fmt_duration(tuning.retention),
+            fmt_duration(tuning.retention.retention),
             report.batches,
             report.longest_batch.as_millis(),
             report.unprojected_old
@@ -405,8 +405,29 @@ pub async fn collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
         egress_key: args.egress_key,
         software_version: env!("CARGO_PKG_VERSION").to_owned(),
     };
-    let collector =
-        Collector::register(pool, &registration, upstream, args.tuning.clone(), metrics).await?;
+    let process = CollectorProcess::new(
+        listen_target.unwrap_or_else(|| target.clone()),
+        &[args.lane],
+        upstream,
+        args.tuning.clone(),
+    )
+    .poll_only(args.poll_only)
+    .reconnects(registry.counter(
+        "bf4ps_listener_reconnects_total",
+        &[("process", "collector")],
+    ));
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    let collectors = process.start(root.clone());
+    let running = collectors
+        .spawn(pool, &registration, metrics, drain.clone(), abort.clone())
+        .await;
+    let running = match running {
+        Ok(running) => running,
+        Err(e) => {
+            root.cancel();
+            return Err(e.into());
+        }
+    };
     // Registered: only now start background work (a refused registration
     // leaves nothing running and prints nothing else).
     if let Some(socket) = metrics_socket {
@@ -417,22 +438,8 @@ pub async fn collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
             root.clone(),
         ));
     }
-    let listener = Listener::spawn(
-        listen_target.unwrap_or_else(|| target.clone()),
-        &[Channel::Jobs(args.lane)],
-        ListenerSettings {
-            enabled: !args.poll_only,
-            ..ListenerSettings::new(args.tuning.poll_interval)
-        },
-        registry.counter(
-            "bf4ps_listener_reconnects_total",
-            &[("process", "collector")],
-        ),
-        root.clone(),
-    );
-    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
-    crate::shutdown::on_signals(drain.clone(), abort.clone());
-    let result = collector.run(listener, drain, abort).await;
+    crate::shutdown::on_signals(drain, abort);
+    let result = running.wait().await;
     root.cancel();
     result?;
     Ok(ExitCode::SUCCESS)

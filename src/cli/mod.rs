@@ -11,8 +11,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::Tuning;
 use crate::db::{self, DbError, DbTarget, Pooling};
+use crate::tuning::Tuning;
 
 /// PostgreSQL-coordinated stat collection for BF4PS.
 #[derive(Debug, Parser)]
@@ -46,7 +46,7 @@ pub struct Cli {
 }
 
 /// Default of `--log`.
-pub const DEFAULT_LOG: &str = "info,sqlx=warn";
+pub(crate) const DEFAULT_LOG: &str = "info,sqlx=warn";
 
 impl Cli {
     /// The log filter to install: the demo keeps its live screen clean
@@ -76,7 +76,7 @@ pub struct DbArgs {
         hide_env_values = true,
         global = true
     )]
-    pub direct_database_url: Option<String>,
+    pub(crate) direct_database_url: Option<String>,
 
     /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
     /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
@@ -87,7 +87,7 @@ pub struct DbArgs {
         default_value = "session",
         global = true
     )]
-    pub database_pooling: Pooling,
+    pub(crate) database_pooling: Pooling,
 
     /// Read the database password from this file (first line), e.g. a systemd
     /// credential; the URL must not carry one then.
@@ -97,7 +97,7 @@ pub struct DbArgs {
         value_name = "FILE",
         global = true
     )]
-    pub database_password_file: Option<PathBuf>,
+    pub(crate) database_password_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for DbArgs {
@@ -129,7 +129,7 @@ impl DbArgs {
     /// The direct target, for `needs` (named in the error when there is
     /// none): `BF4PS_DIRECT_DATABASE_URL`, else `DATABASE_URL` unless that
     /// goes through a transaction pooler.
-    pub fn direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+    pub(crate) fn direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
         let password = self.password()?;
         let direct = self
             .direct_database_url
@@ -161,7 +161,10 @@ impl DbArgs {
 
     /// [`DbArgs::direct_target`], checked to really be direct
     /// ([`DbTarget::check_own_sessions`]).
-    pub async fn checked_direct_target(&self, needs: &'static str) -> Result<DbTarget, DbError> {
+    pub(crate) async fn checked_direct_target(
+        &self,
+        needs: &'static str,
+    ) -> Result<DbTarget, DbError> {
         let target = self.direct_target(needs)?;
         target.check_own_sessions().await?;
         Ok(target)
@@ -305,9 +308,9 @@ pub struct CollectorArgs {
     pub poll_only: bool,
     /// Serve this process's metrics at http://ADDR/metrics (e.g. 127.0.0.1:9641).
     #[arg(long, env = "BF4PS_METRICS_LISTEN")]
-    pub metrics_listen: Option<std::net::SocketAddr>,
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
-    pub upstream: crate::upstream::UpstreamArgs,
+    pub upstream: crate::upstream::UpstreamSettings,
     #[command(flatten)]
     pub tuning: Tuning,
 }
@@ -380,8 +383,8 @@ pub enum ProjectorCommand {
         #[arg(long, default_value = "10s", value_parser = crate::config::parse_duration)]
         wait: std::time::Duration,
         /// Events per replay batch.
-        #[arg(long, env = crate::config::tuning::env::projector_batch,
-              default_value = crate::config::tuning::default::projector_batch)]
+        #[arg(long, env = crate::projector::projector_setting::env::projector_batch,
+              default_value = crate::projector::projector_setting::default::projector_batch)]
         batch: u32,
     },
 }

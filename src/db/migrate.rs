@@ -20,7 +20,7 @@
 //! - released migrations are never edited: a changed checksum is
 //!   [`DbError::MigrationModified`], never a silent skip;
 //! - one `migrate` at a time per database, under advisory lock
-//!   [`locks::MIGRATE`](crate::locks::MIGRATE): a second waits up to its
+//!   [`locks::MIGRATE`](crate::db::locks::MIGRATE): a second waits up to its
 //!   lock timeout, then fails naming the session that holds it (any role can
 //!   take an advisory lock: a foreign holder makes `migrate` fail, never
 //!   hang). sqlx's own lock is off (it would wait forever);
@@ -42,10 +42,10 @@ pub static MIGRATOR: Migrator = sqlx::migrate!("./migrations");
 
 /// The last migration BF4PS's revision 0005 satisfies: adoption records
 /// 0001 to this as applied.
-pub const BF4PS_BASELINE: i64 = 11;
+pub(crate) const BF4PS_BASELINE: i64 = 11;
 
 /// The Alembic revision bf4ps-ops adopts.
-pub const BF4PS_REVISION: &str = "0005_stage9c_dispatch_ledger";
+pub(crate) const BF4PS_REVISION: &str = "0005_stage9c_dispatch_ledger";
 
 /// The catalog of a BF4PS database at [`BF4PS_REVISION`], as
 /// [`CATALOG_SQL`] describes it (from `docs/spec/bf4ps-database-0005.sql`;
@@ -57,10 +57,10 @@ pub const BF4PS_CATALOG: &str = include_str!("bf4ps-0005.catalog");
 /// sequences, functions, triggers, types; extension members left out),
 /// sorted: what adoption compares with [`BF4PS_CATALOG`], and what the
 /// schema comparison test compares across the three paths.
-pub const CATALOG_SQL: &str = include_str!("catalog.sql");
+pub(crate) const CATALOG_SQL: &str = include_str!("catalog.sql");
 
 /// How long a migration's DDL waits for a table lock before it fails.
-pub const DDL_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const DDL_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Indexes built `CONCURRENTLY`; one left invalid by an interrupted build is
 /// dropped before the migrations run again.
@@ -213,7 +213,7 @@ async fn migrate_on(
     .await;
     // Closing the session releases the lock even if the unlock fails.
     let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(crate::locks::MIGRATE)
+        .bind(crate::db::locks::MIGRATE)
         .execute(&mut *conn)
         .await;
     result
@@ -230,7 +230,7 @@ async fn lock(
     let mut step = Duration::from_millis(20);
     loop {
         let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(crate::locks::MIGRATE)
+            .bind(crate::db::locks::MIGRATE)
             .fetch_one(&mut *conn)
             .await
             .map_err(|e| explain(e, addr, opts))?;
@@ -238,7 +238,7 @@ async fn lock(
             return Ok(());
         }
         if Instant::now() >= deadline {
-            let holder = crate::locks::holder(&mut *conn, crate::locks::MIGRATE)
+            let holder = crate::db::locks::holder(&mut *conn, crate::db::locks::MIGRATE)
                 .await
                 .map_err(|e| explain(e, addr, opts))?
                 .unwrap_or_else(|| "a session that just let go".to_owned());

@@ -12,6 +12,7 @@
 //!   before it is handed out (a dead one is replaced transparently); a busy
 //!   connection is not, so the hot path pays no extra round trip per query.
 
+pub mod locks;
 mod migrate;
 mod pool;
 mod target;
@@ -21,20 +22,18 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
+pub(crate) use migrate::BF4PS_REVISION;
 pub use migrate::{
-    BF4PS_BASELINE, BF4PS_CATALOG, BF4PS_REVISION, CATALOG_SQL, DDL_LOCK_TIMEOUT, MIGRATOR,
-    MigrateOptions, MigratePlan, MigrateReport, MigrateSettings, Start, catalog, migrate_setting,
-    migrations_current,
+    BF4PS_CATALOG, MIGRATOR, MigrateOptions, MigratePlan, MigrateReport, MigrateSettings, Start,
+    catalog, migrations_current,
 };
-pub use pool::{Acquired, PINNED_BEGIN, Pool, PoolConn, Pooled};
-pub use target::{
-    DbTarget, Pooling, RootCert, SslMode, Tls, TlsInputs, check_key_permissions,
-    read_password_file, redact, resolve_tls,
-};
-pub use time::DbTime;
+pub use pool::{Acquired, Pool, PoolConn, Pooled};
+pub use target::{DbTarget, Pooling};
+pub(crate) use target::{SslMode, read_password_file, redact};
+pub(crate) use time::DbTime;
 
 /// Pooled connections idle longer than this are checked with a ping before use.
-pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// A database failure translated into something an operator can act on.
 #[derive(Debug, thiserror::Error)]
@@ -281,7 +280,7 @@ fn tls_failure(error: &sqlx::Error, opts: &PgConnectOptions) -> Option<String> {
 }
 
 /// One round trip: whether the database answers at all (`/readyz`).
-pub async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<(), sqlx::Error> {
+pub(crate) async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(pool).await.map(drop)
 }
 

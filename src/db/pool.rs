@@ -50,7 +50,7 @@ use sqlx::{
 /// How every transaction begins behind a transaction pooler: one simple
 /// query, so the pooler links a server connection for the whole
 /// transaction, which then holds no prepared statement of another client.
-pub const PINNED_BEGIN: &str = "BEGIN; DEALLOCATE ALL";
+pub(crate) const PINNED_BEGIN: &str = "BEGIN; DEALLOCATE ALL";
 
 /// [`PINNED_BEGIN`] for connections handed out by `Acquire::acquire`.
 const PINNED_BEGIN_READ_ONLY: &str = "BEGIN READ ONLY; DEALLOCATE ALL";
@@ -136,7 +136,7 @@ impl Pool {
     /// `collection_events`, so from ~3 M events on that plan's cost passes
     /// `jit_above_cost` and compiling it took 13–100 ms of a 1 ms read
     /// (`bench scale`, docs/benchmarks.md).
-    pub async fn begin_snapshot(&self) -> Result<Transaction<'static, Postgres>, Error> {
+    pub(crate) async fn begin_snapshot(&self) -> Result<Transaction<'static, Postgres>, Error> {
         if self.pinned {
             self.pool
                 .begin_with(

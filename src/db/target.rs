@@ -99,7 +99,7 @@ const UNPARSABLE: &str = "(hidden: not a valid URL)";
 /// `url` with every secret hidden: the user-info password and any
 /// `password`/`sslpassword` parameter become `***`; a URL that does not
 /// parse is hidden entirely (its scheme is kept when it has a plain one).
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     let url = url.trim();
     let Ok(mut parsed) = url::Url::parse(url) else {
         return match url.split_once("://") {
@@ -165,7 +165,7 @@ impl DbTarget {
 
     /// Parses a PostgreSQL URL; `password` (from a password file) is used
     /// for authentication, and the URL must then carry none itself.
-    pub fn parse_with_password(
+    pub(crate) fn parse_with_password(
         url: Option<&str>,
         password: Option<&str>,
     ) -> Result<DbTarget, DbError> {
@@ -174,7 +174,7 @@ impl DbTarget {
 
     /// [`DbTarget::parse_with_password`] for the URL of `setting` (named in
     /// errors), e.g. `BF4PS_DIRECT_DATABASE_URL`.
-    pub fn parse_setting(
+    pub(crate) fn parse_setting(
         setting: &'static str,
         url: Option<&str>,
         password: Option<&str>,
@@ -278,7 +278,7 @@ impl DbTarget {
     }
 
     /// The same server, another database (scratch databases for benches and tests).
-    pub fn with_database(&self, database: &str) -> DbTarget {
+    pub(crate) fn with_database(&self, database: &str) -> DbTarget {
         DbTarget {
             options: self.options.clone().database(database),
             display: format!("{} (database {database})", self.display),
@@ -288,7 +288,7 @@ impl DbTarget {
 
     /// The same database with another `sslmode` (benchmarks compare
     /// plain and TLS connections); root and client certificates are kept.
-    pub fn with_ssl_mode(&self, mode: SslMode) -> DbTarget {
+    pub(crate) fn with_ssl_mode(&self, mode: SslMode) -> DbTarget {
         DbTarget {
             options: self.options.clone().ssl_mode(mode.pg()),
             display: format!("{} (sslmode={})", self.display, mode.as_str()),
@@ -364,7 +364,10 @@ impl DbTarget {
 
     /// One dedicated connection (not from a pool), named `application_name`
     /// in `pg_stat_activity`: for session advisory locks.
-    pub async fn connect_dedicated(&self, application_name: &str) -> Result<PgConnection, DbError> {
+    pub(crate) async fn connect_dedicated(
+        &self,
+        application_name: &str,
+    ) -> Result<PgConnection, DbError> {
         self.require_direct("a session advisory lock (a dedicated connection)")?;
         self.connect_one(&self.session_options(application_name))
             .await
@@ -404,7 +407,7 @@ impl DbTarget {
     }
 
     /// Translates a sqlx error into an operator-facing [`DbError`].
-    pub fn explain(&self, error: sqlx::Error) -> DbError {
+    pub(crate) fn explain(&self, error: sqlx::Error) -> DbError {
         explain(error, &self.addr(), &self.options)
     }
 
@@ -454,7 +457,7 @@ impl DbTarget {
 
 /// libpq's `sslmode` values as bf4ps-ops honours them (`allow` is `prefer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SslMode {
+pub(crate) enum SslMode {
     /// No TLS.
     Disable,
     /// TLS when offered, certificate not checked.
@@ -503,11 +506,11 @@ fn home() -> Option<PathBuf> {
 
 /// The TLS settings as given (URL parameters over `PGSSL*` variables).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TlsInputs {
+pub(crate) struct TlsInputs {
     /// `sslmode`.
     pub mode: Option<String>,
     /// `sslrootcert`: a file, or `system`.
-    pub root_cert: Option<String>,
+    pub(crate) root_cert: Option<String>,
     /// `sslcert`: the client certificate file.
     pub cert: Option<String>,
     /// `sslkey`: the client key file.
@@ -530,7 +533,7 @@ impl TlsInputs {
 
 /// How the server certificate is checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootCert {
+pub(crate) enum RootCert {
     /// Not checked (`prefer`, `require` without a root certificate).
     Unchecked,
     /// Against the certificates in this file.
@@ -541,7 +544,7 @@ pub enum RootCert {
 
 /// TLS as every connection will use it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tls {
+pub(crate) struct Tls {
     /// The effective mode.
     pub mode: SslMode,
     /// What the server certificate is checked against.
@@ -580,7 +583,7 @@ impl Tls {
 ///   not be readable by group or others (libpq's rule).
 ///
 /// Files named explicitly must exist. `exists` is injected for tests.
-pub fn resolve_tls(
+pub(crate) fn resolve_tls(
     inputs: &TlsInputs,
     home: Option<&Path>,
     exists: &dyn Fn(&Path) -> bool,
@@ -675,7 +678,7 @@ pub fn resolve_tls(
 
 /// Checks a client key file the way libpq does: not readable by group or
 /// others (root-owned keys may be group-readable, for shared deployments).
-pub fn check_key_permissions(path: &Path) -> Result<(), String> {
+pub(crate) fn check_key_permissions(path: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("cannot read sslkey file {}: {e}", path.display()))?;
@@ -692,13 +695,13 @@ pub fn check_key_permissions(path: &Path) -> Result<(), String> {
 }
 
 /// Longest password file read, in bytes.
-pub const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
+pub(crate) const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
 
 /// Reads a password file (e.g. a systemd credential): the first line, without
 /// its line ending. At most [`MAX_PASSWORD_FILE_BYTES`] are read (one more to
 /// tell a longer file, which is refused: `/dev/zero` fails at once). The
 /// password never appears in an error.
-pub fn read_password_file(path: &Path) -> Result<String, DbError> {
+pub(crate) fn read_password_file(path: &Path) -> Result<String, DbError> {
     use std::io::Read;
     let fail = |reason: String| DbError::PasswordFile {
         path: path.display().to_string(),

@@ -21,7 +21,7 @@ const PG_EPOCH_US: i64 = 946_684_800_000_000;
 /// A stored `timestamptz`: a time chrono can hold, or one of the values
 /// it cannot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DbTime {
+pub(crate) enum DbTime {
     /// `-infinity`, or before the earliest time chrono holds.
     Before,
     /// A representable time.
@@ -32,24 +32,16 @@ pub enum DbTime {
 
 impl DbTime {
     /// The time, when it is representable.
-    pub fn at(self) -> Option<DateTime<Utc>> {
+    #[cfg(test)]
+    fn at(self) -> Option<DateTime<Utc>> {
         match self {
             DbTime::At(t) => Some(t),
             _ => None,
         }
     }
 
-    /// The time, clamped into chrono's range (for ordering and display).
-    pub fn clamped(self) -> DateTime<Utc> {
-        match self {
-            DbTime::At(t) => t,
-            DbTime::Before => DateTime::<Utc>::MIN_UTC,
-            DbTime::After => DateTime::<Utc>::MAX_UTC,
-        }
-    }
-
     /// From PostgreSQL's binary value: microseconds since 2000-01-01.
-    pub fn from_pg_micros(us: i64) -> DbTime {
+    pub(crate) fn from_pg_micros(us: i64) -> DbTime {
         match us {
             i64::MAX => DbTime::After,
             i64::MIN => DbTime::Before,

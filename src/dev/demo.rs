@@ -27,18 +27,18 @@ use clap::Args;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::collector::{Collector, CollectorMetrics, Stats};
-use crate::config::{Tuning, parse_duration};
+use crate::collector::{CollectorMetrics, CollectorProcess, RunningCollector};
+use crate::config::parse_duration;
 use crate::db::DbTarget;
 use crate::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use crate::dev::pgcluster::{PgClusterArgs, PrivateCluster};
 use crate::domain::{Lane, Platform};
 use crate::import::{self, ImportOptions, SoldierRow};
-use crate::listener::{Channel, Listener, ListenerSettings};
 use crate::metrics::parse_exposition;
 use crate::projector::Projector;
 use crate::registry::Registration;
 use crate::serve::{Serve, ServeSettings};
+use crate::tuning::Tuning;
 use crate::upstream::Upstream;
 
 /// `bf4ps-ops demo` settings.
@@ -55,7 +55,7 @@ pub struct DemoArgs {
     pub listen: SocketAddr,
     /// How often to ask for an interactive refresh of a random soldier.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
-    pub request_every: Duration,
+    pub(crate) request_every: Duration,
     /// Print the final summary as JSON on stdout (the live screen goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -73,22 +73,23 @@ const BACKGROUND_COLLECTORS: usize = 4;
 /// safe Battlelog defaults (still enforced, so the gate is at work), and a
 /// throttled key pauses for seconds, not minutes.
 fn demo_tuning() -> Tuning {
-    Tuning {
-        heartbeat_interval: Duration::from_secs(2),
-        heartbeat_lost_after: Duration::from_secs(6),
-        lease_duration: Duration::from_secs(20),
-        max_claim_to_start: Duration::from_secs(5),
-        retry_base_delay: Duration::from_secs(2),
-        retry_max_delay: Duration::from_secs(30),
-        feeder_target_depth: 300,
-        feeder_low_watermark: 150,
-        feeder_interval: Duration::from_secs(2),
-        gauge_interval: Duration::from_secs(2),
-        egress_rate: 5.0,
-        global_hourly_budget: 4 * 3600,
-        throttle_pause: Duration::from_secs(2),
-        throttle_pause_max: Duration::from_secs(10),
-        ..Tuning::default()
+    {
+        let mut t = Tuning::default();
+        t.registry.heartbeat_interval = Duration::from_secs(2);
+        t.registry.heartbeat_lost_after = Duration::from_secs(6);
+        t.queue.lease_duration = Duration::from_secs(20);
+        t.queue.max_claim_to_start = Duration::from_secs(5);
+        t.queue.retry_base_delay = Duration::from_secs(2);
+        t.queue.retry_max_delay = Duration::from_secs(30);
+        t.feeder.feeder_target_depth = 300;
+        t.feeder.feeder_low_watermark = 150;
+        t.feeder.feeder_interval = Duration::from_secs(2);
+        t.gauges.gauge_interval = Duration::from_secs(2);
+        t.egress.egress_rate = 5.0;
+        t.egress.global_hourly_budget = 4 * 3600;
+        t.egress.throttle_pause = Duration::from_secs(2);
+        t.egress.throttle_pause_max = Duration::from_secs(10);
+        t
     }
 }
 
@@ -115,7 +116,7 @@ fn demo_fake() -> FakeSettings {
 
 /// Jobs per lane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct PerLane {
+pub struct LaneCounts {
     /// Interactive lane.
     pub interactive: u64,
     /// Background lane.
@@ -130,13 +131,13 @@ pub struct Summary {
     /// Whether a private cluster was started.
     pub private_cluster: bool,
     /// Run time.
-    pub duration_s: f64,
+    pub(crate) duration_s: f64,
     /// Soldiers in the database.
     pub soldiers: i64,
     /// Where `/metrics` was served.
     pub metrics_url: String,
     /// Successful attempts per lane.
-    pub succeeded: PerLane,
+    pub succeeded: LaneCounts,
     /// Failed attempts (retried, gave up or unavailable).
     pub failed: u64,
     /// Attempts abandoned on a lost lease.
@@ -146,7 +147,7 @@ pub struct Summary {
     /// Interactive claims made right after a NOTIFY wake-up.
     pub interactive_claims_after_notify: u64,
     /// The last interactive wake-to-claim latency.
-    pub last_wake_to_claim_ms: Option<f64>,
+    pub(crate) last_wake_to_claim_ms: Option<f64>,
     /// Events written during the run.
     pub events_written: i64,
     /// Events projected by this process (sum of `bf4ps_collection_events_total`).
@@ -223,19 +224,16 @@ async fn run_on(
 
     // 3. Real collectors, one LISTEN connection for all of them.
     let collectors_stop = CancellationToken::new();
-    let mut upstream_args = fake.upstream_args();
-    upstream_args.timeout = Duration::from_secs(3);
-    let upstream = Arc::new(Upstream::new(&upstream_args)?);
-    let listener = Listener::spawn(
+    let mut upstream_settings = fake.upstream_settings();
+    upstream_settings.timeout = Duration::from_secs(3);
+    let upstream = Arc::new(Upstream::new(&upstream_settings)?);
+    let collectors = CollectorProcess::new(
         target.clone(),
-        &[
-            Channel::Jobs(Lane::Interactive),
-            Channel::Jobs(Lane::Background),
-        ],
-        ListenerSettings::new(tuning.poll_interval),
-        metrics::Counter::noop(),
-        collectors_stop.clone(),
-    );
+        &[Lane::Interactive, Lane::Background],
+        upstream,
+        tuning.clone(),
+    )
+    .start(collectors_stop.clone());
     retire_previous_demo_collectors(&pool).await?;
     let mut running = Vec::new();
     for (lane, count, egress) in [
@@ -255,25 +253,22 @@ async fn run_on(
                     "bg"
                 }
             );
-            let c = Collector::register(
-                pool.clone(),
-                &Registration {
-                    name,
-                    hostname: hostname(),
-                    lane,
-                    egress_key: egress.to_owned(),
-                    software_version: env!("CARGO_PKG_VERSION").to_owned(),
-                },
-                upstream.clone(),
-                tuning.clone(),
-                CollectorMetrics::default(),
-            )
-            .await?;
-            let stats = c.stats();
-            let (drain, abort) = (collectors_stop.clone(), CancellationToken::new());
-            let listener = listener.clone();
-            let task = tokio::spawn(async move { c.run(listener, drain, abort).await });
-            running.push(RunningCollector { lane, stats, task });
+            let c = collectors
+                .spawn(
+                    pool.clone(),
+                    &Registration {
+                        name,
+                        hostname: hostname(),
+                        lane,
+                        egress_key: egress.to_owned(),
+                        software_version: env!("CARGO_PKG_VERSION").to_owned(),
+                    },
+                    CollectorMetrics::default(),
+                    collectors_stop.clone(),
+                    CancellationToken::new(),
+                )
+                .await?;
+            running.push(c);
         }
     }
 
@@ -336,11 +331,12 @@ async fn run_on(
     // 5. Stop: collectors drain (finish their jobs), then the projector catches up.
     live.line("stopping: collectors finish their current jobs…");
     collectors_stop.cancel();
-    let mut succeeded = PerLane::default();
+    let mut succeeded = LaneCounts::default();
     let (mut failed, mut lease_lost, mut after_notify) = (0, 0, 0);
     let wake_ms = last_wake_to_claim_ms(&running);
-    for RunningCollector { lane, stats, task } in running {
+    for RunningCollector { id, stats, task } in running {
         let _ = task.await;
+        let lane = id.lane;
         let ok = stats.succeeded.load(Ordering::Relaxed);
         match lane {
             Lane::Interactive => {
@@ -360,7 +356,11 @@ async fn run_on(
         .fetch_one(&pool)
         .await?;
     let events_written = events_written - events_before;
-    let projector = Projector::new(pool.clone(), registry.clone(), tuning.projector_batch);
+    let projector = Projector::new(
+        pool.clone(),
+        registry.clone(),
+        tuning.projector.projector_batch,
+    );
     let catch_up = async {
         loop {
             let step = projector.run_once().await?;
@@ -526,17 +526,10 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
     ))
 }
 
-/// One in-process collector of the demo.
-struct RunningCollector {
-    lane: Lane,
-    stats: Arc<Stats>,
-    task: tokio::task::JoinHandle<Result<(), crate::collector::CollectorError>>,
-}
-
 fn last_wake_to_claim_ms(running: &[RunningCollector]) -> Option<f64> {
     running
         .iter()
-        .filter(|c| c.lane == Lane::Interactive)
+        .filter(|c| c.id.lane == Lane::Interactive)
         .map(|c| c.stats.last_wake_to_claim_us.load(Ordering::Relaxed))
         .filter(|us| *us > 0)
         .max()

@@ -343,15 +343,15 @@ pub fn freshness_bounds() -> Vec<f64> {
 }
 
 /// Label value of pairs never collected successfully.
-pub const FRESHNESS_NEVER: &str = "never";
+pub(crate) const FRESHNESS_NEVER: &str = "never";
 
 /// Buckets of `bf4ps_collection_duration_seconds`.
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 /// Buckets of `bf4ps_refresh_age_seconds` (1 min .. 30 days).
-pub const REFRESH_AGE_BUCKETS: &[f64] = &[
+pub(crate) const REFRESH_AGE_BUCKETS: &[f64] = &[
     60.0,
     300.0,
     900.0,
@@ -367,7 +367,7 @@ pub const REFRESH_AGE_BUCKETS: &[f64] = &[
 
 /// Buckets of `bf4ps_collector_egress_wait_seconds` (up to the longest
 /// throttle pause, 30 min by default).
-pub const EGRESS_WAIT_BUCKETS: &[f64] = &[
+pub(crate) const EGRESS_WAIT_BUCKETS: &[f64] = &[
     0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
 ];
 

@@ -133,7 +133,7 @@ impl Registry {
     /// Folds recorded histogram samples into their buckets. Call regularly
     /// (the projector and the gauge refresher do) so samples recorded between
     /// scrapes do not accumulate in memory.
-    pub fn upkeep(&self) {
+    pub(crate) fn upkeep(&self) {
         self.handle.run_upkeep();
     }
 

@@ -14,11 +14,11 @@ use super::{Position, ProjectorError};
 /// The longest attempt an event may report (a day): a longer `duration_ms`
 /// is no measurement of ours, and summing a few of them would overflow the
 /// rollup's bigint.
-pub const MAX_DURATION_MS: i64 = 86_400_000;
+pub(crate) const MAX_DURATION_MS: i64 = 86_400_000;
 
 /// The longest refresh age counted (ten years): an older
 /// `previous_success_at` is not a refresh age, and is left out.
-pub const MAX_REFRESH_AGE_MS: i64 = 10 * 366 * 86_400_000;
+pub(crate) const MAX_REFRESH_AGE_MS: i64 = 10 * 366 * 86_400_000;
 
 #[derive(sqlx::FromRow)]
 pub(super) struct EventRow {
@@ -47,7 +47,7 @@ pub(super) type RollupKey = (DateTime<Utc>, String, String);
 
 /// Additive rollup values of one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RollupDelta {
+pub(crate) struct RollupDelta {
     /// succeeded events
     pub succeeded: i64,
     /// failed events per class, in [`FAILED_CLASSES`] order, then other
@@ -63,7 +63,7 @@ pub struct RollupDelta {
     /// durations: count, sum ms, max ms
     pub duration: (i64, i64, i64),
     /// refresh ages: count, sum ms, max ms
-    pub refresh_age: (i64, i64, i64),
+    pub(crate) refresh_age: (i64, i64, i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -77,7 +77,7 @@ pub(super) enum CounterKey {
 
 /// The error classes with a `failed_<class>` rollup column, in the column
 /// order of [`UPSERT_ROLLUPS`]; any other class counts as `failed_other`.
-pub const FAILED_CLASSES: [ErrorClass; 8] = [
+pub(crate) const FAILED_CLASSES: [ErrorClass; 8] = [
     ErrorClass::Transport,
     ErrorClass::Timeout,
     ErrorClass::RateLimited,
@@ -162,7 +162,7 @@ fn bf4ps_error_class(class: Option<&str>) -> Option<&'static str> {
 /// a plausible key (up to 200 characters, no control characters, quotes or
 /// backslashes), else `other`, so a forged or garbled value can neither
 /// blow up the exposition nor inject into it.
-pub fn label_text(text: &str) -> &str {
+pub(crate) fn label_text(text: &str) -> &str {
     let plausible = text.len() <= 200
         && !text
             .chars()
@@ -189,7 +189,7 @@ fn unprojectable(r: &EventRow) -> Option<String> {
 
 /// The metric label for an event type: known types as is, other sane
 /// identifiers as is, anything else `other` (labels stay bounded).
-pub fn event_type_label(text: &str) -> String {
+pub(crate) fn event_type_label(text: &str) -> String {
     if EventType::parse_lenient(text).is_some() {
         return text.to_owned();
     }
@@ -221,7 +221,7 @@ pub(super) fn error_class_index(class: Option<&str>) -> (usize, &'static str) {
 /// Parses `previous_success_at` as written by PostgreSQL (`timestamptz`
 /// text or JSON) or RFC 3339. None for anything else (never an error:
 /// a malformed value must not stall projection).
-pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
     let t = text.trim();
     if let Ok(d) = DateTime::parse_from_rfc3339(t) {
         return Some(d.with_timezone(&Utc));
@@ -235,7 +235,7 @@ pub fn parse_timestamp(text: &str) -> Option<DateTime<Utc>> {
 }
 
 /// The UTC hour containing `at`.
-pub fn hour_bucket(at: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn hour_bucket(at: DateTime<Utc>) -> DateTime<Utc> {
     at.with_nanosecond(0)
         .and_then(|d| d.with_second(0))
         .and_then(|d| d.with_minute(0))

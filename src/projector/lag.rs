@@ -15,7 +15,7 @@ pub struct Lag {
     /// Committed events not yet projected.
     pub backlog_events: i64,
     /// Age of the oldest committed unprojected event, seconds (0 when caught up).
-    pub lag_seconds: f64,
+    pub(crate) lag_seconds: f64,
     /// occurred_at of the newest projected event.
     pub last_event_at: Option<DateTime<Utc>>,
     /// When the checkpoint row last moved (a batch commit or a rebuild).
@@ -78,7 +78,7 @@ pub struct HorizonHolder {
     /// Its state (`idle in transaction`, `active`, `prepared`, ...).
     pub state: Option<String>,
     /// Its client address; `null` for local sockets and prepared transactions.
-    pub client_addr: Option<String>,
+    pub(crate) client_addr: Option<String>,
     /// Seconds since its transaction began (`xact_age_s` in `status --json`).
     #[serde(rename = "xact_age_s")]
     pub xact_age_seconds: f64,

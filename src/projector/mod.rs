@@ -19,8 +19,8 @@
 //! - **one leader**: the loop projects only while it holds the `projector`
 //!   lease (`bf4ps_leases`, which no role but `serve`'s can take), renewed
 //!   in every batch's transaction, which fails before its commit when the
-//!   lease is gone; standbys retry every [`LoopSettings::lock_retry`] and
-//!   take over within [`LoopSettings::lease_ttl`] of a leader's death (at
+//!   lease is gone; standbys retry every [`LoopOptions::lock_retry`] and
+//!   take over within [`LoopOptions::lease_ttl`] of a leader's death (at
 //!   once after a clean stop). The compare-and-set keeps the rollups exact
 //!   even if two projectors ever overlap;
 //! - **no value stops it**: an event no writer of ours produces (an infinite
@@ -44,18 +44,25 @@ mod store;
 
 use chrono::{DateTime, Utc};
 
-pub use batch::{
-    FAILED_CLASSES, RollupDelta, event_type_label, hour_bucket, parse_timestamp, register_series,
-};
+pub(crate) use batch::RollupDelta;
+pub use batch::register_series;
 pub use lag::{Horizon, HorizonHolder, Lag, horizon, lag};
 pub use rebuild::{RebuildReport, rebuild};
-pub use run::{
-    BeforeCommitHook, LoopSettings, PollWaiter, Projector, ProjectorState, Wake, WakeFuture,
-};
+pub(crate) use run::WakeFuture;
+pub use run::{LoopOptions, PollWaiter, Projector, ProjectorState, Wake};
 pub use store::checkpoint;
 
+crate::config::settings! {
+    /// The projector.
+    pub struct ProjectorSettings in projector_setting {
+        /// Events read per projector transaction.
+        projector_batch: u32 = "5000", "projector-batch", "BF4PS_PROJECTOR_BATCH", "Events",
+            check crate::config::checks::at_least_one;
+    }
+}
+
 /// Name of the projector's checkpoint row.
-pub const CHECKPOINT: &str = "main";
+pub(crate) const CHECKPOINT: &str = "main";
 
 /// A projector failure.
 #[derive(Debug, thiserror::Error)]
@@ -126,6 +133,6 @@ pub struct Step {
 }
 
 /// Seconds since the Unix epoch.
-pub fn unix_seconds(at: DateTime<Utc>) -> f64 {
+pub(crate) fn unix_seconds(at: DateTime<Utc>) -> f64 {
     at.timestamp_millis() as f64 / 1000.0
 }

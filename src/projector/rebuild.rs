@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use crate::locks::{Lease, LeaseName, lease_holder};
+use crate::db::locks::{Lease, LeaseName, lease_holder};
 
 use super::{Position, ProjectorError, batch::Batch, store};
 

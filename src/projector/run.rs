@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::PROJECTOR_ERRORS;
 use crate::backoff::jittered;
 use crate::db::Pool;
-use crate::locks::{Lease, LeaseName};
+use crate::db::locks::{Lease, LeaseName};
 use crate::metrics::Registry;
 
 use super::{
@@ -30,11 +30,11 @@ pub(super) const LEASE_HOLDER: &str = "bf4ps-ops serve (projector)";
 
 /// Test hook run after the batch's writes and before its commit, with the
 /// backend pid of the batch's connection.
-pub type BeforeCommitHook =
+pub(crate) type BeforeCommitHook =
     Arc<dyn Fn(i32) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// A boxed wait future (see [`Wake`]).
-pub type WakeFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+pub(crate) type WakeFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// "Wait for the next reason to look for events": a `bf4ps_events`
 /// notification, the fallback poll, or a listener reconnect. The
@@ -67,7 +67,7 @@ impl Wake for PollWaiter {
 
 /// Settings of the projector loop.
 #[derive(Debug, Clone)]
-pub struct LoopSettings {
+pub struct LoopOptions {
     /// How often a standby tries to take the lease.
     pub lock_retry: Duration,
     /// First re-poll delay when committed events wait behind the horizon
@@ -81,9 +81,9 @@ pub struct LoopSettings {
     pub lease_ttl: Duration,
 }
 
-impl Default for LoopSettings {
-    fn default() -> LoopSettings {
-        LoopSettings {
+impl Default for LoopOptions {
+    fn default() -> LoopOptions {
+        LoopOptions {
             lock_retry: Duration::from_secs(1),
             held_retry: Duration::from_millis(10),
             max_held_retry: Duration::from_millis(250),
@@ -110,8 +110,6 @@ pub struct ProjectorState {
     beat: Arc<AtomicI64>,
     /// Why the loop cannot lead or project now (cleared when it can).
     problem: Arc<Mutex<Option<Problem>>>,
-    /// Who leads, when another process does.
-    leader_elsewhere: Arc<Mutex<Option<String>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -131,7 +129,7 @@ impl ProjectorState {
     }
 
     /// Time since the loop last went round (None: it never ran).
-    pub fn since_beat(&self) -> Option<Duration> {
+    pub(crate) fn since_beat(&self) -> Option<Duration> {
         let ms = self.beat.load(Ordering::Relaxed);
         (ms > 0).then(|| Duration::from_millis((now_ms() - ms).max(0) as u64))
     }
@@ -146,11 +144,6 @@ impl ProjectorState {
         ))
     }
 
-    /// Who leads projection, when another process does (a standby's view).
-    pub fn leader_elsewhere(&self) -> Option<String> {
-        self.leader_elsewhere.lock().ok()?.clone()
-    }
-
     fn set_problem(&self, what: Option<String>) {
         if let Ok(mut p) = self.problem.lock() {
             match what {
@@ -160,12 +153,6 @@ impl ProjectorState {
                     *p = Some(Problem { since_ms, what });
                 }
             }
-        }
-    }
-
-    fn set_leader_elsewhere(&self, holder: Option<String>) {
-        if let Ok(mut h) = self.leader_elsewhere.lock() {
-            *h = holder;
         }
     }
 }
@@ -183,7 +170,6 @@ impl Projector {
                 is_leader: Arc::new(AtomicBool::new(false)),
                 beat: Arc::new(AtomicI64::new(0)),
                 problem: Arc::new(Mutex::new(None)),
-                leader_elsewhere: Arc::new(Mutex::new(None)),
             },
             hook: None,
         }
@@ -316,7 +302,7 @@ impl Projector {
     pub async fn run(
         self,
         mut wake: Box<dyn Wake>,
-        settings: LoopSettings,
+        settings: LoopOptions,
         cancel: CancellationToken,
     ) {
         let lease = Lease::new(LeaseName::Projector, LEASE_HOLDER, settings.lease_ttl);
@@ -335,19 +321,10 @@ impl Projector {
                         leading = true;
                         renewed = std::time::Instant::now();
                         self.set_leader(true);
-                        self.state.set_leader_elsewhere(None);
                         self.state.set_problem(None);
                         continue;
                     }
-                    Ok(false) => {
-                        let holder = crate::locks::lease_holder(&self.pool, LeaseName::Projector)
-                            .await
-                            .ok()
-                            .flatten();
-                        self.state
-                            .set_leader_elsewhere(holder.as_ref().map(|h| h.detail.clone()));
-                        self.state.set_problem(None);
-                    }
+                    Ok(false) => self.state.set_problem(None),
                     Err(e) => {
                         tracing::warn!("projector: taking the lease failed: {e}");
                         self.state

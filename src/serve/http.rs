@@ -38,16 +38,16 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpLimits {
     /// Longest wait for a request's head (`BF4PS_HTTP_HEADER_TIMEOUT`).
-    pub header_read_timeout: Duration,
+    pub(crate) header_read_timeout: Duration,
     /// Connections served at once (`BF4PS_HTTP_MAX_CONNECTIONS`).
     pub max_connections: usize,
     /// Age after which a connection is asked to close.
-    pub max_connection_age: Duration,
+    pub(crate) max_connection_age: Duration,
 }
 
 /// [`HttpLimits::max_connection_age`] in production: long enough for
 /// Prometheus to reuse a connection for a few scrapes.
-pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
+pub(crate) const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 
 /// Serves `app` on `listener` until `cancel` fires and every connection is
 /// closed (see the module doc).

@@ -1,6 +1,6 @@
 //! `/readyz`'s answer: a value `serve` keeps, not a query per request.
 //!
-//! A background task of `serve` ([`run`]) assesses readiness every
+//! A periodic task of `serve` ([`ReadinessTask`]) assesses readiness every
 //! [`INTERVAL`]: the database answers (one ping), the migrations are current
 //! (one read of `_sqlx_migrations`), the projector's loop is alive. It
 //! publishes a [`Readiness`]; `/readyz` reads the latest one.
@@ -20,24 +20,24 @@
 //!   `reasons`. A new check is one more [`Check`] in [`assess`]: its field
 //!   and its reason follow.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::db::{self, Pool};
 use crate::projector::ProjectorState;
+use crate::task::Periodic;
 
 /// How often readiness is assessed.
-pub const INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
 /// Longest wait for each database check.
-pub const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A verdict older than this is not trusted (the task is stuck).
-pub const STALE_AFTER: Duration = Duration::from_secs(10);
+pub(crate) const STALE_AFTER: Duration = Duration::from_secs(10);
 
 /// One readiness check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +133,11 @@ impl Readiness {
 }
 
 /// Runs every check once (at most two database round trips).
-pub async fn assess(pool: &Pool, projector: &ProjectorState, alive_within: Duration) -> Readiness {
+pub(crate) async fn assess(
+    pool: &Pool,
+    projector: &ProjectorState,
+    alive_within: Duration,
+) -> Readiness {
     let database = matches!(
         tokio::time::timeout(CHECK_TIMEOUT, db::ping(pool)).await,
         Ok(Ok(()))
@@ -197,20 +201,34 @@ impl ReadinessView {
     }
 }
 
-/// The publishing side, for [`run`].
+/// The publishing side: a periodic task that assesses and publishes.
 pub struct ReadinessTask {
     latest: watch::Sender<Readiness>,
     assessments: Arc<AtomicU64>,
+    pool: Pool,
+    projector: ProjectorState,
+    alive_within: Duration,
+    /// The last verdict's `ready`, to log changes only.
+    was_ready: Mutex<Option<bool>>,
 }
 
-/// A channel starting at [`Readiness::pending`].
-pub fn channel() -> (ReadinessTask, ReadinessView) {
+/// A channel starting at [`Readiness::pending`]; the task assesses `pool`
+/// and `projector` (alive when it looped within `alive_within`).
+pub fn channel(
+    pool: Pool,
+    projector: ProjectorState,
+    alive_within: Duration,
+) -> (ReadinessTask, ReadinessView) {
     let (tx, rx) = watch::channel(Readiness::pending());
     let assessments = Arc::new(AtomicU64::new(0));
     (
         ReadinessTask {
             latest: tx,
             assessments: assessments.clone(),
+            pool,
+            projector,
+            alive_within,
+            was_ready: Mutex::new(None),
         },
         ReadinessView {
             latest: rx,
@@ -219,37 +237,36 @@ pub fn channel() -> (ReadinessTask, ReadinessView) {
     )
 }
 
-/// Assesses every [`INTERVAL`] until `cancel`; logs each change of
-/// readiness with its reasons.
-pub async fn run(
-    task: ReadinessTask,
-    pool: Pool,
-    projector: ProjectorState,
-    alive_within: Duration,
-    cancel: CancellationToken,
-) {
-    let mut was_ready = None;
-    loop {
-        let verdict = tokio::select! {
-            _ = cancel.cancelled() => return,
-            v = assess(&pool, &projector, alive_within) => v,
-        };
+impl Periodic for ReadinessTask {
+    const NAME: &'static str = "readiness";
+    type Report = ();
+    type Error = std::convert::Infallible;
+
+    /// One assessment, published; each change of readiness is logged with
+    /// its reasons.
+    async fn run_once(&self) -> Result<(), std::convert::Infallible> {
+        let verdict = assess(&self.pool, &self.projector, self.alive_within).await;
         let now = Instant::now();
         let ready = verdict.ready(now);
-        if was_ready != Some(ready) {
-            if ready {
-                tracing::info!("ready");
-            } else if was_ready.is_some() {
-                tracing::warn!(reasons = ?verdict.reasons(now), "not ready");
+        {
+            let mut was_ready = self.was_ready.lock().unwrap_or_else(|e| e.into_inner());
+            if *was_ready != Some(ready) {
+                if ready {
+                    tracing::info!("ready");
+                } else if was_ready.is_some() {
+                    tracing::warn!(reasons = ?verdict.reasons(now), "not ready");
+                }
+                *was_ready = Some(ready);
             }
-            was_ready = Some(ready);
         }
-        task.latest.send_replace(verdict);
-        task.assessments.fetch_add(1, Ordering::Relaxed);
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(INTERVAL) => {}
-        }
+        self.latest.send_replace(verdict);
+        self.assessments.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Every [`INTERVAL`].
+    fn next_wait(&self) -> Duration {
+        INTERVAL
     }
 }
 

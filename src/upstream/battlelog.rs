@@ -75,15 +75,15 @@ fn parse_error(message: impl Into<String>) -> BodyError {
 
 /// The envelope `type` of the one not-found answer (compared trimmed,
 /// case-insensitively).
-pub const NOT_FOUND_TYPE: &str = "error";
+pub(crate) const NOT_FOUND_TYPE: &str = "error";
 
 /// The envelope `message` of the one not-found answer (compared trimmed,
 /// case-insensitively).
-pub const NOT_FOUND_MESSAGE: &str = "persona not found";
+pub(crate) const NOT_FOUND_MESSAGE: &str = "persona not found";
 
 /// Whether an envelope's `type` and `message` are the pinned not-found
 /// answer: `{"type": "error", "message": "Persona not found", ...}`.
-pub fn is_not_found(kind: &str, message: Option<&str>) -> bool {
+pub(crate) fn is_not_found(kind: &str, message: Option<&str>) -> bool {
     kind.trim().eq_ignore_ascii_case(NOT_FOUND_TYPE)
         && message.is_some_and(|m| m.trim().eq_ignore_ascii_case(NOT_FOUND_MESSAGE))
 }
@@ -267,10 +267,10 @@ mod lenient {
     use serde::de::{self, Deserialize, Deserializer, Visitor};
 
     pub const NAN: &str = "is not a number";
-    pub const RANGE: &str = "is out of range";
-    pub const TEXT: &str = "is not a string";
-    pub const FRACTION: &str = "is not a whole number";
-    pub const NEGATIVE: &str = "is negative";
+    pub(crate) const RANGE: &str = "is out of range";
+    pub(crate) const TEXT: &str = "is not a string";
+    pub(crate) const FRACTION: &str = "is not a whole number";
+    pub(crate) const NEGATIVE: &str = "is negative";
 
     /// Largest count accepted (exactly representable as f64).
     const MAX_COUNT: f64 = 9.0e15;
@@ -290,7 +290,7 @@ mod lenient {
 
     /// A nullable, trimmed, non-empty string (ids may arrive as integers).
     #[derive(Debug, Clone, Default, PartialEq, Eq)]
-    pub struct Txt(pub Option<String>);
+    pub(crate) struct Txt(pub Option<String>);
 
     fn count_from_f64<E: de::Error>(v: f64) -> Result<Option<i64>, E> {
         if !v.is_finite() {
@@ -794,7 +794,7 @@ pub const ACCESS_STATES: &[&str] = &[
 
 /// What a user page says when its owner shares it only with friends
 /// (compared case-insensitively).
-pub const FRIENDS_ONLY_MARKER: &str = "only with friends";
+pub(crate) const FRIENDS_ONLY_MARKER: &str = "only with friends";
 
 /// Normalized `profile` data: BF4PS's `battlelog_profiles` columns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -831,7 +831,7 @@ impl Profile {
 /// upper-cased); else `public_no_country`. A page that does not name the
 /// requested user (an error or maintenance page, a "200 without stats") is a
 /// `parse` failure. Nothing of the page reaches a message.
-pub fn profile_page(username: &str, body: &[u8]) -> Result<Profile, BodyError> {
+pub(crate) fn profile_page(username: &str, body: &[u8]) -> Result<Profile, BodyError> {
     let page = String::from_utf8_lossy(body);
     let lower = page.to_lowercase();
     if !lower.contains("<html") {

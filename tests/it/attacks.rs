@@ -124,7 +124,7 @@ const OLD_LOCK_KEYS: &[(&str, i64)] = &[
     ("freshness", 0x6266_3470_7366_7273),
 ];
 /// `migrate`'s advisory lock ("bf4psmig").
-const MIGRATE_KEY: i64 = bf4ps_ops::locks::MIGRATE;
+const MIGRATE_KEY: i64 = bf4ps_ops::db::locks::MIGRATE;
 
 /// How long a health check waits for each condition.
 const HEALTH_WAIT: Duration = Duration::from_secs(20);
@@ -2201,7 +2201,7 @@ async fn probe_restart(
 
 /// A retention run completes (it takes its lease, never an advisory lock).
 async fn probe_retention(f: &Fleet, held: &str) -> Result<String, String> {
-    let settings = bf4ps_ops::retention::RetentionSettings {
+    let settings = bf4ps_ops::retention::RetentionRun {
         retention: Duration::from_secs(180 * 86_400),
         batch: 1000,
         dry_run: true,
@@ -2318,7 +2318,7 @@ async fn a08_the_lock_rows_and_leases_cannot_be_held_by_other_roles(
     for who in [Who::Reader, Who::Website, Who::Collector] {
         let (mut conn, _) = f.role(who).connect(&f.db, ATTACKER_APP).await;
         let mut statements: Vec<(String, String)> = Vec::new();
-        for row in bf4ps_ops::locks::ROW_LOCKS {
+        for row in bf4ps_ops::db::locks::ROW_LOCKS {
             for mode in [
                 "FOR UPDATE",
                 "FOR NO KEY UPDATE",

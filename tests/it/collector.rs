@@ -7,16 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bf4ps_ops::collector::{Collector, CollectorMetrics, Stats};
-use bf4ps_ops::config::{Ladder, Tuning};
+use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess, Stats};
+use bf4ps_ops::config::Ladder;
 use bf4ps_ops::db::DbTarget;
 use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
-use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
 use bf4ps_ops::monitor::Monitor;
 use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::registry::Registration;
 use bf4ps_ops::request::{Published, publish_settings};
+use bf4ps_ops::tuning::Tuning;
 use bf4ps_ops::upstream::Upstream;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -30,27 +30,26 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// Short intervals so leases, heartbeats and retries play out in seconds.
 fn fast() -> Tuning {
-    Tuning {
-        lease_duration: Duration::from_secs(2),
-        max_claim_to_start: Duration::from_secs(1),
-        heartbeat_interval: Duration::from_millis(200),
-        heartbeat_lost_after: Duration::from_secs(1),
-        poll_interval: Duration::from_millis(200),
-        retry_base_delay: Duration::from_millis(100),
-        retry_max_delay: Duration::from_secs(1),
-        retry_jitter: 0.0,
-        retry_ladder: Ladder(vec![
-            Duration::from_millis(100),
-            Duration::from_millis(200),
-            Duration::from_millis(400),
-            Duration::from_secs(1),
-        ]),
-        egress_rate: 1000.0,
-        // The fake is not Battlelog: no fleet budget unless a test sets one.
-        global_hourly_budget: 0,
-        monitor_interval: Duration::from_millis(100),
-        ..Tuning::default()
-    }
+    let mut t = Tuning::default();
+    t.queue.lease_duration = Duration::from_secs(2);
+    t.queue.max_claim_to_start = Duration::from_secs(1);
+    t.registry.heartbeat_interval = Duration::from_millis(200);
+    t.registry.heartbeat_lost_after = Duration::from_secs(1);
+    t.poll.poll_interval = Duration::from_millis(200);
+    t.queue.retry_base_delay = Duration::from_millis(100);
+    t.queue.retry_max_delay = Duration::from_secs(1);
+    t.queue.retry_jitter = 0.0;
+    t.queue.retry_ladder = Ladder(vec![
+        Duration::from_millis(100),
+        Duration::from_millis(200),
+        Duration::from_millis(400),
+        Duration::from_secs(1),
+    ]);
+    t.egress.egress_rate = 1000.0;
+    // The fake is not Battlelog: no fleet budget unless a test sets one.
+    t.egress.global_hourly_budget = 0;
+    t.monitor.monitor_interval = Duration::from_millis(100);
+    t
 }
 
 /// The same, as environment variables for a spawned collector.
@@ -187,18 +186,13 @@ async fn start_collector_with(
     upstream_timeout: Duration,
     metrics: CollectorMetrics,
 ) -> Running {
-    let mut args = fake.upstream_args();
+    let mut args = fake.upstream_settings();
     args.timeout = upstream_timeout;
     let upstream = Arc::new(Upstream::new(&args).unwrap());
     publish(&db.pool, &tuning).await;
     let root = CancellationToken::new();
-    let listener = Listener::spawn(
-        db.target.clone(),
-        &[Channel::Jobs(lane)],
-        ListenerSettings::new(tuning.poll_interval),
-        metrics::Counter::noop(),
-        root.clone(),
-    );
+    let collectors =
+        CollectorProcess::new(db.target.clone(), &[lane], upstream, tuning).start(root.clone());
     let registration = Registration {
         name: name.to_owned(),
         hostname: "it-host".to_owned(),
@@ -206,18 +200,22 @@ async fn start_collector_with(
         egress_key: egress.to_owned(),
         software_version: "test".to_owned(),
     };
-    let c = Collector::register(db.pool.clone(), &registration, upstream, tuning, metrics)
+    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
+    let c = collectors
+        .spawn(
+            db.pool.clone(),
+            &registration,
+            metrics,
+            drain.clone(),
+            abort.clone(),
+        )
         .await
         .unwrap();
-    let (id, stats) = (c.id().clone(), c.stats());
-    let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
-    let task = tokio::spawn({
-        let (drain, abort) = (drain.clone(), abort.clone());
-        async move {
-            let r = c.run(listener, drain, abort).await;
-            root.cancel();
-            r
-        }
+    let (id, stats) = (c.id.clone(), c.stats.clone());
+    let task = tokio::spawn(async move {
+        let r = c.wait().await;
+        root.cancel();
+        r
     });
     Running {
         id,
@@ -510,10 +508,11 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
     let fake = fake().await;
     let p = &db.pool;
     // A 600 ms lease and a fetch that takes 2 s: only renewal keeps it.
-    let tuning = Tuning {
-        lease_duration: Duration::from_millis(600),
-        max_claim_to_start: Duration::from_millis(600),
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.queue.lease_duration = Duration::from_millis(600);
+        t.queue.max_claim_to_start = Duration::from_millis(600);
+        t
     };
     let c = start_collector(
         &db,
@@ -525,7 +524,7 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
         Duration::from_secs(10),
     )
     .await;
-    let monitor = Monitor::from(&tuning);
+    let monitor = Monitor::new(p.clone(), &tuning.monitor, &tuning.queue, &tuning.registry);
     let s = soldier(p, 9).await;
     script(
         &fake,
@@ -550,7 +549,7 @@ async fn the_lease_is_renewed_during_a_slow_fetch(_: PgPoolOptions, opts: PgConn
         async move {
             let mut n = 0;
             loop {
-                n += monitor.run_once(&p).await.unwrap().recovered;
+                n += monitor.run_once_on(&p).await.unwrap().recovered;
                 if events(&p, "succeeded", Some(j)).await > 0 {
                     return n;
                 }
@@ -593,9 +592,10 @@ async fn dropped_database_connections_mid_job_lose_nothing(
         url: db.url.clone(),
         target,
     };
-    let tuning = Tuning {
-        lease_duration: Duration::from_secs(5),
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.queue.lease_duration = Duration::from_secs(5);
+        t
     };
     let c = start_collector(
         &victim,
@@ -749,9 +749,9 @@ async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: Pg
 
     // The monitor recovers the job once the lease expires, and marks the
     // silent collector lost — once.
-    let monitor = Monitor::from(&fast());
+    let monitor = Monitor::new(p.clone(), &fast().monitor, &fast().queue, &fast().registry);
     eventually(WAIT, "recovery and loss", || async {
-        monitor.run_once(p).await.unwrap();
+        monitor.run_once_on(p).await.unwrap();
         let lost = sqlx::query_scalar::<_, i64>(
             "SELECT count(*) FROM collection_events WHERE event_type = 'heartbeat_lost' AND collector_uuid = $1",
         )
@@ -763,7 +763,7 @@ async fn a_killed_collector_is_recovered_and_replaced(_: PgPoolOptions, opts: Pg
     })
     .await;
     for _ in 0..3 {
-        monitor.run_once(p).await.unwrap();
+        monitor.run_once_on(p).await.unwrap();
     }
     let lost: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM collection_events WHERE event_type = 'heartbeat_lost' AND collector_uuid = $1",
@@ -908,7 +908,10 @@ async fn sigterm_finishes_the_current_job_and_exits_zero(_: PgPoolOptions, opts:
         .execute(p)
         .await
         .unwrap();
-    Monitor::from(&fast()).run_once(p).await.unwrap();
+    Monitor::new(p.clone(), &fast().monitor, &fast().queue, &fast().registry)
+        .run_once_on(p)
+        .await
+        .unwrap();
     assert_eq!(events(p, "heartbeat_lost", None).await, 0);
 }
 
@@ -934,9 +937,10 @@ async fn collectors_sharing_an_egress_key_respect_its_rate(
         )
         .await;
     }
-    let tuning = Tuning {
-        egress_rate: rate,
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.egress.egress_rate = rate;
+        t
     };
     let mut running = Vec::new();
     for i in 0..3 {
@@ -1030,9 +1034,10 @@ async fn interactive_work_is_claimed_while_background_is_busy(
     }
     // No poll within the test: once idle, only a wake-up (the NOTIFY, or
     // the catch-up after the LISTEN connection comes up) can make it claim.
-    let no_poll = Tuning {
-        poll_interval: Duration::from_secs(3600),
-        ..fast()
+    let no_poll = {
+        let mut t = fast();
+        t.poll.poll_interval = Duration::from_secs(3600);
+        t
     };
     let inter = start_collector(
         &db,
@@ -1184,11 +1189,12 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
     }
     // Unthrottled, three collectors at 50 requests/s would send ~200
     // requests during the storm.
-    let tuning = Tuning {
-        egress_rate: 50.0,
-        throttle_pause: Duration::from_secs(1),
-        throttle_pause_max: Duration::from_secs(2),
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.egress.egress_rate = 50.0;
+        t.egress.throttle_pause = Duration::from_secs(1);
+        t.egress.throttle_pause_max = Duration::from_secs(2);
+        t
     };
     let storm = Duration::from_secs(4);
     fake.throttle_for(storm);
@@ -1301,9 +1307,10 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
     let db = TestDb::new(opts).await;
     let fake = fake().await;
     let p = &db.pool;
-    let tuning = Tuning {
-        retry_ladder: Ladder(vec![Duration::from_secs(1), Duration::from_secs(2)]),
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.queue.retry_ladder = Ladder(vec![Duration::from_secs(1), Duration::from_secs(2)]);
+        t
     };
     let c = start_collector(
         &db,
@@ -1466,11 +1473,12 @@ async fn the_global_budget_holds_across_four_collectors_and_keys(
     }
     // Each key could do 2 requests/s (8/s in all); the fleet may do 5 per 5 s.
     let (budget, window) = (5_u32, Duration::from_secs(5));
-    let tuning = Tuning {
-        egress_rate: 2.0,
-        global_hourly_budget: budget,
-        global_budget_window: window,
-        ..fast()
+    let tuning = {
+        let mut t = fast();
+        t.egress.egress_rate = 2.0;
+        t.egress.global_hourly_budget = budget;
+        t.egress.global_budget_window = window;
+        t
     };
     let mut running = Vec::new();
     for i in 0..4 {

@@ -10,11 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use bf4ps_ops::config::{ExtraWork, Resources, SchedulingPolicy, Tuning};
+use bf4ps_ops::config::{ExtraWork, Resources, SchedulingPolicy};
+
 use bf4ps_ops::domain::{Lane, Resource};
-use bf4ps_ops::feeder::{CycleReport, Feeder, FeederConfig};
+use bf4ps_ops::feeder::{CycleReport, Feeder};
 use bf4ps_ops::queue;
 use bf4ps_ops::registry::CollectorId;
+use bf4ps_ops::tuning::Tuning;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -24,17 +26,18 @@ use crate::support::{TestDb, eventually, exec, listen};
 
 /// Default tuning with `target` depth (low watermark half of it).
 pub(crate) fn tuning(target: u32) -> Tuning {
-    Tuning {
-        feeder_target_depth: target,
-        feeder_low_watermark: target / 2,
-        ..Tuning::default()
+    {
+        let mut t = Tuning::default();
+        t.feeder.feeder_target_depth = target;
+        t.feeder.feeder_low_watermark = target / 2;
+        t
     }
 }
 
 /// A feeder with `tuning` (validated).
 pub(crate) fn feeder_with(pool: &PgPool, tuning: Tuning) -> Feeder {
     tuning.validate().unwrap();
-    Feeder::new(pool.clone(), FeederConfig::from_tuning(&tuning))
+    Feeder::new(pool.clone(), &tuning.feeder, &tuning.poll, &tuning.egress)
 }
 
 /// A feeder with `target` depth and otherwise default tuning (policy
@@ -330,9 +333,10 @@ async fn a_never_attempted_soldier_gets_bootstrap_jobs_but_no_profile(
     .await;
     assert_eq!(bad, 0);
     // With `--background-resources` naming profile, it is fed too.
-    let t = Tuning {
-        background_resources: Resources(Resource::ALL.to_vec()),
-        ..tuning(100)
+    let t = {
+        let mut t = tuning(100);
+        t.feeder.background_resources = Resources(Resource::ALL.to_vec());
+        t
     };
     let r = feeder_with(p, t).run_once().await.unwrap();
     assert_eq!((r.inserted, r.bootstrap), (1, 1), "{r:?}");
@@ -468,9 +472,10 @@ async fn retries_behind_live_retrying_jobs_are_still_fed(_: PgPoolOptions, opts:
     .await;
 
     for policy in [SchedulingPolicy::Sightings, SchedulingPolicy::Age] {
-        let t = Tuning {
-            scheduling_policy: policy,
-            ..tuning(40)
+        let t = {
+            let mut t = tuning(40);
+            t.feeder.scheduling_policy = policy;
+            t
         };
         let r = feeder_with(p, t).run_once_at(Some(now)).await.unwrap();
         assert_eq!(r.pending_before, 25);
@@ -504,24 +509,23 @@ async fn an_unavailable_pair_gets_nothing(_: PgPoolOptions, opts: PgConnectOptio
     )
     .await
     .unwrap();
-    for t in [
-        tuning(100),
-        Tuning {
-            recent_work: ExtraWork::Due,
-            inactive_work: ExtraWork::Due,
-            ..tuning(100)
-        },
-    ] {
+    for t in [tuning(100), {
+        let mut t = tuning(100);
+        t.feeder.recent_work = ExtraWork::Due;
+        t.feeder.inactive_work = ExtraWork::Due;
+        t
+    }] {
         let r = feeder_with(p, t).run_once_at(Some(now)).await.unwrap();
         assert_eq!(r.inserted, 0, "{r:?}");
     }
     // Also when the soldier is recent or inactive and extra work is on.
     for seen in [now - days(3), now - days(30)] {
         sighted(p, &[s], seen).await;
-        let t = Tuning {
-            recent_work: ExtraWork::Due,
-            inactive_work: ExtraWork::Due,
-            ..tuning(100)
+        let t = {
+            let mut t = tuning(100);
+            t.feeder.recent_work = ExtraWork::Due;
+            t.feeder.inactive_work = ExtraWork::Due;
+            t
         };
         let r = feeder_with(p, t).run_once_at(Some(now)).await.unwrap();
         assert_eq!(r.inserted, 0, "{r:?}");
@@ -564,9 +568,10 @@ async fn recent_and_inactive_work_when_asked_for(_: PgPoolOptions, opts: PgConne
     );
     // `--recent-work due`: the recent soldier's due resource, as `recent`
     // (budgeted with retries); still nothing for the inactive one.
-    let t = Tuning {
-        recent_work: ExtraWork::Due,
-        ..tuning(100)
+    let t = {
+        let mut t = tuning(100);
+        t.feeder.recent_work = ExtraWork::Due;
+        t
     };
     let r = feeder_with(p, t).run_once_at(Some(now)).await.unwrap();
     assert_eq!((r.inserted, r.retry), (1, 1), "{r:?}");
@@ -576,9 +581,10 @@ async fn recent_and_inactive_work_when_asked_for(_: PgPoolOptions, opts: PgConne
     );
     assert!(fed_to(p, ids[1]).await.is_empty());
     // `--inactive-work due`: the inactive one's too.
-    let t = Tuning {
-        inactive_work: ExtraWork::Due,
-        ..tuning(100)
+    let t = {
+        let mut t = tuning(100);
+        t.feeder.inactive_work = ExtraWork::Due;
+        t
     };
     let r = feeder_with(p, t).run_once_at(Some(now)).await.unwrap();
     assert_eq!((r.inserted, r.retry), (1, 1), "{r:?}");
@@ -746,9 +752,10 @@ async fn the_age_policy_feeds_oldest_due_first_whoever_played(
     let s31 = soldier(p, 31).await;
     let all: Vec<i64> = (1..=31).collect();
     sighted(p, &all, db_now(p).await - days(30)).await;
-    let t = Tuning {
-        scheduling_policy: SchedulingPolicy::Age,
-        ..tuning(50)
+    let t = {
+        let mut t = tuning(50);
+        t.feeder.scheduling_policy = SchedulingPolicy::Age;
+        t
     };
     let r = feeder_with(p, t).run_once().await.unwrap();
     // Soldier 31's three bootstrap pairs, then the 47 oldest due pairs
@@ -840,9 +847,10 @@ async fn classes_and_aging_priority(_: PgPoolOptions, opts: PgConnectOptions) {
     )
     .await;
 
-    let tune = Tuning {
-        recent_work: ExtraWork::Due,
-        ..tuning(100)
+    let tune = {
+        let mut t = tuning(100);
+        t.feeder.recent_work = ExtraWork::Due;
+        t
     };
     let r = feeder_with(p, tune).run_once_at(Some(t)).await.unwrap();
     assert_eq!((r.bootstrap, r.active, r.retry), (3, 3, 2), "{r:?}");
@@ -1248,18 +1256,19 @@ async fn the_loop_refills_below_the_watermark_and_stops(_: PgPoolOptions, opts: 
     soldiers(&db.pool, 1, 100).await;
     // The cadence is an hour: after the first cycle, only the low-watermark
     // check (every 50 ms) can refill.
-    let tuning = Tuning {
-        feeder_target_depth: 20,
-        feeder_low_watermark: 10,
-        feeder_interval: Duration::from_secs(3600),
-        poll_interval: Duration::from_millis(50),
-        ..Tuning::default()
+    let tuning = {
+        let mut t = Tuning::default();
+        t.feeder.feeder_target_depth = 20;
+        t.feeder.feeder_low_watermark = 10;
+        t.feeder.feeder_interval = Duration::from_secs(3600);
+        t.poll.poll_interval = Duration::from_millis(50);
+        t
     };
     let f = feeder_with(&db.pool, tuning);
     let cancel = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn({
         let cancel = cancel.clone();
-        async move { f.run(cancel).await }
+        async move { bf4ps_ops::task::Periodic::run(f, cancel).await }
     });
     let pending = || async {
         scalar(

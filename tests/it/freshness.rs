@@ -6,11 +6,12 @@
 
 use std::time::Duration;
 
+use bf4ps_ops::domain::PerResource;
 use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
 use bf4ps_ops::freshness;
+use bf4ps_ops::freshness::ResourceFreshness;
 use bf4ps_ops::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use bf4ps_ops::queue::{self, AttemptFailure};
-use bf4ps_ops::status::{PerResource, ResourceFreshness};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -225,7 +226,7 @@ async fn the_rollup_equals_a_full_scan_after_every_kind_of_write(
     let before = rolled_up(p, Utc::now()).await;
     bf4ps_ops::retention::run_once(
         p,
-        &bf4ps_ops::retention::RetentionSettings {
+        &bf4ps_ops::retention::RetentionRun {
             retention: Duration::from_secs(3600),
             batch: 100,
             dry_run: false,

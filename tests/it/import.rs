@@ -657,16 +657,17 @@ async fn imported_soldiers_are_written_as_manual_submissions(
 
 #[sqlx::test]
 async fn the_age_policy_bootstraps_imported_soldiers(_: PgPoolOptions, opts: PgConnectOptions) {
-    use bf4ps_ops::config::{SchedulingPolicy, Tuning};
+    use bf4ps_ops::config::SchedulingPolicy;
     let db = TestDb::new(opts).await;
     let file = csv_file("boot.csv", "pc,1,A\npc,2,B\n");
     import_file(&db.pool, &file, ImportOptions::default())
         .await
         .unwrap();
     // Every never-attempted background pair of the imported soldiers.
-    let t = Tuning {
-        scheduling_policy: SchedulingPolicy::Age,
-        ..crate::feeder::tuning(100)
+    let t = {
+        let mut t = crate::feeder::tuning(100);
+        t.feeder.scheduling_policy = SchedulingPolicy::Age;
+        t
     };
     let r = crate::feeder::feeder_with(&db.pool, t)
         .run_once()

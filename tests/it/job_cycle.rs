@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
-use bf4ps_ops::queue::{self, AttemptFailure, Collected, Fenced, Recovery};
+use bf4ps_ops::queue::{self, AttemptFailure, Collected, Fenced, QueueSettings};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
 
@@ -328,9 +328,9 @@ async fn a_lease_lost_after_claim_and_start_commits_nothing(
     )
     .await;
     let me = collector(p, "slow", Lane::Background).await;
-    let recovery = Recovery {
-        retry_base: Duration::ZERO,
-        ..Recovery::default()
+    let recovery = QueueSettings {
+        retry_base_delay: Duration::ZERO,
+        ..QueueSettings::default()
     };
     let before = detailed_pair(p, s).await;
     let old = queue::claim_and_start(p, &me)
@@ -430,10 +430,10 @@ async fn a_lease_lost_between_claim_and_start_starts_nothing(
     let p = &db.pool;
     let ids = jobs(p, 2, Lane::Background).await;
     let me = collector(p, "separate", Lane::Background).await;
-    let recovery = Recovery {
-        retry_base: Duration::ZERO,
+    let recovery = QueueSettings {
+        retry_base_delay: Duration::ZERO,
         max_claim_to_start: Duration::from_secs(10),
-        ..Recovery::default()
+        ..QueueSettings::default()
     };
 
     // Expired between the claim and the start.

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
-use bf4ps_ops::listener::{Channel, Listener, ListenerSettings, Wake};
+use bf4ps_ops::listener::{Channel, Listener, ListenerOptions, WakeReason};
 use bf4ps_ops::queue;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::mpsc;
@@ -121,10 +121,10 @@ fn listener(db: &TestDb, poll: Duration, cancel: &CancellationToken) -> Listener
             Channel::Jobs(Lane::Background),
             Channel::Events,
         ],
-        ListenerSettings {
+        ListenerOptions {
             ping_interval: Duration::from_millis(500),
             max_backoff: Duration::from_millis(200),
-            ..ListenerSettings::new(poll)
+            ..ListenerOptions::new(poll)
         },
         metrics::Counter::noop(),
         cancel.clone(),
@@ -143,7 +143,7 @@ async fn listener_wakes_one_lane_waiter(_: PgPoolOptions, opts: PgConnectOptions
     let events = l.waiter(Channel::Events);
     // Consume the catch-up wake every channel gets on connect.
     for w in [&interactive, &background, &events] {
-        assert_eq!(w.wait().await, Wake::Notified);
+        assert_eq!(w.wait().await, WakeReason::Notified);
     }
     let waiting = tokio::spawn({
         let w = interactive.clone();
@@ -164,7 +164,7 @@ async fn listener_wakes_one_lane_waiter(_: PgPoolOptions, opts: PgConnectOptions
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(woke, Wake::Notified);
+    assert_eq!(woke, WakeReason::Notified);
     // Everything before this NOTIFY has been dispatched once it arrives.
     sqlx::query("SELECT pg_notify('bf4ps_events', '')")
         .execute(&db.pool)
@@ -174,7 +174,7 @@ async fn listener_wakes_one_lane_waiter(_: PgPoolOptions, opts: PgConnectOptions
         tokio::time::timeout(Duration::from_secs(5), events.wait())
             .await
             .unwrap(),
-        Wake::Notified
+        WakeReason::Notified
     );
     // The background waiter was not woken (no permit is pending for it).
     let quiet = tokio::time::timeout(Duration::from_millis(50), background.wait()).await;
@@ -203,7 +203,7 @@ async fn work_inserted_while_the_listener_is_down_is_still_claimed(
         let p = p.clone();
         async move {
             loop {
-                if waiter.wait().await == Wake::Cancelled {
+                if waiter.wait().await == WakeReason::Cancelled {
                     return;
                 }
                 while let Some(j) = queue::claim(&p, &me).await.unwrap() {

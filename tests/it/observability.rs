@@ -18,11 +18,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use bf4ps_ops::collector::CollectorMetrics;
-use bf4ps_ops::config::Tuning;
 use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
 use bf4ps_ops::metrics::Registry;
 use bf4ps_ops::metrics::catalog::{CATALOG, Exporter, Kind};
 use bf4ps_ops::serve::{Serve, ServeSettings};
+use bf4ps_ops::tuning::Tuning;
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr, VectorSelector};
 use serde::Deserialize;
@@ -588,11 +588,12 @@ pub async fn serve_exposition(db: &TestDb) -> String {
     ] {
         insert(p, &ev).await;
     }
-    let tuning = Tuning {
-        gauge_interval: Duration::from_millis(100),
-        poll_interval: Duration::from_millis(100),
-        monitor_interval: Duration::from_millis(100),
-        ..Tuning::default()
+    let tuning = {
+        let mut t = Tuning::default();
+        t.gauges.gauge_interval = Duration::from_millis(100);
+        t.poll.poll_interval = Duration::from_millis(100);
+        t.monitor.monitor_interval = Duration::from_millis(100);
+        t
     };
     let running = Serve::standard(
         db.target.clone(),

@@ -36,13 +36,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::collector::{Collector, CollectorMetrics};
-use bf4ps_ops::config::Tuning;
+use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess};
 use bf4ps_ops::db::{DbError, DbTarget, Pooling};
 use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::domain::Lane;
-use bf4ps_ops::listener::{Channel, Listener, ListenerSettings};
 use bf4ps_ops::registry::Registration;
+use bf4ps_ops::tuning::Tuning;
 use bf4ps_ops::upstream::Upstream;
 use nix::sys::signal::{Signal, kill};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
@@ -92,32 +91,31 @@ const TUNING_ENV: &[(&str, &str)] = &[
 ];
 
 fn tuning() -> Tuning {
-    Tuning {
-        lease_duration: Duration::from_secs(30),
-        max_claim_to_start: Duration::from_secs(10),
-        heartbeat_interval: Duration::from_secs(1),
-        heartbeat_lost_after: Duration::from_secs(20),
-        poll_interval: Duration::from_millis(300),
-        retry_base_delay: Duration::from_millis(100),
-        retry_max_delay: Duration::from_millis(500),
-        retry_ladder: bf4ps_ops::config::Ladder(vec![
-            Duration::from_millis(200),
-            Duration::from_millis(500),
-        ]),
-        retry_max_attempts: 10,
-        scheduling_policy: bf4ps_ops::config::SchedulingPolicy::Age,
-        background_resources: bf4ps_ops::config::Resources(vec![
+    {
+        let mut t = Tuning::default();
+        t.queue.lease_duration = Duration::from_secs(30);
+        t.queue.max_claim_to_start = Duration::from_secs(10);
+        t.registry.heartbeat_interval = Duration::from_secs(1);
+        t.registry.heartbeat_lost_after = Duration::from_secs(20);
+        t.poll.poll_interval = Duration::from_millis(300);
+        t.queue.retry_base_delay = Duration::from_millis(100);
+        t.queue.retry_max_delay = Duration::from_millis(500);
+        t.queue.retry_ladder =
+            bf4ps_ops::config::Ladder(vec![Duration::from_millis(200), Duration::from_millis(500)]);
+        t.queue.retry_max_attempts = 10;
+        t.feeder.scheduling_policy = bf4ps_ops::config::SchedulingPolicy::Age;
+        t.feeder.background_resources = bf4ps_ops::config::Resources(vec![
             bf4ps_ops::domain::Resource::Detailed,
             bf4ps_ops::domain::Resource::Weapons,
-        ]),
-        egress_rate: 1000.0,
-        global_hourly_budget: 0,
-        feeder_target_depth: 100,
-        feeder_low_watermark: 50,
-        feeder_interval: Duration::from_millis(300),
-        monitor_interval: Duration::from_millis(500),
-        gauge_interval: Duration::from_secs(1),
-        ..Tuning::default()
+        ]);
+        t.egress.egress_rate = 1000.0;
+        t.egress.global_hourly_budget = 0;
+        t.feeder.feeder_target_depth = 100;
+        t.feeder.feeder_low_watermark = 50;
+        t.feeder.feeder_interval = Duration::from_millis(300);
+        t.monitor.monitor_interval = Duration::from_millis(500);
+        t.gauges.gauge_interval = Duration::from_secs(1);
+        t
     }
 }
 
@@ -817,14 +815,13 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
     // processes would have), sharing one LISTEN connection on the direct URL
     // (as the collectors of one process do).
     let root = CancellationToken::new();
-    let listener = Listener::spawn(
+    let collectors = CollectorProcess::new(
         DbTarget::parse(Some(&role_direct)).unwrap(),
-        &[Channel::Jobs(Lane::Background)],
-        ListenerSettings::new(tuning().poll_interval),
-        metrics::Counter::noop(),
-        root.clone(),
-    );
-    let upstream = Arc::new(Upstream::new(&fake.upstream_args()).unwrap());
+        &[Lane::Background],
+        Arc::new(Upstream::new(&fake.upstream_settings()).unwrap()),
+        tuning(),
+    )
+    .start(root.clone());
     let mut running = Vec::new();
     for i in 0..COLLECTORS - 2 {
         let pool = pooled
@@ -838,18 +835,18 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
             egress_key: format!("key-{}", i % 10),
             software_version: "test".to_owned(),
         };
-        let collector = Collector::register(
-            pool,
-            &registration,
-            upstream.clone(),
-            tuning(),
-            CollectorMetrics::default(),
-        )
-        .await
-        .expect("register through PgBouncer");
-        let stats = collector.stats();
         let (drain, abort) = (CancellationToken::new(), CancellationToken::new());
-        let task = tokio::spawn(collector.run(listener.clone(), drain.clone(), abort));
+        let collector = collectors
+            .spawn(
+                pool,
+                &registration,
+                CollectorMetrics::default(),
+                drain.clone(),
+                abort,
+            )
+            .await
+            .expect("register through PgBouncer");
+        let (stats, task) = (collector.stats, collector.task);
         running.push((stats, drain, task));
     }
 

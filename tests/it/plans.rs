@@ -29,18 +29,18 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bf4ps_ops::config::Tuning;
 use bf4ps_ops::db::Pool;
 use bf4ps_ops::domain::{ErrorClass, Lane, Resource};
 use bf4ps_ops::egress;
-use bf4ps_ops::feeder::{Feeder, FeederConfig};
+use bf4ps_ops::feeder::Feeder;
 use bf4ps_ops::gauges::GaugeRefresher;
 use bf4ps_ops::metrics::Registry;
 use bf4ps_ops::monitor::Monitor;
 use bf4ps_ops::projector::Projector;
 use bf4ps_ops::queue::{self, AttemptFailure};
 use bf4ps_ops::request::{Published, publish_settings};
-use bf4ps_ops::retention::{self, RetentionSettings};
+use bf4ps_ops::retention::{self, RetentionRun};
+use bf4ps_ops::tuning::Tuning;
 use bf4ps_ops::{freshness, registry, request, status};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -368,10 +368,11 @@ async fn settle(stats: &PgPool) {
 /// The tuning of the check: egress fast enough not to wait, a budget big
 /// enough never to bind (its shares still decide each claim's class).
 fn tuning() -> Tuning {
-    let t = Tuning {
-        egress_rate: 1_000.0,
-        global_hourly_budget: 1_000_000,
-        ..Tuning::default()
+    let t = {
+        let mut t = Tuning::default();
+        t.egress.egress_rate = 1_000.0;
+        t.egress.global_hourly_budget = 1_000_000;
+        t
     };
     t.validate().unwrap();
     t
@@ -409,8 +410,8 @@ async fn hot_statements_never_scan_the_large_tables(_: PgPoolOptions, opts: PgCo
     // soldiers seen within the active window (and the due retries) and the
     // jobs it inserts (their foreign keys and events), not by the 20,000
     // soldiers: a few rows per active soldier and per job.
-    let feeder = Feeder::new(p.hot.clone(), FeederConfig::from_tuning(&tuning));
-    let feeder_rows = 4 * ACTIVE + 4 * i64::from(tuning.feeder_target_depth);
+    let feeder = Feeder::new(p.hot.clone(), &tuning.feeder, &tuning.poll, &tuning.egress);
+    let feeder_rows = 4 * ACTIVE + 4 * i64::from(tuning.feeder.feeder_target_depth);
     let fed = p
         .check("feeder cycle", feeder_rows, async |_| {
             feeder.run_once().await.unwrap()
@@ -577,14 +578,23 @@ async fn hot_statements_never_scan_the_large_tables(_: PgPoolOptions, opts: PgCo
         expire(pool, job.job_id).await;
     })
     .await;
-    let monitor = Monitor::from(&tuning);
+    let monitor = Monitor::new(
+        p.hot.clone(),
+        &tuning.monitor,
+        &tuning.queue,
+        &tuning.registry,
+    );
     let step = p
         .check("monitor", PER_JOB, async |pool| {
-            monitor.run_once(pool).await.unwrap()
+            monitor.run_once_on(pool).await.unwrap()
         })
         .await;
     assert_eq!(step.recovered, 1, "{step:?}");
-    let projector = Projector::new(p.hot.clone(), Registry::new(), tuning.projector_batch);
+    let projector = Projector::new(
+        p.hot.clone(),
+        Registry::new(),
+        tuning.projector.projector_batch,
+    );
     let step = p
         .check_reading_whole(
             "projector batch",
@@ -625,7 +635,7 @@ async fn hot_statements_never_scan_the_large_tables(_: PgPoolOptions, opts: PgCo
         freshness::compact(pool).await.unwrap()
     })
     .await;
-    let settings = RetentionSettings::from_tuning(&tuning, false);
+    let settings = RetentionRun::new(&tuning.retention, false);
     let report = p
         .check_reading_whole("retention", &["collection_events"], PER_JOB, async |pool| {
             retention::run_once(pool, &settings, None, |_| {})

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bf4ps_ops::metrics::{Registry, parse_exposition};
-use bf4ps_ops::projector::{self, LoopSettings, PollWaiter, Projector, Wake};
+use bf4ps_ops::projector::{self, LoopOptions, PollWaiter, Projector, Wake};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 use tokio_util::sync::CancellationToken;
@@ -404,11 +404,11 @@ async fn crash_between_rollup_write_and_commit_loses_and_doubles_nothing(
     assert_eq!(checkpoint_count(&db.pool).await, 10);
 }
 
-fn fast_loop() -> LoopSettings {
-    LoopSettings {
+fn fast_loop() -> LoopOptions {
+    LoopOptions {
         lock_retry: Duration::from_millis(200),
         lease_ttl: Duration::from_secs(1),
-        ..LoopSettings::default()
+        ..LoopOptions::default()
     }
 }
 
@@ -529,7 +529,7 @@ async fn lost_listener_connection_loses_no_events(_: PgPoolOptions, opts: PgConn
     let listener = bf4ps_ops::listener::Listener::spawn(
         db.target.clone(),
         &[bf4ps_ops::listener::Channel::Events],
-        bf4ps_ops::listener::ListenerSettings::new(Duration::from_secs(1)),
+        bf4ps_ops::listener::ListenerOptions::new(Duration::from_secs(1)),
         metrics::Counter::noop(),
         cancel.clone(),
     );

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bf4ps_ops::domain::{ErrorClass, Lane, PriorityClass, Resource};
 use bf4ps_ops::queue::{
-    self, AttemptFailure, Collected, FailureOutcome, Fenced, Lease, Recovery, SuccessOutcome,
+    self, AttemptFailure, Collected, FailureOutcome, Fenced, Lease, QueueSettings, SuccessOutcome,
 };
 use bf4ps_ops::registry::CollectorId;
 use chrono::{DateTime, Utc};
@@ -461,9 +461,9 @@ async fn stale_claimants_can_neither_start_renew_nor_finalize(
     // The lease expires and the job is reclaimed.
     expire(p, id).await;
     assert_eq!(queue::renew(p, &me, &old).await.unwrap(), Fenced::LeaseLost);
-    let recovery = Recovery {
-        retry_base: Duration::ZERO,
-        ..Recovery::default()
+    let recovery = QueueSettings {
+        retry_base_delay: Duration::ZERO,
+        ..QueueSettings::default()
     };
     let recovered = queue::recover_expired(p, 10, &recovery).await.unwrap();
     assert_eq!(recovered.len(), 1);
@@ -1144,7 +1144,7 @@ async fn finalization_is_atomic(_: PgPoolOptions, opts: PgConnectOptions) {
     assert_eq!((status.as_str(), current), ("running", Some(id)));
     // The job is still recoverable.
     expire(p, id).await;
-    let recovered = queue::recover_expired(p, 10, &Recovery::default())
+    let recovered = queue::recover_expired(p, 10, &QueueSettings::default())
         .await
         .unwrap();
     assert_eq!(
@@ -1398,7 +1398,7 @@ async fn concurrent_recoverers_recover_each_job_once(_: PgPoolOptions, opts: PgC
         tasks.push(tokio::spawn(async move {
             let mut n = 0;
             loop {
-                let got = queue::recover_expired(&pool, 7, &Recovery::default())
+                let got = queue::recover_expired(&pool, 7, &QueueSettings::default())
                     .await
                     .unwrap();
                 if got.is_empty() {

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::config::Tuning;
 use bf4ps_ops::domain::Lane;
 use bf4ps_ops::queue;
 use bf4ps_ops::request::{
     Published, RefreshState, RequestError, publish_settings, request_refresh,
 };
+use bf4ps_ops::tuning::Tuning;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -778,11 +778,9 @@ async fn eta_formula_properties(_: PgPoolOptions, opts: PgConnectOptions) {
 
 /// What `serve` publishes, with this ETA window (s) and egress rate.
 fn published(eta_window_s: u64, egress_rate: f64) -> Published {
-    let t = Tuning {
-        eta_window: Duration::from_secs(eta_window_s),
-        egress_rate,
-        ..Tuning::default()
-    };
+    let mut t = Tuning::default();
+    t.request.eta_window = Duration::from_secs(eta_window_s);
+    t.egress.egress_rate = egress_rate;
     t.validate().unwrap();
     Published::from_tuning(&t)
 }

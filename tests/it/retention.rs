@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use bf4ps_ops::locks::{Lease, LeaseName};
+use bf4ps_ops::db::locks::{Lease, LeaseName};
 use bf4ps_ops::metrics::Registry;
 use bf4ps_ops::projector::Projector;
-use bf4ps_ops::retention::{self, RetentionError, RetentionSettings};
+use bf4ps_ops::retention::{self, RetentionError, RetentionRun};
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -121,7 +121,7 @@ async fn deletes_exactly_the_projected_events_older_than_the_period(
 
     let registry = Registry::new();
     retention::register_series(&registry);
-    let settings = RetentionSettings {
+    let settings = RetentionRun {
         retention: Duration::from_secs(180 * 86_400),
         batch: 4,
         dry_run: false,
@@ -180,7 +180,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         Duration::from_secs(60),
     );
     assert!(other.acquire(&db.pool).await.unwrap());
-    let settings = RetentionSettings {
+    let settings = RetentionRun {
         retention: Duration::from_secs(86_400),
         batch: 10,
         dry_run: false,
@@ -207,7 +207,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
         .await
         .unwrap();
     assert!(
-        bf4ps_ops::locks::lease_holder(&db.pool, LeaseName::Retention)
+        bf4ps_ops::db::locks::lease_holder(&db.pool, LeaseName::Retention)
             .await
             .unwrap()
             .is_none()
@@ -220,7 +220,7 @@ async fn one_runner_at_a_time(_: PgPoolOptions, opts: PgConnectOptions) {
     );
     assert!(dead.acquire(&db.pool).await.unwrap());
     eventually(Duration::from_secs(5), "the lease to expire", || async {
-        bf4ps_ops::locks::lease_holder(&db.pool, LeaseName::Retention)
+        bf4ps_ops::db::locks::lease_holder(&db.pool, LeaseName::Retention)
             .await
             .unwrap()
             .is_none()

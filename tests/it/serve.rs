@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bf4ps_ops::config::Tuning;
 use bf4ps_ops::serve::{Serve, ServeError, ServeSettings};
+use bf4ps_ops::tuning::Tuning;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -32,10 +32,11 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
 }
 
 fn fast_tuning() -> Tuning {
-    Tuning {
-        gauge_interval: Duration::from_millis(200),
-        poll_interval: Duration::from_millis(100),
-        ..Tuning::default()
+    {
+        let mut t = Tuning::default();
+        t.gauges.gauge_interval = Duration::from_millis(200);
+        t.poll.poll_interval = Duration::from_millis(100);
+        t
     }
 }
 

@@ -15,7 +15,7 @@ use bf4ps_ops::dev::fake_battlelog::{
 };
 use bf4ps_ops::domain::{ErrorClass, Platform, Resource};
 use bf4ps_ops::upstream::battlelog::normalize;
-use bf4ps_ops::upstream::{FetchFailure, MAX_MESSAGE_CHARS, Upstream, UpstreamArgs};
+use bf4ps_ops::upstream::{FetchFailure, MAX_MESSAGE_CHARS, Upstream, UpstreamSettings};
 use serde_json::Value;
 
 const PC: Platform = Platform::Pc;
@@ -27,13 +27,13 @@ async fn fake(settings: FakeSettings) -> FakeServer {
 }
 
 fn client(server: &FakeServer) -> Upstream {
-    Upstream::new(&server.upstream_args()).expect("client")
+    Upstream::new(&server.upstream_settings()).expect("client")
 }
 
 fn client_with_timeout(server: &FakeServer, timeout: Duration) -> Upstream {
-    Upstream::new(&UpstreamArgs {
+    Upstream::new(&UpstreamSettings {
         timeout,
-        ..server.upstream_args()
+        ..server.upstream_settings()
     })
     .expect("client")
 }
@@ -271,7 +271,10 @@ async fn connection_refused_is_transport() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let up = Upstream::new(&UpstreamArgs::with_url(format!("http://127.0.0.1:{port}"))).unwrap();
+    let up = Upstream::new(&UpstreamSettings::with_url(format!(
+        "http://127.0.0.1:{port}"
+    )))
+    .unwrap();
     let f = fetch(&up, PC, 1, Resource::Detailed).await.unwrap_err();
     assert_eq!(f.class, ErrorClass::Transport, "{f:?}");
     assert_eq!(f.http_status, None);
@@ -913,7 +916,7 @@ async fn cli_serves_until_sigterm_and_exits_zero() {
         "{url}"
     );
 
-    let up = Upstream::new(&UpstreamArgs::with_url(url)).unwrap();
+    let up = Upstream::new(&UpstreamSettings::with_url(url)).unwrap();
     let got = up
         .fetch(Platform::XboxOne, 1234, "p1234", Resource::Detailed)
         .await

@@ -19,9 +19,9 @@ use serde_json::json;
 use sqlx::ConnectOptions;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::config::Tuning;
-use crate::feeder::{Feeder, FeederConfig};
+use crate::feeder::Feeder;
 use crate::import::{ImportOptions, import_file};
+use crate::tuning::Tuning;
 
 /// Runs the feeder benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -76,10 +76,11 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     .await?;
     exec(db, "VACUUM ANALYZE").await?;
 
-    let tuning = Tuning {
-        feeder_target_depth: target,
-        feeder_low_watermark: target / 2,
-        ..Tuning::default()
+    let tuning = {
+        let mut t = Tuning::default();
+        t.feeder.feeder_target_depth = target;
+        t.feeder.feeder_low_watermark = target / 2;
+        t
     };
     tuning.validate().map_err(other)?;
     // One connection, so its server process's CPU time can be read.
@@ -87,7 +88,12 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&feeder_pool)
         .await?;
-    let feeder = Feeder::new(feeder_pool.clone(), FeederConfig::from_tuning(&tuning));
+    let feeder = Feeder::new(
+        feeder_pool.clone(),
+        &tuning.feeder,
+        &tuning.poll,
+        &tuning.egress,
+    );
     let plan = feeder
         .explain_cycle(i64::from(target))
         .await
@@ -227,7 +233,7 @@ fn backend_cpu_ms(pid: i32) -> Option<f64> {
 }
 
 /// Runs the import benchmark.
-pub async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub(crate) async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let rows = ctx.size(1_000_000, 5_000);
     let path = std::env::temp_dir().join(format!("bf4ps-bench-import-{}.csv", std::process::id()));
     {

@@ -14,7 +14,7 @@ pub mod adopt;
 pub mod collect;
 pub mod feeder;
 pub mod freshness;
-pub mod notify_overhead;
+pub(crate) mod notify_overhead;
 pub mod projector;
 pub mod queue;
 pub mod reference;
@@ -252,7 +252,7 @@ pub(crate) async fn seed_soldiers(
 }
 
 /// A migrated scratch database, dropped by [`ScratchDb::drop`].
-pub struct ScratchDb {
+pub(crate) struct ScratchDb {
     /// Where it is (for extra pools and LISTEN connections).
     pub target: DbTarget,
     /// A pool on it.
@@ -270,7 +270,7 @@ impl ScratchDb {
     }
 
     /// Creates `bf4ps_bench_<pid>_<n>` without migrating it.
-    pub async fn create_unmigrated(
+    pub(crate) async fn create_unmigrated(
         base: &DbTarget,
         max_connections: u32,
     ) -> Result<ScratchDb, BenchError> {
@@ -317,7 +317,7 @@ impl ScratchDb {
     }
 
     /// [`ScratchDb::with`] on a database that is not migrated.
-    pub async fn with_unmigrated<T>(
+    pub(crate) async fn with_unmigrated<T>(
         base: &DbTarget,
         max_connections: u32,
         f: impl AsyncFnOnce(&ScratchDb) -> Result<T, BenchError>,

@@ -11,9 +11,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::listener::{Channel, Listener, ListenerSettings};
+use crate::listener::{Channel, Listener, ListenerOptions};
 use crate::metrics::Registry;
-use crate::projector::{LoopSettings, Position, Projector};
+use crate::projector::{LoopOptions, Position, Projector};
 
 /// Inserts `n` events of a realistic job mix (created, claimed, started,
 /// succeeded/failed), 100k per statement.
@@ -80,7 +80,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
-    let batch = crate::config::Tuning::default().projector_batch;
+    let batch = crate::tuning::Tuning::default().projector.projector_batch;
 
     // 1. Catch-up.
     let n = ctx.size(1_000_000, 10_000);
@@ -136,7 +136,7 @@ async fn steady_lag(
     let listener = Listener::spawn(
         db.target.clone(),
         &[Channel::Events],
-        ListenerSettings::new(Duration::from_secs(1)),
+        ListenerOptions::new(Duration::from_secs(1)),
         metrics::Counter::noop(),
         cancel.clone(),
     );
@@ -145,7 +145,7 @@ async fn steady_lag(
         .map_err(|_| other("LISTEN connection did not come up"))?;
     let projector = tokio::spawn(p.run(
         Box::new(listener.waiter(Channel::Events)),
-        LoopSettings::default(),
+        LoopOptions::default(),
         cancel.clone(),
     ));
     let pending = Arc::new(Mutex::new(Pending::default()));

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use crate::domain::Lane;
-use crate::listener::{Channel, Listener, ListenerSettings, Wake};
+use crate::listener::{Channel, Listener, ListenerOptions, WakeReason};
 use crate::queue::{self, ClaimedJob, Collected};
 use crate::registry::CollectorId;
 use crate::registry::{self, Registration};
@@ -191,9 +191,9 @@ async fn wake_scenario(
     let listener = Listener::spawn(
         db.target.clone(),
         &[Channel::Jobs(Lane::Interactive)],
-        ListenerSettings {
+        ListenerOptions {
             enabled: listen,
-            ..ListenerSettings::new(poll)
+            ..ListenerOptions::new(poll)
         },
         metrics::Counter::noop(),
         cancel.clone(),
@@ -211,7 +211,7 @@ async fn wake_scenario(
         let (pool, tx) = (db.pool.clone(), tx.clone());
         workers.push(tokio::spawn(async move {
             loop {
-                if waiter.wait().await == Wake::Cancelled {
+                if waiter.wait().await == WakeReason::Cancelled {
                     return Ok::<(), BenchError>(());
                 }
                 // As a collector: claim and start in one transaction.
@@ -486,7 +486,7 @@ async fn replay_scenario(
 }
 
 /// `claim-depth`: single-claim latency with 1k, 10k and 100k pending jobs.
-pub async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub(crate) async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let depths: &[i64] = if ctx.quick {
         &[1_000, 10_000]
     } else {

@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other};
-use crate::config::Tuning;
-use crate::retention::{self, RetentionSettings};
+use crate::retention::{self, RetentionRun};
+use crate::tuning::Tuning;
 
 /// Runs the retention benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -32,7 +32,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         .execute(&db.pool)
         .await?;
     let tuning = Tuning::default();
-    let settings = RetentionSettings::from_tuning(&tuning, false);
+    let settings = RetentionRun::new(&tuning.retention, false);
     let start = Instant::now();
     let report = retention::run_once(&db.pool, &settings, None, |p| {
         if p.batches % 50 == 0 {

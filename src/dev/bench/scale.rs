@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::config::Tuning;
 use crate::gauges::GaugeRefresher;
 use crate::metrics::Registry;
 use crate::projector;
-use crate::retention::{self, RetentionSettings};
+use crate::retention::{self, RetentionRun};
+use crate::tuning::Tuning;
 
 /// Runs the scale benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -77,7 +77,7 @@ async fn measure(
     let events = recent + old;
     eprintln!("scale: inserting {events} events…");
     populate(db, recent, old).await?;
-    let batch = Tuning::default().projector_batch;
+    let batch = Tuning::default().projector.projector_batch;
 
     // 1. Catch-up: every event, from an empty checkpoint.
     let registry = Registry::new();
@@ -114,7 +114,7 @@ async fn measure(
 
     // 4. Retention of the day older than 180 days.
     let tuning = Tuning::default();
-    let settings = RetentionSettings::from_tuning(&tuning, false);
+    let settings = RetentionRun::new(&tuning.retention, false);
     let start = Instant::now();
     let deleted = retention::run_once(&db.pool, &settings, None, |_| {})
         .await

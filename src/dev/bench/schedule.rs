@@ -52,8 +52,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::config::{SchedulingPolicy, Tuning};
-use crate::feeder::{Feeder, FeederConfig};
+use crate::config::SchedulingPolicy;
+use crate::egress::EgressSettings;
+use crate::feeder::{Feeder, FeederSettings};
+use crate::listener::PollSettings;
 
 const US: i64 = 1_000_000;
 const HOUR: i64 = 3_600 * US;
@@ -213,10 +215,12 @@ async fn simulate(
     .await?;
     let feeder = Feeder::new(
         pool.clone(),
-        FeederConfig {
-            policy,
-            ..FeederConfig::from_tuning(&Tuning::default())
+        &FeederSettings {
+            scheduling_policy: policy,
+            ..FeederSettings::default()
         },
+        &PollSettings::default(),
+        &EgressSettings::default(),
     );
 
     let end = world.days * DAY;

@@ -45,24 +45,26 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ConfigError;
 use crate::domain::{Platform, Resource};
-use crate::upstream::UpstreamArgs;
+use crate::upstream::UpstreamSettings;
 
 use faults::{Inner, Shared};
 use network::{FakeListener, Peer, router};
 
-pub use faults::{Outcome, RequestRecord, Scripted, is_unavailable};
+pub(crate) use faults::RequestRecord;
+pub use faults::{Outcome, Scripted, is_unavailable};
 pub use settings::{FakeSettings, fake_setting};
-pub use stats::{synthetic_body, synthetic_data};
+pub(crate) use stats::synthetic_body;
+pub use stats::synthetic_data;
 
 /// Present in every error body the fake sends (HTML pages, error
 /// envelopes, malformed and incomplete JSON, bodies without stats).
 pub const BODY_MARKER: &str = "FAKE-BATTLELOG-BODY-MARKER";
 
 /// A hanging request is answered (503) after this long at the latest.
-pub const HANG_LIMIT: Duration = Duration::from_secs(600);
+pub(crate) const HANG_LIMIT: Duration = Duration::from_secs(600);
 
 /// Default listen address of `bf4ps-ops fake-battlelog`.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
+pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
 
 /// Redirects point below this path: the original path appended to it. The
 /// fake answers it, and counts every request for it
@@ -102,7 +104,7 @@ impl FakeBattlelog {
     }
 
     /// Starts on `addr` (port 0 picks a free port).
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         addr: SocketAddr,
         settings: FakeSettings,
     ) -> Result<FakeServer, FakeError> {
@@ -163,8 +165,8 @@ impl FakeServer {
     }
 
     /// Client settings pointed at this fake (default timeouts and paths).
-    pub fn upstream_args(&self) -> UpstreamArgs {
-        UpstreamArgs::with_url(self.url())
+    pub fn upstream_settings(&self) -> UpstreamSettings {
+        UpstreamSettings::with_url(self.url())
     }
 
     /// Queues exact answers for the next requests of a persona: of one
@@ -276,7 +278,7 @@ impl Drop for FakeServer {
 
 /// `bf4ps-ops fake-battlelog`: serves until SIGINT or SIGTERM. The first
 /// stdout line is `fake-battlelog listening on http://ADDR`.
-pub async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), FakeError> {
+pub(crate) async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), FakeError> {
     use tokio::signal::unix::{SignalKind, signal};
 
     let addr: SocketAddr = listen

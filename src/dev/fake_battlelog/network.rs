@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::domain::Resource;
-use crate::upstream::{UpstreamArgs, platform_from_battlelog_id};
+use crate::upstream::{UpstreamSettings, platform_from_battlelog_id};
 
 use super::{
     BODY_MARKER, HANG_LIMIT, REDIRECT_PREFIX,
@@ -212,7 +212,7 @@ pub(super) fn redirect(code: u16, original: &str) -> Response {
 
 /// The path the client requested (for the redirect target).
 pub(super) fn resource_path(resource: Resource, persona: &str, platform: &str) -> String {
-    UpstreamArgs::default()
+    UpstreamSettings::default()
         .path_template(resource)
         .replace("{persona_id}", persona)
         .replace("{platform_id}", platform)
@@ -369,7 +369,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
     let user = |State(shared): State<Arc<Shared>>,
                 ConnectInfo(peer): ConnectInfo<Peer>,
                 Path(name): Path<String>| serve_user_page(shared, peer, name);
-    let user_path = UpstreamArgs::default()
+    let user_path = UpstreamSettings::default()
         .path_template(Resource::Profile)
         .to_owned();
     router = router
@@ -386,7 +386,9 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
                 serve_resource(shared, peer, resource, persona, platform)
             };
         // axum's `{name}` captures match the client's template syntax.
-        let path = UpstreamArgs::default().path_template(resource).to_owned();
+        let path = UpstreamSettings::default()
+            .path_template(resource)
+            .to_owned();
         router = router
             .route(&path, get(handler).post(handler))
             .route(path.trim_end_matches('/'), get(handler).post(handler));

@@ -48,10 +48,10 @@ pub(super) struct Item {
     pub name: String,
     pub slug: String,
     pub category: &'static str,
-    pub category_sid: String,
+    pub(crate) category_sid: String,
     pub guid: String,
     /// Melee and similar (`Special`): shots, headshots and time are null.
-    pub special: bool,
+    pub(crate) special: bool,
 }
 
 /// (category, SID suffix, short name, count): 174 weapons.
@@ -408,7 +408,7 @@ pub(super) struct Soldier {
 /// function of `time_played`, which grows with the generation.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Counters {
-    pub time_played: i64,
+    pub(crate) time_played: i64,
     pub kills: i64,
     pub deaths: i64,
     pub score: i64,
@@ -662,7 +662,7 @@ impl Soldier {
 
     /// A 200 whose `data` lacks the stats object (Battlelog's transient
     /// "200 without stats").
-    pub fn body_without_stats(&self, resource: Resource) -> Vec<u8> {
+    pub(crate) fn body_without_stats(&self, resource: Resource) -> Vec<u8> {
         self.envelope(512, |j| {
             self.identity(j);
             j.kv_str(
@@ -680,7 +680,7 @@ impl Soldier {
 
     /// The data with a value Battlelog never sends that way: `kills` of the
     /// main object (or first list entry) as a fractional number.
-    pub fn body_bad_counter(&self, resource: Resource) -> Vec<u8> {
+    pub(crate) fn body_bad_counter(&self, resource: Resource) -> Vec<u8> {
         self.envelope(2 * 1024, |j| {
             self.identity(j);
             j.kv_str("note", BODY_MARKER);
@@ -1077,7 +1077,7 @@ impl Soldier {
 
 /// The whole response body the fake serves for a persona at a generation
 /// (the envelope with the synthetic data).
-pub fn synthetic_body(
+pub(crate) fn synthetic_body(
     seed: u64,
     platform: Platform,
     persona_id: i64,

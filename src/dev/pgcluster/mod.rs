@@ -54,21 +54,22 @@ use crate::config::ConfigError;
 
 pub use error::ClusterError;
 use error::io_err;
-pub use root::{SHARED_BASE, default_root, keyed_name};
+pub(crate) use root::default_root;
+pub use root::{SHARED_BASE, keyed_name};
 use server::{Server, bring_up};
 
 /// Default root directory when not running as root, relative to the
 /// working directory (the project); see [`default_root`].
-pub const DEFAULT_ROOT: &str = ".bf4ps";
+pub(crate) const DEFAULT_ROOT: &str = ".bf4ps";
 
 /// Default application database.
-pub const DEFAULT_DATABASE: &str = "bf4ps";
+pub(crate) const DEFAULT_DATABASE: &str = "bf4ps";
 
 /// The superuser `initdb` creates; the URL connects as it.
-pub const SUPERUSER: &str = "postgres";
+pub(crate) const SUPERUSER: &str = "postgres";
 
 /// The OS user the server runs as when bf4ps-ops runs as root.
-pub const SERVER_OS_USER: &str = "postgres";
+pub(crate) const SERVER_OS_USER: &str = "postgres";
 
 /// What [`PrivateCluster::start`] needs.
 #[derive(Debug, Clone)]
@@ -119,18 +120,18 @@ pub struct PgClusterArgs {
     /// [default: .bf4ps; as root /var/tmp/bf4ps-pg-0-<dir>-<hash>, keyed by the working
     /// directory, which the server's OS user can always enter].
     #[arg(long = "pg-root", env = "BF4PS_PG_ROOT")]
-    pub pg_root: Option<PathBuf>,
+    pub(crate) pg_root: Option<PathBuf>,
     /// Directory holding initdb, pg_ctl and postgres [default: the newest
     /// /usr/lib/postgresql/N/bin, else `pg_config --bindir`, else initdb on PATH].
     #[arg(long = "pg-bindir", env = "BF4PS_PG_BINDIR")]
-    pub pg_bindir: Option<PathBuf>,
+    pub(crate) pg_bindir: Option<PathBuf>,
     /// Never install Debian's postgresql package when no server binaries are found.
     #[arg(
         long = "no-pg-install",
         env = "BF4PS_PG_NO_INSTALL",
         value_parser = clap::builder::BoolishValueParser::new()
     )]
-    pub no_pg_install: bool,
+    pub(crate) no_pg_install: bool,
 }
 
 impl PgClusterArgs {
@@ -228,16 +229,6 @@ impl PrivateCluster {
     /// The data directory (absolute).
     pub fn data_dir(&self) -> &Path {
         &self.server.data
-    }
-
-    /// The server log (absolute).
-    pub fn log_file(&self) -> &Path {
-        &self.server.log
-    }
-
-    /// The bin directory of the server binaries in use.
-    pub fn bindir(&self) -> &Path {
-        &self.server.bindir
     }
 
     /// Stops the server (`pg_ctl stop -m fast`, falling back to immediate) and

@@ -22,7 +22,7 @@ pub const SHARED_BASE: &str = "/var/tmp";
 
 /// The default root for this process (see the module doc); as root it is
 /// created (mode 0755) when missing and checked when present.
-pub fn default_root() -> Result<PathBuf, ClusterError> {
+pub(crate) fn default_root() -> Result<PathBuf, ClusterError> {
     let euid = nix::unistd::geteuid();
     if !euid.is_root() {
         return Ok(PathBuf::from(DEFAULT_ROOT));

@@ -1,0 +1,370 @@
+//! `Tuning`: every runtime tuning value, the flattening of the settings
+//! groups each module declares where it uses them (`settings!` of
+//! [`crate::config`]: name, default, check written once).
+//!
+//! Invariant: a [`Tuning`] that reached any runtime module has passed
+//! [`Tuning::validate`]; errors name the flag and the environment variable.
+//! A module takes its own group (and the groups it reads), never the
+//! whole `Tuning`: only the processes that assemble services (`serve`, the
+//! collector, the CLI, the tooling) hold one.
+
+use crate::config::{ConfigError, SettingDef};
+
+/// Every runtime tuning value: the flattening of the modules' settings
+/// groups (each declared with [`settings!`] where it is used, with its
+/// checks). Flattened into the subcommands that need it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct Tuning {
+    /// `queue`: leases and retries: how long a claim is owned, and how a failed or lost attempt waits.
+    #[command(flatten)]
+    pub queue: crate::queue::QueueSettings,
+    /// `registry`: collector incarnations: heartbeats, loss, and the registration limits per login role.
+    #[command(flatten)]
+    pub registry: crate::registry::RegistrySettings,
+    /// `listener`: the fallback poll of every NOTIFY waiter.
+    #[command(flatten)]
+    pub poll: crate::listener::PollSettings,
+    /// `feeder`: the feeder: what background work it schedules, and how much.
+    #[command(flatten)]
+    pub feeder: crate::feeder::FeederSettings,
+    /// `request`: interactive refreshes: admission and the ETA estimate.
+    #[command(flatten)]
+    pub request: crate::request::RequestSettings,
+    /// `egress`: battlelog egress: per-key rate, the fleet budget and its shares, throttle pauses.
+    #[command(flatten)]
+    pub egress: crate::egress::EgressSettings,
+    /// `retention`: event retention inside `serve`.
+    #[command(flatten)]
+    pub retention: crate::retention::RetentionSettings,
+    /// `projector`: the projector.
+    #[command(flatten)]
+    pub projector: crate::projector::ProjectorSettings,
+    /// `monitor`: the monitor: its cadence and the longest client transaction it lets run.
+    #[command(flatten)]
+    pub monitor: crate::monitor::MonitorSettings,
+    /// `gauges`: the table-backed gauges.
+    #[command(flatten)]
+    pub gauges: crate::gauges::GaugeSettings,
+}
+
+impl Tuning {
+    /// Checks every value and every relation between values, group by
+    /// group. The error names the flag and environment variable to fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.queue.validate()?;
+        self.registry.validate()?;
+        self.poll.check_each()?;
+        self.feeder.validate()?;
+        self.request.check_each()?;
+        self.egress.validate()?;
+        self.retention.validate()?;
+        self.projector.check_each()?;
+        self.monitor.check_each()?;
+        self.gauges.check_each()?;
+        Ok(())
+    }
+
+    /// Every setting of every group, in `--help` order.
+    pub fn settings() -> Vec<&'static SettingDef> {
+        [
+            crate::queue::QueueSettings::SETTINGS,
+            crate::registry::RegistrySettings::SETTINGS,
+            crate::listener::PollSettings::SETTINGS,
+            crate::feeder::FeederSettings::SETTINGS,
+            crate::request::RequestSettings::SETTINGS,
+            crate::egress::EgressSettings::SETTINGS,
+            crate::retention::RetentionSettings::SETTINGS,
+            crate::projector::ProjectorSettings::SETTINGS,
+            crate::monitor::MonitorSettings::SETTINGS,
+            crate::gauges::GaugeSettings::SETTINGS,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// Each setting with its effective value, as a user would type it.
+    pub fn values(&self) -> Vec<(&'static SettingDef, String)> {
+        [
+            self.queue.values(),
+            self.registry.values(),
+            self.poll.values(),
+            self.feeder.values(),
+            self.request.values(),
+            self.egress.values(),
+            self.retention.values(),
+            self.projector.values(),
+            self.monitor.values(),
+            self.gauges.values(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+impl crate::request::Published {
+    /// The published part of a validated [`Tuning`](crate::tuning::Tuning).
+    pub fn from_tuning(t: &Tuning) -> crate::request::Published {
+        crate::request::Published {
+            eta_window: t.request.eta_window,
+            egress_rate: t.egress.egress_rate,
+            max_pending_interactive: t.request.max_pending_interactive,
+            lease_duration: t.queue.lease_duration,
+            heartbeat_lost_after: t.registry.heartbeat_lost_after,
+            budget_spacing: crate::egress::Limits::new(&t.egress, crate::domain::Lane::Background)
+                .ok()
+                .and_then(|l| l.budget_spacing),
+            throttle_pause: t.egress.throttle_pause,
+            throttle_pause_max: t.egress.throttle_pause_max,
+            retry_ladder: t.queue.retry_ladder.clone(),
+            retry_jitter: t.queue.retry_jitter,
+            retry_max_attempts: t.queue.retry_max_attempts,
+            refresh: [
+                t.feeder.refresh_detailed,
+                t.feeder.refresh_profile,
+                t.feeder.refresh_weapons,
+                t.feeder.refresh_vehicles,
+            ],
+            registrations_per_hour: t.registry.registrations_per_hour,
+            collectors_per_role: t.registry.collectors_per_role,
+            budget: (
+                t.egress.global_hourly_budget.max(1),
+                t.egress.global_budget_window,
+            ),
+            shares: [
+                t.egress.share_active_max,
+                t.egress.share_bootstrap_min,
+                t.egress.share_retry_min,
+            ],
+            active_window: t.feeder.active_window,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::*;
+    use crate::domain::Resource;
+    use std::time::Duration;
+
+    #[test]
+    fn defaults_are_valid() {
+        Tuning::default().validate().unwrap();
+    }
+
+    /// What `config` prints (each value as a user would type it) parses
+    /// back to the same configuration, through the same flags.
+    #[test]
+    fn printed_values_parse_back_to_the_same_settings() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            tuning: Tuning,
+        }
+        let custom = {
+            let mut t = Tuning::default();
+            t.queue.lease_duration = Duration::from_millis(1500);
+            t.queue.retry_jitter = 0.35;
+            t.egress.egress_rate = 0.25;
+            t.feeder.resource_weights =
+                "detailed=1,profile=2,weapons=3,vehicles=4".parse().unwrap();
+            t
+        };
+        for t in [Tuning::default(), custom] {
+            let mut args = vec!["x".to_owned()];
+            for (def, value) in t.values() {
+                args.push(format!("--{}", def.flag));
+                args.push(value);
+            }
+            let back = Cli::parse_from(args).tuning;
+            assert_eq!(format!("{back:?}"), format!("{t:?}"));
+        }
+    }
+
+    #[test]
+    fn labels_name_flag_and_variable() {
+        assert_eq!(
+            crate::queue::queue_setting::label::lease_duration,
+            "--lease-duration (BF4PS_LEASE_DURATION)"
+        );
+        assert_eq!(
+            crate::projector::projector_setting::default::projector_batch,
+            "5000"
+        );
+        let mut envs: Vec<&str> = Tuning::settings().iter().map(|d| d.env).collect();
+        envs.sort();
+        envs.dedup();
+        assert_eq!(
+            envs.len(),
+            Tuning::settings().len(),
+            "a variable is declared twice"
+        );
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(
+            parse_duration("180d").unwrap(),
+            Duration::from_secs(180 * 86_400)
+        );
+        assert!(parse_duration("5 parsecs").unwrap_err().contains("500ms"));
+        assert_eq!(fmt_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(fmt_duration(Duration::from_secs(180 * 86_400)), "180d");
+        assert_eq!(fmt_duration(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(fmt_duration(Duration::ZERO), "0ms");
+    }
+
+    #[test]
+    fn lost_threshold_must_exceed_heartbeat() {
+        let t = {
+            let mut t = Tuning::default();
+            t.registry.heartbeat_lost_after = Duration::from_secs(10);
+            t
+        };
+        let e = t.validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --heartbeat-lost-after (BF4PS_HEARTBEAT_LOST_AFTER): 10s must be greater \
+             than the heartbeat interval (10s)"
+        );
+    }
+
+    #[test]
+    fn weights_parse_and_reject() {
+        let w: ResourceWeights = "vehicles=1, weapons=2,profile=3,detailed=4"
+            .parse()
+            .unwrap();
+        assert_eq!(w.get(Resource::Detailed), 4);
+        assert_eq!(w.to_string(), "detailed=4,profile=3,weapons=2,vehicles=1");
+        assert!(
+            "detailed=1"
+                .parse::<ResourceWeights>()
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            "detailed=1,profile=1,weapons=1,vehicles=1,maps=3"
+                .parse::<ResourceWeights>()
+                .unwrap_err()
+                .contains("unknown resource")
+        );
+        assert!(
+            "detailed=1,detailed=2"
+                .parse::<ResourceWeights>()
+                .unwrap_err()
+                .contains("more than once")
+        );
+    }
+
+    #[test]
+    fn each_relation_is_checked() {
+        let base = Tuning::default();
+        let cases: Vec<(Tuning, &str)> = vec![
+            (
+                {
+                    let mut t = base.clone();
+                    t.queue.max_claim_to_start = Duration::from_secs(120);
+                    t
+                },
+                "BF4PS_MAX_CLAIM_TO_START",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.queue.retry_base_delay = Duration::from_secs(3600);
+                    t
+                },
+                "BF4PS_RETRY_MAX_DELAY",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.queue.retry_jitter = 1.5;
+                    t
+                },
+                "BF4PS_RETRY_JITTER",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.feeder.feeder_low_watermark = 5000;
+                    t
+                },
+                "BF4PS_FEEDER_LOW_WATERMARK",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.egress.egress_rate = 0.0;
+                    t
+                },
+                "BF4PS_EGRESS_RATE",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.egress.egress_rate = f64::NAN;
+                    t
+                },
+                "BF4PS_EGRESS_RATE",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.retention.retention = Duration::from_secs(60);
+                    t
+                },
+                "BF4PS_RETENTION",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.egress.throttle_pause = Duration::from_secs(3600);
+                    t
+                },
+                "BF4PS_THROTTLE_PAUSE_MAX",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.egress.throttle_pause = Duration::ZERO;
+                    t
+                },
+                "BF4PS_THROTTLE_PAUSE",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.egress.global_budget_window = Duration::ZERO;
+                    t
+                },
+                "BF4PS_GLOBAL_BUDGET_WINDOW",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.poll.poll_interval = Duration::ZERO;
+                    t
+                },
+                "BF4PS_POLL_INTERVAL",
+            ),
+            (
+                {
+                    let mut t = base.clone();
+                    t.feeder.active_window = Duration::from_secs(86_400 * 90);
+                    t
+                },
+                "BF4PS_RECENT_WINDOW",
+            ),
+        ];
+        for (t, env) in cases {
+            let e = t.validate().unwrap_err().to_string();
+            assert!(e.contains(env), "{e} should name {env}");
+        }
+    }
+}
