@@ -766,6 +766,58 @@ async fn tls_modes_behave_as_libpq(_: PgPoolOptions, opts: PgConnectOptions) {
     );
 }
 
+/// `sslrootcert=FILE` trusts that file alone, as in libpq: a server whose
+/// certificate only the system's roots vouch for is refused. (sqlx 0.9.0
+/// added the system's roots to the file: see vendor/README.md.) The
+/// system's roots are what `SSL_CERT_FILE` names, here the server's own
+/// certificate; `sslrootcert=system` is the control that they are read.
+#[sqlx::test]
+async fn a_root_file_is_the_only_trust_anchor(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let dir = std::env::temp_dir().join(format!("bf4ps-other-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let other_ca = dir.join("other-ca.pem");
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=bf4ps-other-ca", "-keyout"])
+        .arg(dir.join("other-ca.key"))
+        .arg("-out")
+        .arg(&other_ca)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(made.success(), "openssl made a CA");
+    let status = |root: &str| {
+        let url = tls_url(
+            &db,
+            "localhost",
+            &format!("sslmode=verify-full&sslrootcert={root}"),
+        );
+        bin()
+            .args(["status"])
+            .env("DATABASE_URL", url)
+            .env("SSL_CERT_FILE", SNAKEOIL)
+            .output()
+            .unwrap()
+    };
+    let pinned = status(other_ca.to_str().unwrap());
+    let err = String::from_utf8_lossy(&pinned.stderr);
+    assert!(
+        !pinned.status.success(),
+        "a CA the file does not hold: {err}"
+    );
+    assert!(err.contains("not signed by a root in sslrootcert"), "{err}");
+    let system = status("system");
+    assert!(
+        system.status.success(),
+        "{}",
+        String::from_utf8_lossy(&system.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[sqlx::test]
 async fn every_connection_of_serve_and_a_collector_is_encrypted(
     _: PgPoolOptions,

@@ -137,7 +137,12 @@ where
                 .with_no_client_auth()
         }
     } else {
-        let mut cert_store = import_root_certs();
+        // bf4ps-ops: as libpq, a root certificate file is the only trust
+        // anchor (the system's roots are not added to it).
+        let mut cert_store = match tls_config.root_cert_path {
+            Some(_) => RootCertStore::empty(),
+            None => import_root_certs(),
+        };
 
         if let Some(ca) = tls_config.root_cert_path {
             let data = ca.data().await?;
@@ -215,19 +220,26 @@ fn import_root_certs() -> RootCertStore {
 
 #[cfg(feature = "rustls-native-certs")]
 fn import_root_certs() -> RootCertStore {
-    let mut root_cert_store = RootCertStore::empty();
+    // bf4ps-ops: the system's roots are read once per process, not once per
+    // connection (~10 ms each: every certificate under /etc/ssl/certs).
+    static ROOTS: std::sync::OnceLock<RootCertStore> = std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let mut root_cert_store = RootCertStore::empty();
 
-    let load_results = rustls_native_certs::load_native_certs();
-    for e in load_results.errors {
-        log::warn!("Error loading native certificates: {e:?}");
-    }
-    for cert in load_results.certs {
-        if let Err(e) = root_cert_store.add(cert) {
-            log::warn!("rustls failed to parse native certificate: {e:?}");
-        }
-    }
+            let load_results = rustls_native_certs::load_native_certs();
+            for e in load_results.errors {
+                log::warn!("Error loading native certificates: {e:?}");
+            }
+            for cert in load_results.certs {
+                if let Err(e) = root_cert_store.add(cert) {
+                    log::warn!("rustls failed to parse native certificate: {e:?}");
+                }
+            }
 
-    root_cert_store
+            root_cert_store
+        })
+        .clone()
 }
 
 // Not currently used but allows for a "tls-rustls-no-roots" feature.
