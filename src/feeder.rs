@@ -794,9 +794,17 @@ SET counted_at = EXCLUDED.counted_at, active_window = EXCLUDED.active_window,
 mod tests {
     use super::*;
 
-    #[test]
-    fn defaults_are_bf4ps_policy() {
+    #[tokio::test]
+    async fn a_feeder_follows_its_settings() {
         let t = FeederSettings::default();
+        let poll = PollSettings::default();
+        // A pool that never connects: the feeder is only built here.
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
+        let f = Feeder::new(pool, &t, &poll, &EgressSettings::default());
+        assert_eq!(f.settings.feeder_target_depth, t.feeder_target_depth);
+        assert_eq!(f.check_interval, poll.poll_interval.min(t.feeder_interval));
         assert_eq!(t.scheduling_policy, SchedulingPolicy::Sightings);
         assert_eq!(
             t.background_resources.0,
