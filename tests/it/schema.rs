@@ -628,3 +628,70 @@ async fn later_migrations_only_add_to_the_contract(_: PgPoolOptions, opts: PgCon
         );
     }
 }
+
+/// What the migrations make, as `pg_dump --schema-only` prints it (without
+/// its version lines and its per-run `\restrict` key, the migrating user
+/// written `<migrator>`), is `tests/schema.sql`:
+/// a migration that restates a function or changes a grant shows as a diff
+/// of that file. After changing a migration on purpose, rewrite it with
+/// `BF4PS_BLESS_SCHEMA=1 cargo test --test it committed_schema` and review
+/// the diff.
+#[sqlx::test]
+async fn committed_schema_is_what_the_migrations_make(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let migrator: String = sqlx::query_scalar("SELECT current_user::text")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let out = std::process::Command::new("pg_dump")
+        .args(["--schema-only", "--dbname", &db.url])
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        out.status.success(),
+        "pg_dump failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dumped: String = String::from_utf8(out.stdout)
+        .expect("pg_dump prints UTF-8")
+        .lines()
+        .filter(|l| {
+            !l.starts_with("\\restrict ")
+                && !l.starts_with("\\unrestrict ")
+                && !l.starts_with("-- Dumped from database version")
+                && !l.starts_with("-- Dumped by pg_dump version")
+        })
+        .map(|l| {
+            let l = match l.strip_suffix(&format!("Owner: {migrator}")) {
+                Some(head) if l.starts_with("-- Name: ") => format!("{head}Owner: <migrator>"),
+                _ => l.to_owned(),
+            };
+            let l = match l.strip_suffix(&format!(" OWNER TO {migrator};")) {
+                Some(head) => format!("{head} OWNER TO <migrator>;"),
+                None => l,
+            };
+            format!("{l}\n")
+        })
+        .collect();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/schema.sql");
+    if std::env::var_os("BF4PS_BLESS_SCHEMA").is_some() {
+        std::fs::write(&path, &dumped).expect("write tests/schema.sql");
+        return;
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    if committed != dumped {
+        let first = committed
+            .lines()
+            .zip(dumped.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(dumped.lines().count()));
+        panic!(
+            "tests/schema.sql is not what the migrations make (first difference at line {}):\n\
+             committed: {:?}\nmigrated:  {:?}\n\
+             review the change, then BF4PS_BLESS_SCHEMA=1 cargo test --test it committed_schema",
+            first + 1,
+            committed.lines().nth(first).unwrap_or("<end of file>"),
+            dumped.lines().nth(first).unwrap_or("<end of file>"),
+        );
+    }
+}
