@@ -32,9 +32,18 @@
 //! of at least their minimum share of `target_depth`, the rest active; room
 //! a class cannot fill goes to the others.
 //!
+//! The sightings policy reads `feeder_pairs` (migration 0017), a copy of
+//! each pair's kind, due time and sightings that triggers on BF4PS's tables
+//! keep in the writer's transaction; the cycle moves pairs between its
+//! phases (parked, waiting, ready) at its own clock and window, one bounded
+//! step each ([`STEP_BATCH`]), and feeds ready pairs in the policy's order
+//! from two partial indexes. So a cycle costs what it moves and feeds, not
+//! what the active window holds.
+//!
 //! One cycle ([`Feeder::run_once`]) is one transaction: the row lock
 //! `bf4ps_locks` 'feeder' (no role but ours can hold it; a cycle that cannot
-//! take it does nothing), the pending depth per class, then one INSERT of
+//! take it does nothing), the steps over `feeder_pairs`, the pending depth
+//! per class, then one INSERT of
 //! the jobs with their `created` events (BF4PS's reasons: `bf4sw_new_soldier`,
 //! `bf4sw_active_refresh`, `retry`, `recent_refresh`, `inactive_refresh`),
 //! then the budget's old usage rows pruned. The 0002 trigger sends one
@@ -49,10 +58,12 @@
 //!   soldiers it feeds are share-locked `SKIP LOCKED` first (discovery
 //!   updates a soldier's row before it inserts that soldier's jobs), so
 //!   neither ever waits for the other in a cycle;
-//! - a cycle reads the backlog through indexes only (the sightings index,
-//!   the retry and due indexes, primary keys): its cost is bounded by the
-//!   soldiers seen in the active window (one state row each) and the due
-//!   retries, never by the number of soldiers;
+//! - a cycle reads the backlog through indexes only (`feeder_pairs`' phase
+//!   indexes, the retry indexes, primary keys): its cost is bounded by the
+//!   pairs it moves (at most [`STEP_BATCH`] a step) and the jobs it inserts,
+//!   plus the pending working set it skips, never by the soldiers in the
+//!   active window (`--recent-work due` and `--inactive-work due`, off by
+//!   default, still read the recent window's sightings);
 //! - a cycle sends at most one `bf4ps_events` notification, itself;
 //! - a failed cycle is logged and retried on the next tick.
 
@@ -211,6 +222,9 @@ pub struct CycleReport {
     pub active: u64,
     /// Of those, retries (and recent or inactive refreshes).
     pub retry: u64,
+    /// Pairs of `feeder_pairs` the cycle's steps moved (parked, woken,
+    /// promoted); the sightings policy only.
+    pub moved: u64,
 }
 
 /// The candidates of the sightings policy: `boot`, `act` and `retry`
@@ -221,51 +235,45 @@ pub struct CycleReport {
 /// vehicles, $14 recent work on, $15 inactive work on.
 macro_rules! sightings_candidates {
     () => {
-        "WITH active AS MATERIALIZED (
-            SELECT src.soldier_id, max(src.last_seen_at) AS seen_at,
-                   bool_or(src.source_type = 'bf4sw') AS sighted
-            FROM soldier_sources AS src
-            WHERE src.last_seen_at > $1 - make_interval(secs => $2::float8)
-              AND src.last_seen_at <= $1
-            GROUP BY src.soldier_id
-        ), pairs AS MATERIALIZED (
-            SELECT a.soldier_id, a.seen_at, a.sighted, p.resource, p.state, p.due_at,
-                   p.error_class, p.attempted_at
-            FROM active AS a
-            JOIN collection_state AS cs ON cs.soldier_id = a.soldier_id
-            CROSS JOIN LATERAL (VALUES
-                ('detailed', cs.detailed_state, cs.detailed_next_due_at,
-                 cs.detailed_last_error_class, cs.detailed_last_attempt_at),
-                ('profile', cs.profile_state, cs.profile_next_due_at,
-                 cs.profile_last_error_class, cs.profile_last_attempt_at),
-                ('weapons', cs.weapons_state, cs.weapons_next_due_at,
-                 cs.weapons_last_error_class, cs.weapons_last_attempt_at),
-                ('vehicles', cs.vehicles_state, cs.vehicles_next_due_at,
-                 cs.vehicles_last_error_class, cs.vehicles_last_attempt_at)
-            ) AS p(resource, state, due_at, error_class, attempted_at)
-            WHERE p.resource = ANY ($4::text[])
-              AND (p.state = 'never_attempted' OR (p.state = 'success' AND p.due_at <= $1))
-              AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
-                              WHERE j.soldier_id = a.soldier_id AND j.resource = p.resource)
-        ), boot AS (
-            SELECT p.soldier_id, p.resource, 'bootstrap' AS class, 'bf4sw_new_soldier' AS reason,
+        "WITH boot AS (
+            SELECT b.soldier_id, b.resource, 'bootstrap' AS class, 'bf4sw_new_soldier' AS reason,
                    $1 AS due_at, NULL::text AS error_class, NULL::timestamptz AS error_at,
-                   row_number() OVER (ORDER BY so.first_seen_at, p.soldier_id, p.resource) AS k
-            FROM pairs AS p JOIN soldiers AS so ON so.soldier_id = p.soldier_id
-            WHERE p.state = 'never_attempted'
-            ORDER BY so.first_seen_at, p.soldier_id, p.resource
+                   row_number() OVER (ORDER BY b.first_seen_at, b.soldier_id, b.resource) AS k
+            FROM unnest($4::text[]) AS r(resource)
+            CROSS JOIN LATERAL (
+                SELECT f.soldier_id, f.resource, f.first_seen_at
+                FROM feeder_pairs AS f
+                WHERE f.resource = r.resource AND f.phase = 2 AND f.kind = 1
+                  AND f.live_at > $1 - make_interval(secs => $2::float8) AND f.live_at <= $1
+                  AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                  WHERE j.soldier_id = f.soldier_id AND j.resource = f.resource)
+                ORDER BY f.first_seen_at, f.soldier_id
+                LIMIT $5
+            ) AS b
+            ORDER BY b.first_seen_at, b.soldier_id, b.resource
             LIMIT $5
         ), act AS (
-            SELECT p.soldier_id, p.resource, 'active', 'bf4sw_active_refresh', p.due_at,
+            SELECT a.soldier_id, a.resource, 'active', 'bf4sw_active_refresh', a.due_at,
                    NULL::text, NULL::timestamptz,
-                   row_number() OVER (ORDER BY p.seen_at DESC, p.soldier_id,
-                       (CASE p.resource WHEN 'detailed' THEN $10::integer
+                   row_number() OVER (ORDER BY a.seen_at DESC, a.soldier_id,
+                       (CASE a.resource WHEN 'detailed' THEN $10::integer
                             WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
                             ELSE $13::integer END) DESC)
-            FROM pairs AS p
-            WHERE p.state = 'success' AND p.sighted
-            ORDER BY p.seen_at DESC, p.soldier_id,
-                     (CASE p.resource WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
+            FROM unnest($4::text[]) AS r(resource)
+            CROSS JOIN LATERAL (
+                SELECT f.soldier_id, f.resource, f.seen_at, f.due_at
+                FROM feeder_pairs AS f
+                -- (ready: due when it was woken or promoted, and a new due
+                -- time parks it)
+                WHERE f.resource = r.resource AND f.phase = 2 AND f.kind = 2
+                  AND f.live_at > $1 - make_interval(secs => $2::float8) AND f.live_at <= $1
+                  AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                  WHERE j.soldier_id = f.soldier_id AND j.resource = f.resource)
+                ORDER BY f.seen_at DESC, f.soldier_id
+                LIMIT $7
+            ) AS a
+            ORDER BY a.seen_at DESC, a.soldier_id,
+                     (CASE a.resource WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
                       WHEN 'weapons' THEN $12::integer ELSE $13::integer END) DESC
             LIMIT $7
         ), retry AS (
@@ -487,6 +495,14 @@ macro_rules! insert_jobs {
 }
 
 const FEED_SIGHTINGS_SQL: &str = concat!(sightings_candidates!(), insert_jobs!());
+/// The sightings policy's choice without the insert (soldier, resource,
+/// class, reason in feed order; the feeder's binds): the tests compare it
+/// with the statement it replaced.
+#[doc(hidden)]
+pub const SIGHTINGS_CHOICE_SQL: &str = concat!(
+    sightings_candidates!(),
+    " SELECT soldier_id, resource, class, reason FROM chosen ORDER BY n"
+);
 const FEED_AGE_SQL: &str = concat!(age_candidates!(), insert_jobs!());
 const EXPLAIN_SIGHTINGS_SQL: &str = concat!("EXPLAIN ", sightings_candidates!(), insert_jobs!());
 const EXPLAIN_AGE_SQL: &str = concat!("EXPLAIN ", age_candidates!(), insert_jobs!());
@@ -499,8 +515,12 @@ const EXPLAIN_AGE_SQL: &str = concat!("EXPLAIN ", age_candidates!(), insert_jobs
 /// idempotent (the pairs stay due until collected), so its commit need not
 /// wait for the WAL flush. The events trigger is off for the cycle (it
 /// would call its function once per `created` event); the cycle notifies
-/// once itself (`NOTIFY_EVENTS_SQL`).
-const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; \
+/// once itself (`NOTIFY_EVENTS_SQL`). Bitmap scans are off too: a plain
+/// index scan marks the dead entries a previous cycle's moves left in the
+/// `feeder_pairs` indexes, so the next cycle skips them instead of visiting
+/// each again until a vacuum.
+const CYCLE_SETTINGS_SQL: &str = "SET LOCAL enable_seqscan = off; \
+     SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off; \
      SET LOCAL synchronous_commit = off; SET LOCAL bf4ps.notify_events = 'off'";
 
 /// Takes the cycle's row lock (false: another feeder is mid-cycle) and reads
@@ -512,6 +532,64 @@ const LOCK_CYCLE_SQL: &str = "SELECT EXISTS (SELECT 1 FROM bf4ps_locks \
 
 /// The cycle's one notification for the projector (binds `EVENTS_CHANNEL`).
 const NOTIFY_EVENTS_SQL: &str = "SELECT pg_notify($1, '')";
+
+/// Pairs of `feeder_pairs` one step of a cycle moves at most (each step
+/// reads only what it moves, so a cycle stays bounded after a bulk change,
+/// such as an adoption or an import, and catches up over a few cycles).
+pub(crate) const STEP_BATCH: i64 = 20_000;
+
+/// The batch of [`Feeder::settle`], which runs outside a cycle.
+const SETTLE_BATCH: i64 = 200_000;
+
+/// The sightings policy's steps over `feeder_pairs` (migration 0017), each
+/// one index range, taking only rows no writer holds ($1 now, $2 active
+/// window in s, $3 batch); each returns the pairs it moved.
+/// Park: waiting or ready pairs whose sighting left the window.
+macro_rules! park_pairs {
+    () => {
+        "WITH c AS (
+        SELECT f.ctid FROM feeder_pairs AS f
+        WHERE f.kind > 0 AND f.phase IN (1, 2)
+          AND f.live_at <= $1 - make_interval(secs => $2::float8)
+        LIMIT $3 FOR UPDATE SKIP LOCKED)
+    UPDATE feeder_pairs AS f SET phase = 0
+    WHERE f.ctid = ANY (ARRAY(SELECT c.ctid FROM c))"
+    };
+}
+const PARK_SQL: &str = park_pairs!();
+const EXPLAIN_PARK_SQL: &str = concat!("EXPLAIN ", park_pairs!());
+
+/// Wake: parked pairs whose sighting is in the window (normally the ones a
+/// sighting or a finalization touched since the last cycle): bootstrap and
+/// due success pairs ready, the others waiting.
+macro_rules! wake_pairs {
+    () => {
+        "WITH c AS (
+        SELECT f.ctid FROM feeder_pairs AS f
+        WHERE f.phase = 0 AND f.kind > 0
+          AND f.live_at > $1 - make_interval(secs => $2::float8) AND f.live_at <= $1
+        ORDER BY f.live_at DESC LIMIT $3 FOR UPDATE SKIP LOCKED)
+    UPDATE feeder_pairs AS f
+    SET phase = CASE WHEN f.kind = 1 OR f.due_at <= $1 THEN 2 ELSE 1 END
+    WHERE f.ctid = ANY (ARRAY(SELECT c.ctid FROM c))"
+    };
+}
+const WAKE_SQL: &str = wake_pairs!();
+const EXPLAIN_WAKE_SQL: &str = concat!("EXPLAIN ", wake_pairs!());
+
+/// Promote: waiting pairs whose due time passed ($2 unused).
+macro_rules! promote_pairs {
+    () => {
+        "WITH c AS (
+        SELECT f.ctid FROM feeder_pairs AS f
+        WHERE f.kind = 2 AND f.phase = 1 AND f.due_at <= $1 AND $2::float8 IS NOT NULL
+        ORDER BY f.due_at LIMIT $3 FOR UPDATE SKIP LOCKED)
+    UPDATE feeder_pairs AS f SET phase = 2
+    WHERE f.ctid = ANY (ARRAY(SELECT c.ctid FROM c))"
+    };
+}
+const PROMOTE_SQL: &str = promote_pairs!();
+const EXPLAIN_PROMOTE_SQL: &str = concat!("EXPLAIN ", promote_pairs!());
 
 /// Pending background jobs per budget class (bootstrap, retry, active).
 const PENDING_SQL: &str = "SELECT \
@@ -568,9 +646,23 @@ pub struct Feeder {
     /// The budget's minimum shares of bootstrap and retries (the working
     /// set's split) and its window (usage older than two is pruned).
     egress: EgressSettings,
+    /// When this process last counted the active soldiers.
+    counted: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
 
+/// How often a running feeder recounts the active soldiers
+/// (`activity_summary`, read by `status` and the gauges).
+pub(crate) const ACTIVITY_EVERY: Duration = Duration::from_secs(60);
+
 impl Feeder {
+    /// Whether the active soldiers are due to be counted again.
+    fn activity_due(&self) -> bool {
+        self.counted
+            .lock()
+            .map(|last| last.is_none_or(|t| t.elapsed() >= ACTIVITY_EVERY))
+            .unwrap_or(true)
+    }
+
     /// A feeder on `pool` with its settings, the poll interval and the
     /// budget's shares and window (validated).
     pub fn new(
@@ -584,6 +676,7 @@ impl Feeder {
             settings: settings.clone(),
             check_interval: poll.poll_interval.min(settings.feeder_interval),
             egress: egress.clone(),
+            counted: std::sync::Arc::default(),
         }
     }
 
@@ -620,15 +713,16 @@ impl Feeder {
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
+        let mut report = CycleReport::default();
+        if self.settings.scheduling_policy == SchedulingPolicy::Sightings {
+            report.moved = self.step_pairs(&mut tx, now, STEP_BATCH).await?;
+        }
         // A statement after the lock sees every earlier cycle's commit.
         let (boot, retry, active): (i64, i64, i64) =
             sqlx::query_as(PENDING_SQL).fetch_one(&mut *tx).await?;
         let pending = boot + retry + active;
-        let mut report = CycleReport {
-            ran: true,
-            pending_before: pending.max(0) as u64,
-            ..CycleReport::default()
-        };
+        report.ran = true;
+        report.pending_before = pending.max(0) as u64;
         let total = i64::from(self.settings.feeder_target_depth) - pending;
         if total > 0 {
             let sql = match self.settings.scheduling_policy {
@@ -673,6 +767,49 @@ impl Feeder {
         Ok(report)
     }
 
+    /// One bounded step of each kind over `feeder_pairs` in the cycle's
+    /// transaction: park, wake, promote. Returns the pairs moved.
+    async fn step_pairs(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        now: DateTime<Utc>,
+        batch: i64,
+    ) -> Result<u64, FeederError> {
+        let mut moved = 0;
+        for sql in [PARK_SQL, WAKE_SQL, PROMOTE_SQL] {
+            moved += sqlx::query(sql)
+                .bind(now)
+                .bind(self.settings.active_window.as_secs_f64())
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        Ok(moved)
+    }
+
+    /// Brings every pair of `feeder_pairs` to where the clock `now` (`None`:
+    /// the database's) puts it, cycle steps until one moves fewer than a
+    /// batch of each kind (after a bulk load; a running feeder does the same
+    /// over its first cycles). Feeds nothing. Returns the pairs moved.
+    pub async fn settle(&self, now: Option<DateTime<Utc>>) -> Result<u64, FeederError> {
+        let mut total = 0;
+        loop {
+            let mut tx = self.pool.begin().await?;
+            sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
+            let now: DateTime<Utc> = sqlx::query_scalar("SELECT coalesce($1::timestamptz, now())")
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await?;
+            let moved = self.step_pairs(&mut tx, now, SETTLE_BATCH).await?;
+            tx.commit().await?;
+            total += moved;
+            if moved < SETTLE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
     /// The plan of a cycle's feed statement inserting up to `limit` jobs
     /// (`EXPLAIN`, not executed): shows that the backlog is read through
     /// indexes. For diagnostics, tests and the bench.
@@ -686,15 +823,29 @@ impl Feeder {
         let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
             .fetch_one(&mut *tx)
             .await?;
-        let lines: Vec<String> = bind_feed!(
-            sqlx::query_scalar(sql),
-            self.settings,
-            now,
-            [limit; 3],
-            limit
-        )
-        .fetch_all(&mut *tx)
-        .await?;
+        let mut lines: Vec<String> = Vec::new();
+        if self.settings.scheduling_policy == SchedulingPolicy::Sightings {
+            for step in [EXPLAIN_PARK_SQL, EXPLAIN_WAKE_SQL, EXPLAIN_PROMOTE_SQL] {
+                let plan: Vec<String> = sqlx::query_scalar(step)
+                    .bind(now)
+                    .bind(self.settings.active_window.as_secs_f64())
+                    .bind(STEP_BATCH)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                lines.extend(plan);
+            }
+        }
+        lines.extend(
+            bind_feed!(
+                sqlx::query_scalar::<_, String>(sql),
+                self.settings,
+                now,
+                [limit; 3],
+                limit
+            )
+            .fetch_all(&mut *tx)
+            .await?,
+        );
         tx.rollback().await?;
         Ok(lines.join("\n"))
     }
@@ -706,13 +857,17 @@ impl Periodic for Feeder {
     type Error = FeederError;
 
     /// One cycle on the database's clock; the feeder whose cycle ran (one
-    /// per cycle, not one per serve) then counts the active soldiers.
+    /// per cycle, not one per serve) then counts the active soldiers, at
+    /// most every [`ACTIVITY_EVERY`] (the count reads every soldier in the
+    /// active window: it is a read model, not the cycle's work).
     async fn run_once(&self) -> Result<CycleReport, FeederError> {
         let cycle = self.run_once_at(None).await?;
-        if cycle.ran
-            && let Err(e) = count_activity(&self.pool, None).await
-        {
-            tracing::warn!(error = %e, "counting the active soldiers failed");
+        if cycle.ran && self.activity_due() {
+            if let Err(e) = count_activity(&self.pool, None).await {
+                tracing::warn!(error = %e, "counting the active soldiers failed");
+            } else if let Ok(mut last) = self.counted.lock() {
+                *last = Some(std::time::Instant::now());
+            }
         }
         Ok(cycle)
     }

@@ -872,6 +872,112 @@ $$;
 ALTER FUNCTION public.bf4ps_fail_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_error_class text, p_http_status integer, p_message text, p_duration_ms bigint, p_now timestamp with time zone) OWNER TO <migrator>;
 
 --
+-- Name: bf4ps_feeder_row_changed(); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
+--
+
+CREATE FUNCTION public.bf4ps_feeder_row_changed() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM public.bf4ps_feeder_sync(ARRAY[NEW.soldier_id]);
+    RETURN NULL;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_feeder_row_changed() OWNER TO bf4ps_definer;
+
+--
+-- Name: bf4ps_feeder_rows_changed(); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
+--
+
+CREATE FUNCTION public.bf4ps_feeder_rows_changed() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM public.bf4ps_feeder_sync(
+        ARRAY(SELECT DISTINCT r.soldier_id FROM bf4ps_rows AS r ORDER BY 1));
+    RETURN NULL;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_feeder_rows_changed() OWNER TO bf4ps_definer;
+
+--
+-- Name: bf4ps_feeder_sync(bigint[]); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
+--
+
+CREATE FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    -- (Each id probes the indexes, never `= ANY (p_ids)` against every row:
+    -- a bulk statement passes thousands.)
+    DELETE FROM public.feeder_pairs AS f
+    WHERE f.soldier_id IN (
+        SELECT i.id FROM unnest(p_ids) AS i(id)
+        WHERE NOT EXISTS (SELECT 1 FROM public.collection_state AS cs
+                          WHERE cs.soldier_id = i.id));
+    INSERT INTO public.feeder_pairs AS f
+        (soldier_id, resource, kind, phase, due_at, live_at, seen_at, first_seen_at)
+    SELECT cs.soldier_id, p.resource, p.kind, 0, p.due_at,
+           CASE p.kind WHEN 1 THEN src.seen_any ELSE src.seen_bf4sw END,
+           src.seen_any, so.first_seen_at
+    FROM (SELECT DISTINCT i.id FROM unnest(p_ids) AS i(id)) AS i
+    JOIN public.collection_state AS cs ON cs.soldier_id = i.id
+    LEFT JOIN public.soldiers AS so ON so.soldier_id = cs.soldier_id
+    LEFT JOIN LATERAL (
+        SELECT max(s.last_seen_at) AS seen_any,
+               max(s.last_seen_at) FILTER (WHERE s.source_type = 'bf4sw') AS seen_bf4sw
+        FROM public.soldier_sources AS s WHERE s.soldier_id = cs.soldier_id
+    ) AS src ON true
+    CROSS JOIN LATERAL (VALUES
+        ('detailed', cs.detailed_state, cs.detailed_next_due_at),
+        ('profile', cs.profile_state, cs.profile_next_due_at),
+        ('weapons', cs.weapons_state, cs.weapons_next_due_at),
+        ('vehicles', cs.vehicles_state, cs.vehicles_next_due_at)
+    ) AS x(resource, state, due_at)
+    CROSS JOIN LATERAL (SELECT x.resource,
+                               (CASE x.state WHEN 'never_attempted' THEN 1
+                                             WHEN 'success' THEN 2 ELSE 0 END)::smallint AS kind,
+                               x.due_at) AS p
+    ORDER BY cs.soldier_id, p.resource
+    ON CONFLICT (soldier_id, resource) DO UPDATE
+    SET kind = EXCLUDED.kind, due_at = EXCLUDED.due_at, live_at = EXCLUDED.live_at,
+        seen_at = EXCLUDED.seen_at, first_seen_at = EXCLUDED.first_seen_at,
+        phase = CASE WHEN f.kind = EXCLUDED.kind
+                          AND f.due_at IS NOT DISTINCT FROM EXCLUDED.due_at
+                          AND EXCLUDED.live_at IS NOT NULL
+                     THEN f.phase ELSE 0 END
+    WHERE (f.kind, f.due_at, f.live_at, f.seen_at, f.first_seen_at)
+          IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.due_at, EXCLUDED.live_at,
+                            EXCLUDED.seen_at, EXCLUDED.first_seen_at);
+$$;
+
+
+ALTER FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) OWNER TO bf4ps_definer;
+
+--
+-- Name: bf4ps_feeder_truncated(); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
+--
+
+CREATE FUNCTION public.bf4ps_feeder_truncated() RETURNS trigger
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+BEGIN
+    DELETE FROM public.feeder_pairs;
+    RETURN NULL;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_feeder_truncated() OWNER TO bf4ps_definer;
+
+--
 -- Name: bf4ps_freshness_compact(); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
@@ -1848,9 +1954,6 @@ BEGIN
         INSERT INTO public.profile_soldiers AS ps (profile_id, soldier_id, first_seen_at, last_seen_at)
         VALUES (v_profile, j.soldier_id, p_now, p_now)
         ON CONFLICT (profile_id, soldier_id) DO UPDATE SET last_seen_at = p_now;
-        IF p_data->>'access_state' = 'not_found' THEN
-            v_state := 'unavailable';
-        END IF;
     END IF;
 
     SELECT CASE j.resource WHEN 'detailed' THEN s.refresh_detailed
@@ -2441,6 +2544,28 @@ CREATE TABLE public.event_rollup_hourly (
 ALTER TABLE public.event_rollup_hourly OWNER TO <migrator>;
 
 --
+-- Name: feeder_pairs; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.feeder_pairs (
+    soldier_id bigint NOT NULL,
+    resource text NOT NULL,
+    kind smallint NOT NULL,
+    phase smallint DEFAULT 0 NOT NULL,
+    due_at timestamp with time zone,
+    live_at timestamp with time zone,
+    seen_at timestamp with time zone,
+    first_seen_at timestamp with time zone,
+    CONSTRAINT feeder_pairs_kind_check CHECK ((kind = ANY (ARRAY[0, 1, 2]))),
+    CONSTRAINT feeder_pairs_phase_check CHECK ((phase = ANY (ARRAY[0, 1, 2]))),
+    CONSTRAINT feeder_pairs_resource_check CHECK ((resource = ANY (ARRAY['detailed'::text, 'profile'::text, 'weapons'::text, 'vehicles'::text])))
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.02');
+
+
+ALTER TABLE public.feeder_pairs OWNER TO <migrator>;
+
+--
 -- Name: freshness_bands; Type: TABLE; Schema: public; Owner: <migrator>
 --
 
@@ -2992,6 +3117,14 @@ ALTER TABLE ONLY public.event_rollup_hourly
 
 
 --
+-- Name: feeder_pairs feeder_pairs_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
+--
+
+ALTER TABLE ONLY public.feeder_pairs
+    ADD CONSTRAINT feeder_pairs_pkey PRIMARY KEY (soldier_id, resource);
+
+
+--
 -- Name: freshness_bands freshness_bands_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
 --
 
@@ -3407,6 +3540,34 @@ CREATE INDEX ix_event_rollup_hourly_resource_time ON public.event_rollup_hourly 
 
 
 --
+-- Name: ix_feeder_pairs_active; Type: INDEX; Schema: public; Owner: <migrator>
+--
+
+CREATE INDEX ix_feeder_pairs_active ON public.feeder_pairs USING btree (resource, seen_at DESC, soldier_id) WHERE ((phase = 2) AND (kind = 2));
+
+
+--
+-- Name: ix_feeder_pairs_bootstrap; Type: INDEX; Schema: public; Owner: <migrator>
+--
+
+CREATE INDEX ix_feeder_pairs_bootstrap ON public.feeder_pairs USING btree (resource, first_seen_at, soldier_id) WHERE ((phase = 2) AND (kind = 1));
+
+
+--
+-- Name: ix_feeder_pairs_due; Type: INDEX; Schema: public; Owner: <migrator>
+--
+
+CREATE INDEX ix_feeder_pairs_due ON public.feeder_pairs USING btree (phase, due_at) WHERE ((kind = 2) AND (phase = 1));
+
+
+--
+-- Name: ix_feeder_pairs_live; Type: INDEX; Schema: public; Owner: <migrator>
+--
+
+CREATE INDEX ix_feeder_pairs_live ON public.feeder_pairs USING btree (phase, live_at) WHERE (kind > 0);
+
+
+--
 -- Name: ix_freshness_rollup_slot; Type: INDEX; Schema: public; Owner: <migrator>
 --
 
@@ -3505,6 +3666,34 @@ CREATE TRIGGER trg_collection_jobs_notify_insert AFTER INSERT ON public.collecti
 
 
 --
+-- Name: collection_state trg_collection_state_feeder_delete; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_collection_state_feeder_delete AFTER DELETE ON public.collection_state REFERENCING OLD TABLE AS bf4ps_rows FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_rows_changed();
+
+
+--
+-- Name: collection_state trg_collection_state_feeder_insert; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_collection_state_feeder_insert AFTER INSERT ON public.collection_state REFERENCING NEW TABLE AS bf4ps_rows FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_rows_changed();
+
+
+--
+-- Name: collection_state trg_collection_state_feeder_truncate; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_collection_state_feeder_truncate AFTER TRUNCATE ON public.collection_state FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_truncated();
+
+
+--
+-- Name: collection_state trg_collection_state_feeder_update; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_collection_state_feeder_update AFTER UPDATE ON public.collection_state FOR EACH ROW WHEN (((old.detailed_state IS DISTINCT FROM new.detailed_state) OR (old.detailed_next_due_at IS DISTINCT FROM new.detailed_next_due_at) OR (old.profile_state IS DISTINCT FROM new.profile_state) OR (old.profile_next_due_at IS DISTINCT FROM new.profile_next_due_at) OR (old.weapons_state IS DISTINCT FROM new.weapons_state) OR (old.weapons_next_due_at IS DISTINCT FROM new.weapons_next_due_at) OR (old.vehicles_state IS DISTINCT FROM new.vehicles_state) OR (old.vehicles_next_due_at IS DISTINCT FROM new.vehicles_next_due_at) OR (old.soldier_id IS DISTINCT FROM new.soldier_id))) EXECUTE FUNCTION public.bf4ps_feeder_row_changed();
+
+
+--
 -- Name: collection_state trg_collection_state_freshness_delete; Type: TRIGGER; Schema: public; Owner: <migrator>
 --
 
@@ -3530,6 +3719,34 @@ CREATE TRIGGER trg_collection_state_freshness_truncate AFTER TRUNCATE ON public.
 --
 
 CREATE TRIGGER trg_collection_state_freshness_update AFTER UPDATE ON public.collection_state FOR EACH ROW WHEN (((old.detailed_last_success_at IS DISTINCT FROM new.detailed_last_success_at) OR (old.profile_last_success_at IS DISTINCT FROM new.profile_last_success_at) OR (old.weapons_last_success_at IS DISTINCT FROM new.weapons_last_success_at) OR (old.vehicles_last_success_at IS DISTINCT FROM new.vehicles_last_success_at))) EXECUTE FUNCTION public.bf4ps_freshness_moved();
+
+
+--
+-- Name: soldier_sources trg_soldier_sources_feeder_delete; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_soldier_sources_feeder_delete AFTER DELETE ON public.soldier_sources REFERENCING OLD TABLE AS bf4ps_rows FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_rows_changed();
+
+
+--
+-- Name: soldier_sources trg_soldier_sources_feeder_insert; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_soldier_sources_feeder_insert AFTER INSERT ON public.soldier_sources REFERENCING NEW TABLE AS bf4ps_rows FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_rows_changed();
+
+
+--
+-- Name: soldier_sources trg_soldier_sources_feeder_update; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_soldier_sources_feeder_update AFTER UPDATE ON public.soldier_sources REFERENCING NEW TABLE AS bf4ps_rows FOR EACH STATEMENT EXECUTE FUNCTION public.bf4ps_feeder_rows_changed();
+
+
+--
+-- Name: soldiers trg_soldiers_feeder_first_seen; Type: TRIGGER; Schema: public; Owner: <migrator>
+--
+
+CREATE TRIGGER trg_soldiers_feeder_first_seen AFTER UPDATE ON public.soldiers FOR EACH ROW WHEN ((old.first_seen_at IS DISTINCT FROM new.first_seen_at)) EXECUTE FUNCTION public.bf4ps_feeder_row_changed();
 
 
 --
@@ -3790,6 +4007,34 @@ GRANT ALL ON FUNCTION public.bf4ps_fail_job(p_uuid uuid, p_job_id bigint, p_leas
 
 
 --
+-- Name: FUNCTION bf4ps_feeder_row_changed(); Type: ACL; Schema: public; Owner: bf4ps_definer
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_feeder_row_changed() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION bf4ps_feeder_rows_changed(); Type: ACL; Schema: public; Owner: bf4ps_definer
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_feeder_rows_changed() FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION bf4ps_feeder_sync(p_ids bigint[]); Type: ACL; Schema: public; Owner: bf4ps_definer
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) FROM PUBLIC;
+
+
+--
+-- Name: FUNCTION bf4ps_feeder_truncated(); Type: ACL; Schema: public; Owner: bf4ps_definer
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_feeder_truncated() FROM PUBLIC;
+
+
+--
 -- Name: FUNCTION bf4ps_freshness_deleted(); Type: ACL; Schema: public; Owner: bf4ps_definer
 --
 
@@ -3969,6 +4214,14 @@ GRANT SELECT ON TABLE public.egress_gates TO bf4ps_reader;
 --
 
 GRANT SELECT ON TABLE public.event_rollup_hourly TO bf4ps_reader;
+
+
+--
+-- Name: TABLE feeder_pairs; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.feeder_pairs TO bf4ps_definer;
+GRANT SELECT ON TABLE public.feeder_pairs TO bf4ps_reader;
 
 
 --

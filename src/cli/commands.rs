@@ -101,19 +101,11 @@ pub async fn migrate(
 
 /// Runs a benchmark (`bench`).
 pub async fn bench(
-    db: &DbArgs,
+    ctx: &crate::dev::bench::Ctx,
     name: &str,
     json: bool,
-    quick: bool,
-    days: Option<u32>,
 ) -> anyhow::Result<ExitCode> {
-    let ctx = crate::dev::bench::Ctx {
-        target: db.target()?,
-        database_url: db.database_url.clone(),
-        quick,
-        days,
-    };
-    crate::dev::bench::run(&ctx, name, json).await?;
+    crate::dev::bench::run(ctx, name, json).await?;
     Ok(ExitCode::SUCCESS)
 }
 

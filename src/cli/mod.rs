@@ -236,6 +236,15 @@ pub enum Command {
         /// scale.
         #[arg(long, value_parser = clap::value_parser!(u32).range(2..=365))]
         days: Option<u32>,
+        /// `schedule`: scale the simulated world (population, new soldiers a day, keys and
+        /// budget together; 1 is 200,000 soldiers, 8 keys, 1,296 requests an hour).
+        #[arg(long, default_value = "1", value_parser = parse_scale)]
+        scale: f64,
+        /// `schedule`: run the default policy with each of these egress key counts at 0.2
+        /// requests/s (full scale; each key brings 162 requests an hour of budget), e.g.
+        /// `--keys 8,12,16,24`.
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1000))]
+        keys: Vec<u32>,
     },
     /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
     /// fake Battlelog, and watch it work.
@@ -415,7 +424,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             quick,
             days,
-        } => commands::bench(db, &name, json, quick, days).await,
+            scale,
+            keys,
+        } => {
+            let ctx = crate::dev::bench::Ctx {
+                target: db.target()?,
+                database_url: db.database_url.clone(),
+                quick,
+                days,
+                scale,
+                keys,
+            };
+            commands::bench(&ctx, &name, json).await
+        }
         Command::Demo(args) => commands::demo(db, args).await,
         Command::Collector(args) => commands::collector(db, args).await,
         Command::Collectors { action } => commands::collectors(db, action).await,
@@ -439,5 +460,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => commands::import(db, &file, skip_invalid, batch_rows, workers).await,
         Command::Status { json } => commands::status(db, json).await,
+    }
+}
+
+/// A `bench schedule --scale`: a finite number in (0, 10].
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 && f <= 10.0 => Ok(f),
+        _ => Err(format!("{s:?} is not a scale in (0, 10] (e.g. 0.1)")),
     }
 }

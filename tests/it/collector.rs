@@ -1263,13 +1263,10 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
     // No pair condemned, nothing given up, every throttled attempt retried.
     let (unavailable, gave_up, throttled, not_retried): (i64, i64, i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM collection_state cs
-                 WHERE 'unavailable' IN (detailed_state, weapons_state, vehicles_state)
-                    -- a user page Battlelog does not have is a success that
-                    -- leaves the loop (BF4PS's not_found), not a condemnation
-                    OR (profile_state = 'unavailable' AND NOT EXISTS (
-                        SELECT 1 FROM profile_soldiers ps JOIN battlelog_profiles b
-                        USING (profile_id)
-                        WHERE ps.soldier_id = cs.soldier_id AND b.access_state = 'not_found'))),
+                 -- (a user page Battlelog does not have is a success:
+                 -- BF4PS's not_found, never unavailable)
+                 WHERE 'unavailable' IN (detailed_state, profile_state, weapons_state,
+                                         vehicles_state)),
                 (SELECT count(*) FROM collection_events WHERE result IN ('gave_up', 'unavailable')),
                 (SELECT count(*) FROM collection_events
                  WHERE event_type = 'failed' AND error_class = 'throttled'),
@@ -1812,4 +1809,129 @@ async fn a_newer_collector_protocol_drains_the_collector_and_loses_nothing(
             .unwrap();
     assert_eq!(registered, 0);
     assert_eq!(event_types(p, waiting).await, Vec::<String>::new());
+}
+
+/// The state BF4PS's `collection_state` holds for each pair that has an
+/// outcome, beside what its latest outcome event says (`succeeded`:
+/// success; `failed` as `unavailable`: unavailable; any other failure:
+/// temporary_failure); the pairs where the two disagree.
+async fn state_against_events(pool: &PgPool) -> (i64, Vec<String>) {
+    let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
+        "WITH latest AS (
+             SELECT DISTINCT ON (e.soldier_id, e.resource) e.soldier_id, e.resource,
+                    CASE WHEN e.event_type = 'succeeded' THEN 'success'
+                         WHEN e.error_class = 'unavailable' THEN 'unavailable'
+                         ELSE 'temporary_failure' END AS said
+             FROM collection_events AS e
+             WHERE e.event_type IN ('succeeded', 'failed')
+             ORDER BY e.soldier_id, e.resource, e.occurred_at DESC, e.event_id DESC
+         )
+         SELECT l.soldier_id, l.resource, l.said, p.state
+         FROM latest AS l
+         JOIN collection_state AS cs ON cs.soldier_id = l.soldier_id
+         CROSS JOIN LATERAL (VALUES
+             ('detailed', cs.detailed_state), ('profile', cs.profile_state),
+             ('weapons', cs.weapons_state), ('vehicles', cs.vehicles_state)
+         ) AS p(resource, state)
+         WHERE p.resource = l.resource
+         ORDER BY 1, 2",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let disagree = rows
+        .iter()
+        .filter(|(_, _, said, state)| said != state)
+        .map(|(s, r, said, state)| format!("soldier {s} {r}: events say {said}, state {state}"))
+        .collect();
+    (rows.len() as i64, disagree)
+}
+
+/// A soak with every fault the fake has (5xx, resets, malformed and
+/// stat-less 200s, throttling, personas Battlelog does not know: a 404 of
+/// every resource, the user page's included), two waves of jobs over every
+/// pair of 40 soldiers, two collectors on two keys: afterwards every pair's
+/// state is what its latest outcome event says (issue 29: a profile 404 is
+/// a `succeeded` event and a `success` state).
+#[sqlx::test]
+async fn after_a_soak_with_faults_every_pair_is_its_latest_outcome(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let fake = FakeBattlelog::start(FakeSettings {
+        rate_5xx: 0.08,
+        rate_reset: 0.03,
+        rate_malformed: 0.03,
+        rate_no_stats: 0.03,
+        rate_429: 0.03,
+        throttle_status: 429,
+        unavailable_share: 0.15,
+        seed: 29,
+        ..FakeSettings::default()
+    })
+    .await
+    .unwrap();
+    let mut tuning = fast();
+    tuning.queue.retry_max_attempts = 3;
+    tuning.egress.throttle_pause = Duration::from_millis(200);
+    tuning.egress.throttle_pause_max = Duration::from_millis(400);
+    let mut soldiers = Vec::new();
+    for persona in 7_000..7_040 {
+        soldiers.push(soldier(p, persona).await);
+    }
+    let a = start_collector(
+        &db,
+        &fake,
+        "soak-a",
+        Lane::Background,
+        "ka",
+        tuning.clone(),
+        WAIT,
+    )
+    .await;
+    let b = start_collector(&db, &fake, "soak-b", Lane::Background, "kb", tuning, WAIT).await;
+    for wave in 0..2 {
+        for s in &soldiers {
+            for r in Resource::ALL {
+                job(p, *s, *r, Lane::Background, PriorityClass::Recent, 0, 0).await;
+            }
+        }
+        eventually(
+            Duration::from_secs(120),
+            "every job of the wave ends",
+            async || {
+                let live: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_jobs")
+                    .fetch_one(p)
+                    .await
+                    .unwrap();
+                (live == 0).then_some(())
+            },
+        )
+        .await;
+        let (pairs, disagree) = state_against_events(p).await;
+        assert_eq!(pairs, 40 * 4, "wave {wave}: every pair has an outcome");
+        assert!(disagree.is_empty(), "wave {wave}:\n{}", disagree.join("\n"));
+    }
+    // The faults happened: failures of several classes, unavailable pairs,
+    // and profiles Battlelog does not know stored as successes.
+    let (classes, unavailable, not_found): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(DISTINCT error_class) FROM collection_events
+                 WHERE event_type = 'failed'),
+                (SELECT count(*) FROM collection_events WHERE result = 'unavailable'),
+                (SELECT count(*) FROM collection_events e
+                 WHERE e.event_type = 'succeeded' AND e.resource = 'profile'
+                   AND e.http_status = 404)",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(classes >= 3, "failure classes seen: {classes}");
+    assert!(
+        unavailable > 0 && not_found > 0,
+        "{unavailable} unavailable, {not_found} not found"
+    );
+    a.stop().await;
+    b.stop().await;
 }

@@ -3,7 +3,9 @@
 //! (`<r>_next_due_at`), bootstrap, retries, recent and inactive soldiers;
 //! classes and ageing; one notification per cycle; racing feeders never
 //! overshoot; bootstrap keeps its share under a slow drain; an index-backed
-//! plan; the loop; and the feeder beside a discovery-like writer.
+//! plan; the loop; the feeder beside a discovery-like writer; and the
+//! incremental choice (`feeder_pairs`, issue 29) against the statement it
+//! replaced, over a changing random world.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1192,7 +1194,7 @@ async fn bootstrap_keeps_its_share_under_a_slow_drain(_: PgPoolOptions, opts: Pg
 }
 
 #[sqlx::test]
-async fn the_backlog_is_read_through_the_sightings_and_retry_indexes(
+async fn the_backlog_is_read_through_the_pair_and_retry_indexes(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
@@ -1224,12 +1226,14 @@ async fn the_backlog_is_read_through_the_sightings_and_retry_indexes(
     let f = feeder(p, 1_000);
     let plan = f.explain_cycle(1_000).await.unwrap();
     for index in [
-        "ix_soldier_sources_seen",
+        "ix_feeder_pairs_live",
+        "ix_feeder_pairs_due",
+        "ix_feeder_pairs_bootstrap",
+        "ix_feeder_pairs_active",
         "ix_collection_state_detailed_retry",
         "ix_collection_state_profile_retry",
         "ix_collection_state_weapons_retry",
         "ix_collection_state_vehicles_retry",
-        "collection_state_pkey",
         "uq_collection_jobs_soldier_resource",
     ] {
         assert!(plan.contains(index), "{index} not used:\n{plan}");
@@ -1570,4 +1574,165 @@ async fn beside_a_discovery_writer_a_soldier_seen_now_is_fed_within_one_cycle(
         soldiers_written > 50,
         "discovery wrote {soldiers_written} soldiers"
     );
+}
+
+/// The statement the sightings policy used before `feeder_pairs`.
+const REFERENCE_CHOICE_SQL: &str = include_str!("feeder_reference.sql");
+
+/// What a choice statement picks (soldier, resource, class, reason) as of
+/// `now` with `room` per class and `total`, the feeder's binds otherwise.
+async fn choice(
+    pool: &PgPool,
+    sql: &'static str,
+    now: DateTime<Utc>,
+    room: [i64; 3],
+    total: i64,
+    recent: bool,
+) -> Vec<(i64, String, String, String)> {
+    let t = tuning(1_000).feeder;
+    let resources: Vec<&str> = t
+        .background_resources
+        .0
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let w = t.resource_weights;
+    sqlx::query_as(sql)
+        .bind(now)
+        .bind(t.active_window.as_secs_f64())
+        .bind(t.recent_window.as_secs_f64())
+        .bind(resources)
+        .bind(room[0])
+        .bind(room[1])
+        .bind(room[2])
+        .bind(total)
+        .bind(t.aging_weight)
+        .bind(w.get(Resource::Detailed))
+        .bind(w.get(Resource::Profile))
+        .bind(w.get(Resource::Weapons))
+        .bind(w.get(Resource::Vehicles))
+        .bind(recent)
+        .bind(false)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+/// The incremental feeder chooses exactly what the old statement chose, in
+/// the same order, over ten rounds of a random world: sightings by
+/// discovery (`bf4sw`) and by hand (`manual`) in and out of the window,
+/// never-attempted, due, not-yet-due, retrying and unavailable pairs, new
+/// soldiers, jobs of both lanes already in the working set, successes and
+/// failures between rounds, and the clock moving on (the virtual clock of
+/// `bench schedule`, hours per round).
+#[sqlx::test]
+async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let mut rng = fastrand::Rng::with_seed(29);
+    let n = 3_000_i64;
+    soldiers(p, 1, n).await;
+    let mut now = db_now(p).await + days(1);
+    let f = feeder(p, 400);
+    let states = [
+        "never_attempted",
+        "success",
+        "success",
+        "success",
+        "temporary_failure",
+        "unavailable",
+    ];
+    for round in 0..10 {
+        // The world moves: sightings (some by hand), new states and due
+        // times, a few new soldiers, some jobs finish or vanish.
+        let mut ids = Vec::new();
+        let mut seen = Vec::new();
+        let mut manual = Vec::new();
+        for id in 1..=n {
+            if rng.f64() < 0.3 {
+                ids.push(id);
+                seen.push(now - chrono::Duration::minutes(rng.i64(0..(3 * 24 * 60))));
+                manual.push(rng.f64() < 0.2);
+            }
+        }
+        sqlx::query(
+            "UPDATE soldier_sources AS s
+             SET last_seen_at = x.at, source_type = CASE WHEN x.manual THEN 'manual' ELSE 'bf4sw' END
+             FROM unnest($1::bigint[], $2::timestamptz[], $3::bool[]) AS x(id, at, manual)
+             WHERE s.soldier_id = x.id",
+        )
+        .bind(&ids)
+        .bind(&seen)
+        .bind(&manual)
+        .execute(p)
+        .await
+        .unwrap();
+        for r in BACKGROUND {
+            let mut ids = Vec::new();
+            let mut st = Vec::new();
+            let mut due = Vec::new();
+            for id in 1..=n {
+                if rng.f64() < 0.15 {
+                    ids.push(id);
+                    let s = states[rng.usize(0..states.len())];
+                    st.push(s);
+                    due.push(match s {
+                        "success" | "temporary_failure" => {
+                            Some(now + chrono::Duration::minutes(rng.i64(-3000..3000)))
+                        }
+                        _ => None,
+                    });
+                }
+            }
+            let sql = format!(
+                "UPDATE collection_state AS c SET {r}_state = x.st, {r}_next_due_at = x.due,
+                     {r}_last_success_at = CASE WHEN x.st = 'success' THEN x.due - interval '1 day' END
+                 FROM unnest($1::bigint[], $2::text[], $3::timestamptz[]) AS x(id, st, due)
+                 WHERE c.soldier_id = x.id"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&ids)
+                .bind(&st)
+                .bind(&due)
+                .execute(p)
+                .await
+                .unwrap();
+        }
+        if round % 3 == 1 {
+            // Discovery brings new soldiers; some jobs finish or vanish.
+            soldiers(p, 100_000 + round * 100, 50).await;
+            exec(p, "DELETE FROM collection_jobs WHERE job_id % 3 = 0")
+                .await
+                .unwrap();
+        }
+        // Every pair brought to where the clock puts it, then both choose.
+        f.settle(Some(now)).await.unwrap();
+        for (room, total, recent) in [
+            ([200, 50, 750], 1_000, false),
+            ([3, 2, 5], 10, false),
+            ([0, 0, 400], 400, true),
+            ([10_000; 3], 10_000, false),
+        ] {
+            let old = choice(p, REFERENCE_CHOICE_SQL, now, room, total, recent).await;
+            let new = choice(
+                p,
+                bf4ps_ops::feeder::SIGHTINGS_CHOICE_SQL,
+                now,
+                room,
+                total,
+                recent,
+            )
+            .await;
+            assert!(
+                !old.is_empty() || round == 0,
+                "round {round}: nothing to choose"
+            );
+            assert_eq!(new, old, "round {round}, room {room:?}, total {total}");
+        }
+        // Then the feeder feeds as of the clock (part of what it chose
+        // becomes the working set the next round skips).
+        let r = f.run_once_at(Some(now)).await.unwrap();
+        assert!(r.ran);
+        now += hours(rng.i64(1..12));
+    }
 }

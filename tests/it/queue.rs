@@ -956,7 +956,7 @@ async fn vehicles_success_replaces_the_set_keeping_unreported_destroys_null(
 }
 
 #[sqlx::test]
-async fn profile_success_links_the_account_and_a_missing_one_is_unavailable(
+async fn profile_success_links_the_account_and_a_missing_one_is_stored_as_not_found(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
@@ -1048,8 +1048,9 @@ async fn profile_success_links_the_account_and_a_missing_one_is_unavailable(
     );
     assert_eq!(links().await, [(profile_id, s), (profile_id, t)]);
 
-    // A 404 for a profile is not a failure: the account does not exist, the
-    // pair is unavailable (out of every loop), and the check is recorded.
+    // A 404 for a profile is not a failure: the account does not exist, which
+    // is stored (access state not_found) as a success, due again after the
+    // profile cadence like any other (issue 29: state and events agree).
     sqlx::query("UPDATE soldiers SET current_name = 'renamed' WHERE soldier_id = $1")
         .bind(s)
         .execute(p)
@@ -1072,12 +1073,13 @@ async fn profile_success_links_the_account_and_a_missing_one_is_unavailable(
         .unwrap_err();
     assert!(err.is_refused(), "{err}");
     let out = finish(p, &me, &j.lease(&me), missing, 404).await;
-    assert_eq!(out.next_due_at, None);
     let st = pair(p, s, Resource::Profile).await;
     assert_eq!(
         (st.state.as_str(), st.next_due_at, st.consecutive_failures),
-        ("unavailable", None, 0)
+        ("success", out.next_due_at, 0)
     );
+    let due_in = out.next_due_at.unwrap() - st.last_success_at.unwrap();
+    assert_eq!(due_in, chrono::Duration::days(30));
     let rows = profiles().await;
     assert_eq!(rows.len(), 2);
     assert_eq!(

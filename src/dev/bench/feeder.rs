@@ -1,13 +1,23 @@
-//! `bench feeder`: feed cycles (the sightings policy) against a large
-//! BF4PS database: 1,000,000 soldiers (quick: 20,000), 13% of them seen in
-//! the last 24 h (BF4PS's census), every detailed due, a tenth of the
-//! weapons due, 1% of the vehicles retrying; the cycle's plan must read them
-//! through the sightings, retry and primary-key indexes, never a sequential
-//! scan of `soldiers`, `soldier_sources` or `collection_state` (the bench
-//! fails otherwise). Scenarios:
-//! - `fill`: an empty working set topped up to 10,000 jobs (quick: 500);
+//! `bench feeder`: feed cycles of the sightings policy with 10,000,
+//! 100,000 and 1,000,000 soldiers in the active window (quick: 1,000 and
+//! 10,000), each in its own scratch database: every soldier seen in the
+//! last 24 h (the worst case: a `soldiers import` marks every row a
+//! sighting of now), every detailed due, a tenth of the weapons due, 1% of
+//! the vehicles retrying. After the pairs are settled (`catch_up_s`: what a
+//! freshly adopted or imported database costs once, over the first cycles),
+//! at each size:
+//! - `fill`: an empty working set topped up to the default 1,000 jobs (a
+//!   tenth of the soldiers at the quick sizes);
 //! - `topup`: a full working set after 10% of it was claimed and finished;
-//! - `noop`: a full working set (the cycle counts and returns).
+//! - `sighted`: 1,000 soldiers sighted anew by discovery, then a cycle that
+//!   tops up 10% (what a cycle of a running fleet does);
+//! - `noop`: a full working set (the cycle steps and counts).
+//!
+//! The cycle's plan must read through the `feeder_pairs`, retry and primary
+//! key indexes, never a sequential scan of `soldiers`, `soldier_sources`,
+//! `collection_state` or `feeder_pairs` (the bench fails otherwise). The
+//! largest size's p50 over the smallest's is printed per scenario (goal:
+//! ≤ 1.5, and a cycle under 100 ms at 1,000,000).
 //!
 //! `bench import`: `soldiers import` of a generated 1,000,000-row CSV
 //! (quick: 5,000) into an empty database, then the same file again (every
@@ -25,7 +35,32 @@ use crate::tuning::Tuning;
 
 /// Runs the feeder benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
+    let sizes: &[i64] = if ctx.quick {
+        &[1_000, 10_000]
+    } else {
+        &[10_000, 100_000, 1_000_000]
+    };
+    let mut reports: Vec<Report> = Vec::new();
+    for &active in sizes {
+        let mut at_size =
+            ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db, active).await).await?;
+        // Each scenario's p50 against the smallest size's.
+        for r in &mut at_size {
+            let scenario = r.params["scenario"].clone();
+            let base = reports
+                .iter()
+                .find(|b| b.params["scenario"] == scenario)
+                .and_then(|b| b.figures["p50_ms"].as_f64());
+            if let (Some(base), Some(now)) = (base, r.figures["p50_ms"].as_f64()) {
+                r.figures.insert(
+                    "p50_vs_smallest_ratio".into(),
+                    json!(now / base.max(f64::MIN_POSITIVE)),
+                );
+            }
+        }
+        reports.extend(at_size);
+    }
+    Ok(reports)
 }
 
 async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
@@ -33,17 +68,18 @@ async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
     Ok(())
 }
 
-async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
-    let state_rows = ctx.size(1_000_000, 20_000) as i64;
-    let target = ctx.size(10_000, 500) as u32;
-    let samples = ctx.size(5, 3);
-    eprintln!("feeder: seeding {state_rows} soldiers…");
+async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, BenchError> {
+    // The default depth (a tenth of the soldiers at the quick sizes, so
+    // every scenario has work left).
+    let target = (active / 10).min(1_000) as u32;
+    let samples = ctx.size(7, 3);
+    eprintln!("feeder: seeding {active} soldiers seen in the last 24 h…");
+    let seeded = Instant::now();
     sqlx::query(
         "WITH s AS (
              INSERT INTO soldiers (persona_id, platform, current_name, first_seen_at, last_seen_at)
              SELECT g, 'pc', 'soldier_' || g, now() - interval '400 days',
-                    CASE WHEN g % 100 < 13 THEN now() - (g % 1440) * interval '1 minute'
-                         ELSE now() - interval '2 days' - (g % 60) * interval '1 day' END
+                    now() - (g % 1380) * interval '1 minute' - interval '1 minute'
              FROM generate_series(1, $1) AS g
              RETURNING soldier_id, current_name, first_seen_at, last_seen_at
          ), n AS (
@@ -71,17 +107,13 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
                 CASE WHEN soldier_id % 100 = 7 THEN 'server' END
          FROM s",
     )
-    .bind(state_rows)
+    .bind(active)
     .execute(&db.pool)
     .await?;
-    exec(db, "VACUUM ANALYZE").await?;
-
-    let tuning = {
-        let mut t = Tuning::default();
-        t.feeder.feeder_target_depth = target;
-        t.feeder.feeder_low_watermark = target / 2;
-        t
-    };
+    let seed_s = seeded.elapsed().as_secs_f64();
+    let mut tuning = Tuning::default();
+    tuning.feeder.feeder_target_depth = target;
+    tuning.feeder.feeder_low_watermark = target / 2;
     tuning.validate().map_err(other)?;
     // One connection, so its server process's CPU time can be read.
     let feeder_pool = db.target.connect(1).await?;
@@ -94,6 +126,10 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         &tuning.poll,
         &tuning.egress,
     );
+    let caught_up = Instant::now();
+    let moved = feeder.settle(None).await.map_err(other)?;
+    let catch_up_s = caught_up.elapsed().as_secs_f64();
+    exec(db, "VACUUM ANALYZE").await?;
     let plan = feeder
         .explain_cycle(i64::from(target))
         .await
@@ -102,15 +138,16 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         "Seq Scan on soldiers",
         "Seq Scan on soldier_sources",
         "Seq Scan on collection_state",
+        "Seq Scan on feeder_pairs",
     ];
-    if !plan.contains("ix_soldier_sources_seen") || scans.iter().any(|s| plan.contains(s)) {
+    if !plan.contains("ix_feeder_pairs_active") || scans.iter().any(|s| plan.contains(s)) {
         return Err(BenchError::Other(format!(
             "the feed cycle does not read the backlog through its indexes:\n{plan}"
         )));
     }
     let params = |scenario: &str| {
-        json!({"scenario": scenario, "soldiers": state_rows, "target_depth": target,
-               "plan": "index scans (sightings, retry, primary keys)"})
+        json!({"scenario": scenario, "active_soldiers": active, "target_depth": target,
+               "plan": "index scans (feeder_pairs, retry, primary keys)"})
     };
     // (wall ms, server CPU ms if readable, jobs inserted)
     let cycle = |f: &Feeder| {
@@ -124,43 +161,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             Ok::<_, BenchError>((wall, cpu, r.inserted))
         }
     };
-    let mut reports = Vec::new();
-
-    // fill: empty working set → target.
-    let mut fill = Vec::new();
-    let mut fill_cpu = Vec::new();
-    for _ in 0..samples {
-        exec(
-            db,
-            "DELETE FROM collection_jobs; DELETE FROM collection_events",
-        )
-        .await?;
-        exec(db, "VACUUM ANALYZE collection_jobs").await?;
-        exec(db, "VACUUM ANALYZE collection_events").await?;
-        let (ms, cpu, inserted) = cycle(&feeder).await?;
-        fill_cpu.extend(cpu);
-        if inserted != u64::from(target) {
-            return Err(BenchError::Other(format!(
-                "fill inserted {inserted}, expected {target}"
-            )));
-        }
-        fill.push(ms);
-    }
-    let p50 = percentile(&mut fill, 50.0);
-    let mut report = Report::new("feeder", params("fill"))
-        .figure("p50_ms", p50)
-        .figure("max_ms", percentile(&mut fill, 100.0))
-        .figure("jobs_per_s", f64::from(target) / (p50 / 1e3));
-    if fill_cpu.len() == samples {
-        report = report.figure("server_cpu_p50_ms", percentile(&mut fill_cpu, 50.0));
-    }
-    reports.push(report);
-
-    // topup: claim-and-finish 10% (state moves on), then one cycle refills.
-    let mut topup = Vec::new();
-    let mut topup_cpu = Vec::new();
-    for _ in 0..samples {
-        // As finalizations do: the pair succeeded, due again in a day.
+    // As finalizations do: `n` jobs finished, their pairs due again later.
+    let finish = async |n: u32| {
         sqlx::query(
             "WITH done AS (
                  DELETE FROM collection_jobs WHERE job_id IN (
@@ -181,40 +183,98 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
                    FROM done GROUP BY soldier_id) AS d
              WHERE s.soldier_id = d.soldier_id",
         )
-        .bind(i64::from(target / 10))
+        .bind(i64::from(n))
+        .execute(&db.pool)
+        .await
+    };
+    let mut reports = Vec::new();
+    let mut all = Samples::default();
+
+    // fill: empty working set → target.
+    for _ in 0..samples {
+        exec(
+            db,
+            "DELETE FROM collection_jobs; DELETE FROM collection_events",
+        )
+        .await?;
+        exec(db, "VACUUM ANALYZE collection_jobs").await?;
+        all.take("fill", cycle(&feeder).await?, u64::from(target))?;
+    }
+    reports.push(all.report(params("fill"), "fill"));
+
+    // topup: claim-and-finish 10% (state moves on), then one cycle refills.
+    for _ in 0..samples {
+        finish(target / 10).await?;
+        all.take("topup", cycle(&feeder).await?, u64::from(target / 10))?;
+    }
+    reports.push(all.report(params("topup"), "topup"));
+
+    // sighted: discovery sees 1,000 soldiers play again, 10% finished.
+    for i in 0..samples {
+        finish(target / 10).await?;
+        sqlx::query(
+            "UPDATE soldier_sources SET last_seen_at = now()
+             WHERE soldier_id IN (SELECT g FROM generate_series($1::bigint, $2::bigint) AS g)",
+        )
+        .bind((i as i64 * 1_000) % active + 1)
+        .bind((i as i64 * 1_000) % active + 1_000)
         .execute(&db.pool)
         .await?;
-        let (ms, cpu, inserted) = cycle(&feeder).await?;
-        topup_cpu.extend(cpu);
-        if inserted != u64::from(target / 10) {
-            return Err(BenchError::Other(format!(
-                "topup inserted {inserted}, expected {}",
-                target / 10
-            )));
-        }
-        topup.push(ms);
+        all.take("sighted", cycle(&feeder).await?, u64::from(target / 10))?;
     }
-    let mut report = Report::new("feeder", params("topup"))
-        .figure("p50_ms", percentile(&mut topup, 50.0))
-        .figure("max_ms", percentile(&mut topup, 100.0));
-    if topup_cpu.len() == samples {
-        report = report.figure("server_cpu_p50_ms", percentile(&mut topup_cpu, 50.0));
-    }
-    reports.push(report);
+    reports.push(all.report(params("sighted"), "sighted"));
 
     // noop: full.
-    let mut noop = Vec::new();
-    for _ in 0..ctx.size(50, 5) {
-        let (ms, _, _) = cycle(&feeder).await?;
-        noop.push(ms);
+    for _ in 0..samples * 3 {
+        all.take("noop", cycle(&feeder).await?, 0)?;
     }
-    reports.push(
-        Report::new("feeder", params("noop"))
-            .figure("p50_ms", percentile(&mut noop, 50.0))
-            .figure("p99_ms", percentile(&mut noop, 99.0)),
-    );
+    reports.push(all.report(params("noop"), "noop"));
+    if let Some(first) = reports.first_mut() {
+        first.figures.insert("seed_s".into(), json!(seed_s));
+        first.figures.insert("catch_up_s".into(), json!(catch_up_s));
+        first
+            .figures
+            .insert("catch_up_pairs_moved".into(), json!(moved));
+    }
     feeder_pool.close().await;
     Ok(reports)
+}
+
+/// Cycle timings per scenario: wall ms, server CPU ms (when readable).
+#[derive(Default)]
+struct Samples {
+    by: std::collections::BTreeMap<&'static str, (Vec<f64>, Vec<f64>)>,
+}
+
+impl Samples {
+    /// One cycle of `scenario`, which must have inserted `expect` jobs.
+    fn take(
+        &mut self,
+        scenario: &'static str,
+        (wall, cpu, inserted): (f64, Option<f64>, u64),
+        expect: u64,
+    ) -> Result<(), BenchError> {
+        if inserted != expect {
+            return Err(BenchError::Other(format!(
+                "{scenario}: a cycle inserted {inserted}, expected {expect}"
+            )));
+        }
+        let e = self.by.entry(scenario).or_default();
+        e.0.push(wall);
+        e.1.extend(cpu);
+        Ok(())
+    }
+
+    fn report(&mut self, params: serde_json::Value, scenario: &'static str) -> Report {
+        let (wall, cpu) = self.by.entry(scenario).or_default();
+        let mut r = Report::new("feeder", params)
+            .figure("p50_ms", percentile(wall, 50.0))
+            .figure("max_ms", percentile(wall, 100.0));
+        if cpu.len() == wall.len() && !cpu.is_empty() {
+            r = r.figure("server_cpu_p50_ms", percentile(cpu, 50.0));
+        }
+        r
+    }
 }
 
 /// CPU time (user + system) a local server process has used, in ms, from

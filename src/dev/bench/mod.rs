@@ -109,6 +109,11 @@ pub struct Ctx {
     pub quick: bool,
     /// Simulated days of `schedule` (`None`: 30, or 2 when quick).
     pub days: Option<u32>,
+    /// `schedule`'s world scale (1: 200,000 soldiers, 8 keys, 1,296/h).
+    pub scale: f64,
+    /// `schedule --keys`: full-scale key counts to run the sightings policy
+    /// with (empty: both policies with 8).
+    pub keys: Vec<u32>,
 }
 
 impl Ctx {

@@ -83,15 +83,25 @@ struct World {
     seed: u64,
 }
 
+/// The full-scale world's egress keys, and the budget each brings (today's
+/// 1,296 an hour over 8 keys).
+const FULL_KEYS: u32 = 8;
+const BUDGET_PER_KEY: f64 = 1_296.0 / FULL_KEYS as f64;
+
 impl World {
-    fn new(quick: bool, days: Option<u32>) -> World {
+    /// The world at `scale` (population, new soldiers a day, keys and budget
+    /// together; quick is scale 0.05 of it) with `full_keys` keys at full
+    /// scale, each bringing its share of the budget.
+    fn new(quick: bool, days: Option<u32>, scale: f64, full_keys: u32) -> World {
+        let f = if quick { 0.05 * scale } else { scale };
+        let scaled = |x: f64| (x * f).round().max(1.0);
         World {
-            soldiers: if quick { 10_000 } else { 200_000 },
-            new_per_day: if quick { 122 } else { 2_430 },
+            soldiers: scaled(200_000.0) as usize,
+            new_per_day: scaled(2_430.0) as usize,
             days: days.map_or(if quick { 2 } else { 30 }, i64::from),
-            keys: 8,
+            keys: scaled(f64::from(full_keys)) as usize,
             key_spacing: 5 * US,
-            budget: if quick { 65 } else { 1_296 },
+            budget: scaled(BUDGET_PER_KEY * f64::from(full_keys)) as u32,
             latency: 1_200_000,
             tick: 30 * 60 * US,
             rate_5xx: 0.003,
@@ -101,15 +111,41 @@ impl World {
     }
 }
 
-/// Runs both policies at once, one scratch database each.
+/// Runs both policies at once, one scratch database each; with `--keys`,
+/// the sightings policy once per key count instead (two at a time).
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let world = World::new(ctx.quick, ctx.days);
+    if !ctx.keys.is_empty() {
+        let mut reports = Vec::new();
+        for pair in ctx.keys.chunks(2) {
+            let runs = pair.iter().map(|&k| {
+                let world = World::new(ctx.quick, ctx.days, ctx.scale, k);
+                async move {
+                    ScratchDb::with(&ctx.target, 4, async |db| {
+                        simulate(db, &world, SchedulingPolicy::Sightings, ctx.scale, k).await
+                    })
+                    .await
+                }
+            });
+            for r in futures_util::future::join_all(runs).await {
+                reports.push(r?);
+            }
+        }
+        return Ok(reports);
+    }
+    let world = World::new(ctx.quick, ctx.days, ctx.scale, FULL_KEYS);
     let (age, sightings) = tokio::join!(
         ScratchDb::with(&ctx.target, 4, async |db| {
-            simulate(db, &world, SchedulingPolicy::Age).await
+            simulate(db, &world, SchedulingPolicy::Age, ctx.scale, FULL_KEYS).await
         }),
         ScratchDb::with(&ctx.target, 4, async |db| {
-            simulate(db, &world, SchedulingPolicy::Sightings).await
+            simulate(
+                db,
+                &world,
+                SchedulingPolicy::Sightings,
+                ctx.scale,
+                FULL_KEYS,
+            )
+            .await
         }),
     );
     Ok(vec![age?, sightings?])
@@ -161,6 +197,7 @@ struct Tally {
     sighting_delays: Vec<f64>,
     bootstrap_delays: Vec<f64>,
     fresh_samples: Vec<f64>,
+    bound_samples: Vec<f64>,
 }
 
 fn at(t0: DateTime<Utc>, us: i64) -> DateTime<Utc> {
@@ -175,6 +212,8 @@ async fn simulate(
     db: &ScratchDb,
     world: &World,
     policy: SchedulingPolicy,
+    scale: f64,
+    full_keys: u32,
 ) -> Result<Report, BenchError> {
     let started = Instant::now();
     // The simulation's writes need no durability: commits do not wait for
@@ -252,6 +291,9 @@ async fn simulate(
                     day += 1;
                     if day >= 2 {
                         tally.fresh_samples.push(fresh_ratio(&soldiers, day * DAY));
+                        tally
+                            .bound_samples
+                            .push(fresh_bound(&soldiers, day * DAY, world));
                     }
                     let mut s: Vec<(i64, usize)> = Vec::new();
                     for (i, so) in soldiers.iter().enumerate() {
@@ -458,7 +500,9 @@ async fn simulate(
             "soldiers": world.soldiers,
             "new_per_day": world.new_per_day,
             "days": world.days,
+            "scale": scale,
             "egress_keys": world.keys,
+            "egress_keys_full_scale": full_keys,
             "requests_per_s_per_key": US as f64 / world.key_spacing as f64,
             "budget_per_hour": world.budget,
             "rate_5xx": world.rate_5xx,
@@ -470,10 +514,11 @@ async fn simulate(
     .figure("budget_use_ratio", used as f64 / allowed.max(1.0))
     .figure("windows_over_budget_count", tally.windows_over as f64)
     .figure("waste_ratio", tally.wasted as f64 / tally.requests.max(1) as f64)
-    .figure(
-        "active_detailed_fresh_ratio",
-        tally.fresh_samples.iter().sum::<f64>() / tally.fresh_samples.len().max(1) as f64,
-    )
+    .figure("active_detailed_fresh_ratio", mean(&tally.fresh_samples))
+    .figure("active_detailed_fresh_bound", mean(&tally.bound_samples))
+    // The last three days' (the steady state of a long run).
+    .figure("active_detailed_fresh_ratio_final", mean(last3(&tally.fresh_samples)))
+    .figure("active_detailed_fresh_bound_final", mean(last3(&tally.bound_samples)))
     .figure("sighting_served_ratio", served(&tally.sighting_delays))
     .figure("bootstrap_served_ratio", served(&tally.bootstrap_delays))
     .figure("requests_count", tally.requests as f64)
@@ -500,6 +545,22 @@ async fn simulate(
         .figure("grant_claim_wall_s", spent[2].as_secs_f64())
         .figure("finalize_wall_s", spent[3].as_secs_f64())
         .figure("wall_s", started.elapsed().as_secs_f64()))
+}
+
+/// The best `fresh_ratio` any policy could reach at `t` with the world's
+/// budget and this demand: a soldier is fresh at `t` only if a detailed
+/// request for it ran in the 24 h before, and of the day's requests the new
+/// soldiers' bootstrap (three resources each) cannot be skipped, so at most
+/// `24 × budget − 3 × new soldiers a day` of the soldiers seen in those 24 h
+/// can be fresh (a clairvoyant policy that spends every other request on
+/// detailed, exactly on who is about to be counted).
+fn fresh_bound(soldiers: &[Soldier], t: i64, world: &World) -> f64 {
+    let active = soldiers
+        .iter()
+        .filter(|s| s.seen > t - DAY && s.seen <= t)
+        .count();
+    let requests = 24.0 * f64::from(world.budget) - 3.0 * world.new_per_day as f64;
+    (requests.max(0.0) / active.max(1) as f64).min(1.0)
 }
 
 /// The share of soldiers seen in the 24 h before `t` whose detailed is
@@ -605,6 +666,14 @@ async fn initial_population(
     .await?;
     sqlx::raw_sql("VACUUM ANALYZE").execute(pool).await?;
     Ok(soldiers)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+fn last3(v: &[f64]) -> &[f64] {
+    &v[v.len().saturating_sub(3)..]
 }
 
 fn pick_tier(rng: &mut fastrand::Rng) -> usize {
