@@ -1577,7 +1577,7 @@ async fn beside_a_discovery_writer_a_soldier_seen_now_is_fed_within_one_cycle(
 }
 
 /// The statement the sightings policy used before `feeder_pairs`.
-const REFERENCE_CHOICE_SQL: &str = include_str!("feeder_reference.sql");
+const REFERENCE_CHOICE_SQL: &str = include_str!("../../src/dev/bench/feeder_0016.sql");
 
 /// What a choice statement picks (soldier, resource, class, reason) as of
 /// `now` with `room` per class and `total`, the feeder's binds otherwise.

@@ -11,7 +11,9 @@
 //! - `topup`: a full working set after 10% of it was claimed and finished;
 //! - `sighted`: 1,000 soldiers sighted anew by discovery, then a cycle that
 //!   tops up 10% (what a cycle of a running fleet does);
-//! - `noop`: a full working set (the cycle steps and counts).
+//! - `noop`: a full working set (the cycle steps and counts);
+//! - `choice`: the policy's choice statement alone, beside the one it
+//!   replaced (migration 0016's, `feeder_0016.sql`), on the same rows.
 //!
 //! The cycle's plan must read through the `feeder_pairs`, retry and primary
 //! key indexes, never a sequential scan of `soldiers`, `soldier_sources`,
@@ -190,6 +192,23 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     let mut reports = Vec::new();
     let mut all = Samples::default();
 
+    // choice: the sightings policy's choice alone (no insert), the
+    // incremental statement beside the one it replaced (migration 0016's,
+    // from every soldier in the window), on the same rows.
+    let (mut new, mut old) = (Vec::new(), Vec::new());
+    for i in 0..samples {
+        new.push(choice_ms(&feeder_pool, crate::feeder::SIGHTINGS_CHOICE_SQL, &tuning).await?);
+        // (three of the old: 19 s each at 1,000,000)
+        if i < 3 {
+            old.push(choice_ms(&feeder_pool, CHOICE_0016_SQL, &tuning).await?);
+        }
+    }
+    reports.push(
+        Report::new("feeder", params("choice"))
+            .figure("p50_ms", percentile(&mut new, 50.0))
+            .figure("reference_0016_p50_ms", percentile(&mut old, 50.0)),
+    );
+
     // fill: empty working set → target.
     for _ in 0..samples {
         exec(
@@ -238,6 +257,55 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     }
     feeder_pool.close().await;
     Ok(reports)
+}
+
+/// The sightings policy's choice before `feeder_pairs` (migration 0016).
+const CHOICE_0016_SQL: &str = include_str!("feeder_0016.sql");
+
+/// One run of a choice statement (the feeder's binds, its first room: each
+/// class up to its share of the depth), in ms.
+async fn choice_ms(pool: &sqlx::PgPool, sql: &'static str, t: &Tuning) -> Result<f64, BenchError> {
+    let f = &t.feeder;
+    let depth = i64::from(f.feeder_target_depth);
+    let resources: Vec<&str> = f
+        .background_resources
+        .0
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    let w = f.resource_weights;
+    use crate::domain::Resource;
+    let mut tx = pool.begin().await?;
+    sqlx::raw_sql(
+        "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off",
+    )
+    .execute(&mut *tx)
+    .await?;
+    let start = Instant::now();
+    let rows = sqlx::query(sql)
+        .bind(chrono::Utc::now())
+        .bind(f.active_window.as_secs_f64())
+        .bind(f.recent_window.as_secs_f64())
+        .bind(resources)
+        .bind(depth / 5)
+        .bind(depth / 20)
+        .bind(depth * 3 / 4)
+        .bind(depth)
+        .bind(f.aging_weight)
+        .bind(w.get(Resource::Detailed))
+        .bind(w.get(Resource::Profile))
+        .bind(w.get(Resource::Weapons))
+        .bind(w.get(Resource::Vehicles))
+        .bind(false)
+        .bind(false)
+        .fetch_all(&mut *tx)
+        .await?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    tx.rollback().await?;
+    if rows.is_empty() {
+        return Err(other("the choice found nothing to feed"));
+    }
+    Ok(ms)
 }
 
 /// Cycle timings per scenario: wall ms, server CPU ms (when readable).

@@ -5,21 +5,27 @@
 //! (`bf4ps_claim_job`) and the finalizations (`bf4ps_succeed_job`,
 //! `bf4ps_fail_job`, BF4PS's retry ladder), each at the virtual time.
 //!
-//! The world: 200,000 soldiers (quick: 10,000) and 2,430 new a day (quick:
-//! 122), a skewed population — 12,000 play on 85% of days, 67,300 on 20%,
-//! the rest on 1% — which gives BF4PS's census: about 24,900 seen a day and
-//! 72,800 in 7 days (`params` prints what the run drew). Discovery's
-//! sightings (a uniform time in the day) and new soldiers are written to
-//! `soldiers` and `soldier_sources` as BF4PS's discovery writes them, every
-//! tick (30 virtual minutes), which is also when the feeder runs (its
-//! working set, 1,000 jobs, holds 46 minutes of the budget). At the
-//! start every soldier has all three resources collected some time in the
-//! last 30 days, as a live BF4PS database has. 8 egress keys at 0.2
-//! requests/s share the 1,296/h budget (quick: 65/h) for 30 days (quick:
-//! 2); a request takes 1.2 s; Battlelog answers 0.3% 5xx and 0.3% 200
-//! without stats (the fake's two transient failures, at the rate BF4PS's
-//! 3-hour production endurance run saw: 24 retries in 3,888 attempts),
-//! which the retry ladder handles.
+//! The world at scale 1: 200,000 soldiers and 2,430 new a day, a skewed
+//! population — 12,000 play on 85% of days, 67,300 on 20%, the rest on 1%
+//! — which gives BF4PS's census: about 24,900 seen a day and 72,800 in 7
+//! days (`params` prints what the run drew). Discovery's sightings (a
+//! uniform time in the day) and new soldiers are written to `soldiers` and
+//! `soldier_sources` as BF4PS's discovery writes them, every tick (30
+//! virtual minutes), which is also when the feeder runs (its working set,
+//! 1,000 jobs, holds 46 minutes of the budget). At the start every soldier
+//! has all three resources collected some time in the last 30 days, as a
+//! live BF4PS database has. 8 egress keys at 0.2 requests/s share the
+//! 1,296/h budget for 30 days; a request takes 1.2 s; Battlelog answers
+//! 0.3% 5xx and 0.3% 200 without stats (the fake's two transient failures,
+//! at the rate BF4PS's 3-hour production endurance run saw: 24 retries in
+//! 3,888 attempts), which the retry ladder handles.
+//!
+//! `--scale F` multiplies the population, the new soldiers a day, the keys,
+//! the budget and the working set together (a smaller world, the same
+//! statements run fewer times: every share and ratio is the same world's);
+//! `--quick` is scale 0.05 for 2 days. `--keys N` gives the full-scale world
+//! N keys, each bringing 162 requests an hour of budget (today's 1,296 over
+//! 8) and its share of the working set.
 //!
 //! The collectors are an ideal client: a key tries again exactly when its
 //! own slot or the budget's (learnt from a refusal) frees, so every grant
@@ -34,7 +40,10 @@
 //! - `sighting_to_fresh_p50_s`/`_p95_s`: from a sighting after the last
 //!   detailed success to the next one (never: `null` past the share served);
 //! - `active_detailed_fresh_ratio`: at each day's end from day 2, the share
-//!   of soldiers seen in the last 24 h whose detailed is under 24 h old;
+//!   of soldiers seen in the last 24 h whose detailed is under 24 h old
+//!   (`_final`: the last three days'); `active_detailed_fresh_bound`: the
+//!   best any policy could do with that budget and that demand
+//!   ([`fresh_bound`]);
 //! - `bootstrap_delay_p50_s`/`_p95_s`: a new soldier's arrival to all three
 //!   resources collected;
 //! - `waste_ratio`: requests for a resource of a soldier not seen since that
@@ -76,6 +85,9 @@ struct World {
     keys: usize,
     key_spacing: i64,
     budget: u32,
+    /// The feeder's working set (scaled: it holds the same 46 minutes of
+    /// budget at every scale).
+    depth: u32,
     latency: i64,
     tick: i64,
     rate_5xx: f64,
@@ -102,6 +114,7 @@ impl World {
             keys: scaled(f64::from(full_keys)) as usize,
             key_spacing: 5 * US,
             budget: scaled(BUDGET_PER_KEY * f64::from(full_keys)) as u32,
+            depth: scaled(1_000.0 * f64::from(full_keys) / f64::from(FULL_KEYS)) as u32,
             latency: 1_200_000,
             tick: 30 * 60 * US,
             rate_5xx: 0.003,
@@ -256,6 +269,8 @@ async fn simulate(
         pool.clone(),
         &FeederSettings {
             scheduling_policy: policy,
+            feeder_target_depth: world.depth,
+            feeder_low_watermark: world.depth / 2,
             ..FeederSettings::default()
         },
         &PollSettings::default(),
@@ -505,6 +520,7 @@ async fn simulate(
             "egress_keys_full_scale": full_keys,
             "requests_per_s_per_key": US as f64 / world.key_spacing as f64,
             "budget_per_hour": world.budget,
+            "feeder_target_depth": world.depth,
             "rate_5xx": world.rate_5xx,
             "rate_no_stats": world.rate_no_stats,
             "tick_s": world.tick / US,

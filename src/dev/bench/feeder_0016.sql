@@ -1,7 +1,8 @@
--- The sightings policy's candidates as the feeder chose them before
--- feeder_pairs (migration 0017): one statement from every soldier sighted in
+-- The sightings policy's choice as the feeder made it up to migration 0016,
+-- before feeder_pairs (0017): one statement from every soldier sighted in
 -- the active window. tests/it/feeder.rs checks that the incremental feeder
--- chooses exactly these, in this order. Binds as the feeder's.
+-- chooses exactly these, in this order; `bench feeder` times both. Binds as
+-- the feeder's.
 WITH active AS MATERIALIZED (
             SELECT src.soldier_id, max(src.last_seen_at) AS seen_at,
                    bool_or(src.source_type = 'bf4sw') AS sighted
