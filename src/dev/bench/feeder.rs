@@ -253,7 +253,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
         first.figures.insert("catch_up_s".into(), json!(catch_up_s));
         first
             .figures
-            .insert("catch_up_pairs_moved".into(), json!(moved));
+            .insert("catch_up_pairs_count".into(), json!(moved));
     }
     feeder_pool.close().await;
     Ok(reports)

@@ -41,7 +41,8 @@
 //!   detailed success to the next one (never: `null` past the share served);
 //! - `active_detailed_fresh_ratio`: at each day's end from day 2, the share
 //!   of soldiers seen in the last 24 h whose detailed is under 24 h old
-//!   (`_final`: the last three days'); `active_detailed_fresh_bound`: the
+//!   (`active_detailed_fresh_final_ratio`: the last three days');
+//!   `active_detailed_fresh_bound_ratio` (and `_bound_final_ratio`): the
 //!   best any policy could do with that budget and that demand
 //!   ([`fresh_bound`]);
 //! - `bootstrap_delay_p50_s`/`_p95_s`: a new soldier's arrival to all three
@@ -531,10 +532,10 @@ async fn simulate(
     .figure("windows_over_budget_count", tally.windows_over as f64)
     .figure("waste_ratio", tally.wasted as f64 / tally.requests.max(1) as f64)
     .figure("active_detailed_fresh_ratio", mean(&tally.fresh_samples))
-    .figure("active_detailed_fresh_bound", mean(&tally.bound_samples))
+    .figure("active_detailed_fresh_bound_ratio", mean(&tally.bound_samples))
     // The last three days' (the steady state of a long run).
-    .figure("active_detailed_fresh_ratio_final", mean(last3(&tally.fresh_samples)))
-    .figure("active_detailed_fresh_bound_final", mean(last3(&tally.bound_samples)))
+    .figure("active_detailed_fresh_final_ratio", mean(last3(&tally.fresh_samples)))
+    .figure("active_detailed_fresh_bound_final_ratio", mean(last3(&tally.bound_samples)))
     .figure("sighting_served_ratio", served(&tally.sighting_delays))
     .figure("bootstrap_served_ratio", served(&tally.bootstrap_delays))
     .figure("requests_count", tally.requests as f64)
