@@ -810,6 +810,28 @@ impl Feeder {
         }
     }
 
+    /// Runs a choice statement ([`SIGHTINGS_CHOICE_SQL`], or migration
+    /// 0016's it replaced) with this feeder's binds as of `now`, `room` per
+    /// class and `total`, in a cycle's settings, and rolls back: the pairs
+    /// (soldier, resource, class, reason) in feed order. For the tests and
+    /// the bench.
+    #[doc(hidden)]
+    pub async fn choose(
+        &self,
+        sql: &'static str,
+        now: DateTime<Utc>,
+        room: [i64; 3],
+        total: i64,
+    ) -> Result<Vec<(i64, String, String, String)>, FeederError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
+        let rows = bind_feed!(sqlx::query_as(sql), self.settings, now, room, total)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        Ok(rows)
+    }
+
     /// The plan of a cycle's feed statement inserting up to `limit` jobs
     /// (`EXPLAIN`, not executed): shows that the backlog is read through
     /// indexes. For diagnostics, tests and the bench.

@@ -1579,45 +1579,6 @@ async fn beside_a_discovery_writer_a_soldier_seen_now_is_fed_within_one_cycle(
 /// The statement the sightings policy used before `feeder_pairs`.
 const REFERENCE_CHOICE_SQL: &str = include_str!("../../src/dev/bench/feeder_0016.sql");
 
-/// What a choice statement picks (soldier, resource, class, reason) as of
-/// `now` with `room` per class and `total`, the feeder's binds otherwise.
-async fn choice(
-    pool: &PgPool,
-    sql: &'static str,
-    now: DateTime<Utc>,
-    room: [i64; 3],
-    total: i64,
-    recent: bool,
-) -> Vec<(i64, String, String, String)> {
-    let t = tuning(1_000).feeder;
-    let resources: Vec<&str> = t
-        .background_resources
-        .0
-        .iter()
-        .map(|r| r.as_str())
-        .collect();
-    let w = t.resource_weights;
-    sqlx::query_as(sql)
-        .bind(now)
-        .bind(t.active_window.as_secs_f64())
-        .bind(t.recent_window.as_secs_f64())
-        .bind(resources)
-        .bind(room[0])
-        .bind(room[1])
-        .bind(room[2])
-        .bind(total)
-        .bind(t.aging_weight)
-        .bind(w.get(Resource::Detailed))
-        .bind(w.get(Resource::Profile))
-        .bind(w.get(Resource::Weapons))
-        .bind(w.get(Resource::Vehicles))
-        .bind(recent)
-        .bind(false)
-        .fetch_all(pool)
-        .await
-        .unwrap()
-}
-
 /// The incremental feeder chooses exactly what the old statement chose, in
 /// the same order, over ten rounds of a random world: sightings by
 /// discovery (`bf4sw`) and by hand (`manual`) in and out of the window,
@@ -1634,6 +1595,11 @@ async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: Pg
     soldiers(p, 1, n).await;
     let mut now = db_now(p).await + days(1);
     let f = feeder(p, 400);
+    let f_recent = {
+        let mut t = tuning(400);
+        t.feeder.recent_work = ExtraWork::Due;
+        feeder_with(p, t)
+    };
     let states = [
         "never_attempted",
         "success",
@@ -1713,16 +1679,15 @@ async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: Pg
             ([0, 0, 400], 400, true),
             ([10_000; 3], 10_000, false),
         ] {
-            let old = choice(p, REFERENCE_CHOICE_SQL, now, room, total, recent).await;
-            let new = choice(
-                p,
-                bf4ps_ops::feeder::SIGHTINGS_CHOICE_SQL,
-                now,
-                room,
-                total,
-                recent,
-            )
-            .await;
+            let f = if recent { &f_recent } else { &f };
+            let old = f
+                .choose(REFERENCE_CHOICE_SQL, now, room, total)
+                .await
+                .unwrap();
+            let new = f
+                .choose(bf4ps_ops::feeder::SIGHTINGS_CHOICE_SQL, now, room, total)
+                .await
+                .unwrap();
             assert!(
                 !old.is_empty() || round == 0,
                 "round {round}: nothing to choose"

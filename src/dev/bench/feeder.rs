@@ -197,10 +197,10 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     // from every soldier in the window), on the same rows.
     let (mut new, mut old) = (Vec::new(), Vec::new());
     for i in 0..samples {
-        new.push(choice_ms(&feeder_pool, crate::feeder::SIGHTINGS_CHOICE_SQL, &tuning).await?);
+        new.push(choice_ms(&feeder, crate::feeder::SIGHTINGS_CHOICE_SQL, target).await?);
         // (three of the old: 19 s each at 1,000,000)
         if i < 3 {
-            old.push(choice_ms(&feeder_pool, CHOICE_0016_SQL, &tuning).await?);
+            old.push(choice_ms(&feeder, CHOICE_0016_SQL, target).await?);
         }
     }
     reports.push(
@@ -262,46 +262,21 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
 /// The sightings policy's choice before `feeder_pairs` (migration 0016).
 const CHOICE_0016_SQL: &str = include_str!("feeder_0016.sql");
 
-/// One run of a choice statement (the feeder's binds, its first room: each
-/// class up to its share of the depth), in ms.
-async fn choice_ms(pool: &sqlx::PgPool, sql: &'static str, t: &Tuning) -> Result<f64, BenchError> {
-    let f = &t.feeder;
-    let depth = i64::from(f.feeder_target_depth);
-    let resources: Vec<&str> = f
-        .background_resources
-        .0
-        .iter()
-        .map(|r| r.as_str())
-        .collect();
-    let w = f.resource_weights;
-    use crate::domain::Resource;
-    let mut tx = pool.begin().await?;
-    sqlx::raw_sql(
-        "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off",
-    )
-    .execute(&mut *tx)
-    .await?;
+/// One run of a choice statement as the feeder binds it (its first room:
+/// each class up to its share of the depth), in ms.
+async fn choice_ms(feeder: &Feeder, sql: &'static str, depth: u32) -> Result<f64, BenchError> {
+    let depth = i64::from(depth);
     let start = Instant::now();
-    let rows = sqlx::query(sql)
-        .bind(chrono::Utc::now())
-        .bind(f.active_window.as_secs_f64())
-        .bind(f.recent_window.as_secs_f64())
-        .bind(resources)
-        .bind(depth / 5)
-        .bind(depth / 20)
-        .bind(depth * 3 / 4)
-        .bind(depth)
-        .bind(f.aging_weight)
-        .bind(w.get(Resource::Detailed))
-        .bind(w.get(Resource::Profile))
-        .bind(w.get(Resource::Weapons))
-        .bind(w.get(Resource::Vehicles))
-        .bind(false)
-        .bind(false)
-        .fetch_all(&mut *tx)
-        .await?;
+    let rows = feeder
+        .choose(
+            sql,
+            chrono::Utc::now(),
+            [depth / 5, depth / 20, depth * 3 / 4],
+            depth,
+        )
+        .await
+        .map_err(other)?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
-    tx.rollback().await?;
     if rows.is_empty() {
         return Err(other("the choice found nothing to feed"));
     }
