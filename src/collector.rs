@@ -42,6 +42,7 @@ use crate::db::{DbTarget, Pool, PoolConn};
 use crate::domain::Lane;
 use crate::egress::{self, EgressError};
 use crate::listener::{Channel, Listener, ListenerOptions, WakeReason};
+use crate::queue::Take;
 use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, QueueError};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
 use crate::telemetry::error_chain;
@@ -87,9 +88,6 @@ struct Claimed {
 /// A claim failed; the loop logs it and retries with [`CLAIM_ERRORS`].
 #[derive(Debug, thiserror::Error)]
 enum ClaimError {
-    /// The egress gate could not be passed (database).
-    #[error(transparent)]
-    Egress(EgressError),
     /// No connection for the claim.
     #[error("no database connection for the claim")]
     Connection(#[source] sqlx::Error),
@@ -120,6 +118,9 @@ pub struct CollectorMetrics {
     pub failed: metrics::Counter,
     /// `bf4ps_collector_jobs_total{outcome="lease_lost"}`.
     pub lease_lost: metrics::Counter,
+    /// `bf4ps_collector_jobs_total{outcome="refused"}`: finalizations the
+    /// database refused (bad data, a bound).
+    pub(crate) refused: metrics::Counter,
     /// `bf4ps_collector_egress_wait_seconds`.
     pub(crate) egress_wait: metrics::Histogram,
     /// `bf4ps_collector_protocol_refusals_total`.
@@ -143,6 +144,7 @@ impl CollectorMetrics {
             succeeded: jobs("succeeded"),
             failed: jobs("failed"),
             lease_lost: jobs("lease_lost"),
+            refused: jobs("refused"),
             egress_wait: registry.histogram(
                 "bf4ps_collector_egress_wait_seconds",
                 &[("egress_key", egress_key)],
@@ -161,6 +163,7 @@ impl Default for CollectorMetrics {
             succeeded: metrics::Counter::noop(),
             failed: metrics::Counter::noop(),
             lease_lost: metrics::Counter::noop(),
+            refused: metrics::Counter::noop(),
             egress_wait: metrics::Histogram::noop(),
             protocol_refusals: metrics::Counter::noop(),
         }
@@ -520,25 +523,51 @@ impl Collector {
         }
     }
 
-    /// Passes the egress gate, then claims and starts one job in one
-    /// transaction (`None`: nothing to do): the request may go at once, so
-    /// the job never waits in `claimed`. The claim's connection is returned
+    /// Claims and starts one job with its egress grant, in one statement
+    /// (`None`: nothing to do, or shutdown while the gate said wait): the
+    /// request may go at once, so the job never waits in `claimed`, and a
+    /// grant is never spent without a job. While the gate says wait (the
+    /// key's rate, its throttle pause, the budget or the key's share of
+    /// it) it sleeps and asks again. The claim's connection is returned
     /// with the job: the finalization runs on it too (one pool checkout per
-    /// job), with what the egress gate said.
+    /// job).
     async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<Claimed>, ClaimError> {
-        let passed = match egress::pass(&self.pool, &self.id, drain).await {
-            Ok(passed) => passed,
-            Err(EgressError::Cancelled) => return Ok(None),
-            Err(e) => return Err(ClaimError::Egress(e)),
-        };
-        self.metrics.egress_wait.record(passed.waited.as_secs_f64());
-        let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
-        let job = queue::claim_and_start(&mut conn, &self.id).await?;
-        Ok(job.map(|job| Claimed {
-            job,
-            conn,
-            gate_waited: passed.waited,
-        }))
+        let started = Instant::now();
+        let mut waited = false;
+        let mut logged_pause = false;
+        loop {
+            let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
+            let wait = match queue::take(&mut conn, &self.id).await? {
+                Take::Job(job) => {
+                    let gate_waited = if waited {
+                        started.elapsed()
+                    } else {
+                        Duration::ZERO
+                    };
+                    self.metrics.egress_wait.record(gate_waited.as_secs_f64());
+                    return Ok(Some(Claimed {
+                        job,
+                        conn,
+                        gate_waited,
+                    }));
+                }
+                Take::Nothing => return Ok(None),
+                Take::Wait { wait, paused } => {
+                    if paused && !logged_pause {
+                        logged_pause = true;
+                        info!(egress = %self.id.egress_key, wait_s = wait.as_secs_f64(),
+                              "egress key paused: Battlelog throttled it");
+                    }
+                    wait
+                }
+            };
+            drop(conn);
+            waited = true;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.clamp(Duration::from_millis(1), egress::MAX_WAIT_STEP)) => {}
+                _ = drain.cancelled() => return Ok(None),
+            }
+        }
     }
 
     /// fetch (renewing) → finalize, for one claimed and started job.
@@ -645,6 +674,7 @@ impl Collector {
                 // same. The lease expires and the job is recovered.
                 error!(error = %error_chain(&e),
                        "finalize refused; leaving the job to lease recovery");
+                self.metrics.refused.increment(1);
                 return Ok(None);
             }
             retries = retries.saturating_add(1);

@@ -195,7 +195,7 @@ text_enum! {
 text_enum! {
     /// What an interactive refresh request did to one resource's job (the
     /// `state` column of `bf4ps_request_refresh`).
-    RefreshState, "refresh state", "created, promoted, pending, claimed, running" {
+    RefreshState, "refresh state", "created, promoted, pending, claimed, running, fresh" {
         /// A new interactive job was created.
         Created => "created",
         /// A pending background job was moved to the interactive lane.
@@ -206,6 +206,8 @@ text_enum! {
         Claimed => "claimed",
         /// A collector is fetching it.
         Running => "running",
+        /// Collected less than the interactive cooldown ago: nothing queued.
+        Fresh => "fresh",
     }
 }
 

@@ -3,13 +3,16 @@
 //! background requests across all keys, and the pause of a key that
 //! Battlelog throttled — all coordinated through PostgreSQL.
 //!
-//! A pass is one statement (`bf4ps_collector_egress_pass`, migration 0014):
-//! for the caller's incarnation (its registered key and lane) it grants a
-//! request *now* when the key's next slot, the key's pause and (for the
-//! background lane) the budget's next slot have all passed, moving the key's
-//! slot `1/rate` on and the budget's `window/budget × (1 + margin)` on;
-//! otherwise it reserves nothing and the caller sleeps until it may try
-//! again. The spacings are the ones `serve` published ([`Limits`], from its
+//! The grant is taken by the claim itself (`bf4ps_collector_claim`,
+//! migration 0019, [`crate::queue::claim_and_start`]): for the caller's
+//! incarnation (its registered key and lane) it grants a request *now* when
+//! the key's next slot, the key's pause and (for the background lane) the
+//! budget's next slot and the key's own fair-share slot have all passed,
+//! and a job is claimed with it; then the key's slot moves `1/rate` on, the
+//! budget's `window/budget × (1 + margin)` on, and the key's own budget
+//! slot that times the keys wanting the budget. Otherwise it reserves
+//! nothing and the caller sleeps until it may try again. A grant is never
+//! spent without a claim, and a claim never goes without a grant. The spacings are the ones `serve` published ([`Limits`], from its
 //! configuration), never the caller's; slots come from the database clock,
 //! so hosts with skewed clocks share one schedule.
 //!
@@ -20,19 +23,19 @@
 //!   up to `BUDGET_SLACK + BUDGET_MARGIN × window` later than their grant
 //!   (1 s + 18 s at 1 h, against a 5 s upstream connect timeout) still fit
 //!   in it, counted at Battlelog;
+//! - while several keys want the budget (asked for a background claim in
+//!   the last minute), one key's budget grants are at least
+//!   `budget_spacing × keys` apart: no key takes more than its fair share,
+//!   and a key alone may take the whole budget;
 //! - nothing is booked ahead: a paused key, or a key with many collectors,
 //!   never holds the budget (and so the other keys) back;
-//! - a pause is seen by every pass that starts after it committed: at most
+//! - a pause is seen by every claim that starts after it committed: at most
 //!   the requests already granted (in flight) reach Battlelog during it;
 //! - a throttled finalization (`queue::finalize_failure`) pauses the key in
 //!   its own transaction; a success on the key ends the pause streak in the
 //!   success's transaction (`queue::finalize_success`).
 
-use std::time::{Duration, Instant};
-
-use crate::db::Pool;
-use crate::registry::CollectorId;
-use tokio_util::sync::CancellationToken;
+use std::time::Duration;
 
 use crate::domain::Lane;
 
@@ -127,18 +130,6 @@ pub enum EgressError {
     /// The rate is not a positive finite number.
     #[error("egress rate {0} is not a positive number of requests per second")]
     BadRate(f64),
-    /// Shutdown was requested while waiting; nothing was granted.
-    #[error("cancelled while waiting for the egress gate")]
-    Cancelled,
-    /// Database failure.
-    #[error("egress gate for {key:?} failed: {source}")]
-    Database {
-        /// The egress key.
-        key: String,
-        /// Cause.
-        #[source]
-        source: sqlx::Error,
-    },
 }
 
 /// What passes are subject to (`serve` publishes them into
@@ -174,67 +165,6 @@ impl Limits {
 /// `window + BUDGET_SLACK + BUDGET_MARGIN × window`.
 pub fn budget_spacing(window: Duration, budget: u32) -> Duration {
     (window.mul_f64(1.0 + BUDGET_MARGIN) + BUDGET_SLACK).div_f64(f64::from(budget.max(1)))
-}
-
-/// A granted pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Passed {
-    /// How long the pass waited (0: granted at once).
-    pub waited: Duration,
-    /// The key's throttle streak when granted (> 0: Battlelog throttled it
-    /// and no success has been seen since; a success should reset it).
-    pub throttle_streak: i32,
-}
-
-/// Waits until a request of `who` may go now, and takes the grant (the
-/// incarnation's registered key and lane; the published spacing).
-pub async fn pass(
-    pool: &Pool,
-    who: &CollectorId,
-    cancel: &CancellationToken,
-) -> Result<Passed, EgressError> {
-    let key = who.egress_key.as_str();
-    let started = Instant::now();
-    let mut waited_once = false;
-    let mut logged_pause = false;
-    loop {
-        let (granted, wait_us, throttle_streak, paused): (bool, i64, i32, bool) = sqlx::query_as(
-            "SELECT granted, wait_us, throttle_streak, paused \
-                 FROM bf4ps_collector_egress_pass($1, $2)",
-        )
-        .bind(who.uuid)
-        .bind(who.secret_uuid())
-        .fetch_one(pool)
-        .await
-        .map_err(|source| EgressError::Database {
-            key: key.to_owned(),
-            source,
-        })?;
-        if granted {
-            return Ok(Passed {
-                waited: if waited_once {
-                    started.elapsed()
-                } else {
-                    Duration::ZERO
-                },
-                throttle_streak,
-            });
-        }
-        waited_once = true;
-        let wait = Duration::from_micros(u64::try_from(wait_us).unwrap_or(0));
-        if paused && !logged_pause {
-            logged_pause = true;
-            tracing::info!(
-                egress = key,
-                wait_s = wait.as_secs_f64(),
-                "egress key paused: Battlelog throttled it"
-            );
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(wait.clamp(Duration::from_millis(1), MAX_WAIT_STEP)) => {}
-            _ = cancel.cancelled() => return Err(EgressError::Cancelled),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,11 @@ crate::config::settings! {
         /// it refuses with SQLSTATE 53400 and queues nothing.
         max_pending_interactive: u32 = "1000", "max-pending-interactive", "BF4PS_MAX_PENDING_INTERACTIVE", "Scheduling",
             check crate::config::checks::count;
+
+        /// A resource collected less than this ago is answered `fresh` with its last
+        /// success and no job: a Battlelog soldier page changes after a round (10 to 30
+        /// minutes), so a click sooner would spend a request on the same data.
+        interactive_cooldown: std::time::Duration = "10m", "interactive-cooldown", "BF4PS_INTERACTIVE_COOLDOWN", "Scheduling";
     }
 }
 
@@ -82,23 +87,26 @@ pub use crate::domain::RefreshState;
 pub struct RefreshRow {
     /// The resource.
     pub resource: String,
-    /// Its live job.
-    pub job_id: i64,
+    /// Its live job; `None` when fresh (nothing queued).
+    pub job_id: Option<i64>,
     /// What the request did.
     pub state: RefreshState,
     /// 1-based place among pending interactive jobs in claim order; 0 when
-    /// already claimed or running.
-    pub position: i64,
+    /// already claimed or running; `None` when fresh.
+    pub position: Option<i64>,
     /// Estimated seconds until collected; `None` when no interactive
-    /// collector is available.
+    /// collector is available, or fresh.
     pub eta_seconds: Option<f64>,
+    /// The pair's last success (`None`: never collected).
+    pub last_success_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Requests an interactive refresh of (`platform`, `persona_id`) for
 /// `resources` (all four when empty), on a pool (its own transaction) or
 /// inside the caller's transaction. `name` is the soldier's name: required
 /// for a soldier BF4PS does not know yet (the website passes the name from
-/// the Battlelog soldier URL), recorded as its latest name otherwise.
+/// the Battlelog soldier URL); for a known soldier it changes nothing
+/// (discovery and BF4PS's own sources own names).
 pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
     executor: E,
     platform: &str,
@@ -114,7 +122,7 @@ pub async fn request_refresh<'e, E: sqlx::PgExecutor<'e>>(
         resources.iter().map(String::as_str).collect()
     };
     Ok(sqlx::query_as(
-        "SELECT resource, job_id, state, position, eta_seconds \
+        "SELECT resource, job_id, state, position, eta_seconds, last_success_at \
          FROM bf4ps_request_refresh($1, $2, $3, soldier_name => $4)",
     )
     .bind(platform)
@@ -167,6 +175,8 @@ pub struct Published {
     pub shares: [f64; 3],
     /// Seen within this: active.
     pub(crate) active_window: Duration,
+    /// A resource collected less than this ago is answered `fresh`.
+    pub interactive_cooldown: Duration,
 }
 
 fn int(n: u32) -> i32 {
@@ -187,7 +197,8 @@ pub async fn publish_settings(
               throttle_pause_max, retry_ladder, retry_jitter, retry_max_attempts, \
               refresh_detailed, refresh_profile, refresh_weapons, refresh_vehicles, \
               registrations_per_hour, collectors_per_role, budget_requests, budget_window, \
-              share_active_max, share_bootstrap_min, share_retry_min, active_window, updated_at) \
+              share_active_max, share_bootstrap_min, share_retry_min, active_window, \
+              interactive_cooldown, updated_at) \
          SELECT true, $1 * interval '1 microsecond', $2, $3, $4 * interval '1 microsecond', \
                 $5 * interval '1 microsecond', $6 * interval '1 microsecond', \
                 $7 * interval '1 microsecond', $8 * interval '1 microsecond', \
@@ -197,7 +208,7 @@ pub async fn publish_settings(
                 $11, $12, $13 * interval '1 microsecond', $14 * interval '1 microsecond', \
                 $15 * interval '1 microsecond', $16 * interval '1 microsecond', $17, $18, $19, \
                 $20 * interval '1 microsecond', $21, $22, $23, \
-                $24 * interval '1 microsecond', now() \
+                $24 * interval '1 microsecond', $25 * interval '1 microsecond', now() \
          ON CONFLICT (singleton) DO UPDATE \
          SET eta_window = EXCLUDED.eta_window, egress_rate = EXCLUDED.egress_rate, \
              max_pending_interactive = EXCLUDED.max_pending_interactive, \
@@ -218,7 +229,8 @@ pub async fn publish_settings(
              share_active_max = EXCLUDED.share_active_max, \
              share_bootstrap_min = EXCLUDED.share_bootstrap_min, \
              share_retry_min = EXCLUDED.share_retry_min, \
-             active_window = EXCLUDED.active_window, updated_at = now()",
+             active_window = EXCLUDED.active_window, \
+             interactive_cooldown = EXCLUDED.interactive_cooldown, updated_at = now()",
     )
     .bind(us(settings.eta_window))
     .bind(settings.egress_rate)
@@ -244,6 +256,7 @@ pub async fn publish_settings(
     .bind(settings.shares[1])
     .bind(settings.shares[2])
     .bind(us(settings.active_window))
+    .bind(i64::try_from(settings.interactive_cooldown.as_micros()).unwrap_or(i64::MAX))
     .execute(pool)
     .await?;
     Ok(())
@@ -268,7 +281,7 @@ pub(crate) fn fmt_eta(eta: Option<f64>) -> String {
 
 /// The CLI's rendering: a table (database-held strings through
 /// [`crate::output::escape`]), or a JSON array of [`RefreshRow`]
-/// (`resource`, `job_id`, `state`, `position`, `eta_seconds`).
+/// (`resource`, `job_id`, `state`, `position`, `eta_seconds`, `last_success_at`).
 pub fn render(rows: &[RefreshRow], json: bool) -> String {
     if json {
         return serde_json::to_string_pretty(rows).unwrap_or_default() + "\n";
@@ -281,14 +294,18 @@ pub fn render(rows: &[RefreshRow], json: bool) -> String {
         out.push_str(&format!(
             "{:<10} {:>10} {:<9} {:>8}  {}\n",
             crate::output::escape(&r.resource),
-            r.job_id,
+            r.job_id.map_or_else(|| "-".to_owned(), |j| j.to_string()),
             r.state,
-            if r.position == 0 {
-                "-".to_owned()
-            } else {
-                r.position.to_string()
+            match r.position {
+                None | Some(0) => "-".to_owned(),
+                Some(p) => p.to_string(),
             },
-            fmt_eta(r.eta_seconds)
+            match (r.state, r.last_success_at) {
+                (RefreshState::Fresh, Some(at)) => {
+                    format!("fresh: collected {}", at.format("%Y-%m-%d %H:%M:%S UTC"))
+                }
+                _ => fmt_eta(r.eta_seconds),
+            }
         ));
     }
     out
@@ -310,7 +327,9 @@ mod tests {
 
     #[test]
     fn states_round_trip() {
-        for s in ["created", "promoted", "pending", "claimed", "running"] {
+        for s in [
+            "created", "promoted", "pending", "claimed", "running", "fresh",
+        ] {
             assert_eq!(s.parse::<RefreshState>().unwrap().as_str(), s);
         }
         assert!("done".parse::<RefreshState>().is_err());

@@ -138,6 +138,7 @@ impl crate::request::Published {
                 t.egress.share_retry_min,
             ],
             active_window: t.feeder.active_window,
+            interactive_cooldown: t.request.interactive_cooldown,
         }
     }
 }

@@ -46,6 +46,85 @@ $$;
 ALTER FUNCTION public.bf4ps_budget_class(priority_class text, last_error_at timestamp with time zone) OWNER TO <migrator>;
 
 --
+-- Name: bf4ps_check_document(text, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_check_document(p_resource text, p_data jsonb, p_now timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    v_list text := CASE p_resource WHEN 'weapons' THEN 'weapons'
+                                   WHEN 'vehicles' THEN 'vehicles' END;
+    v_seed integer;
+    v_per_day integer;
+    v_new bigint;
+    v_size bigint;
+    v_recent bigint;
+    v_bad text;
+BEGIN
+    -- (An oversized or malformed list is bf4ps_succeed_job's to refuse.)
+    IF v_list IS NOT NULL AND jsonb_typeof(p_data->v_list) = 'array'
+       AND jsonb_array_length(p_data->v_list) <= 5000 THEN
+        SELECT format('entry %s', e.guid) INTO v_bad
+        FROM jsonb_to_recordset(p_data->v_list) AS e(guid text, name text, slug text, category text)
+        WHERE NOT public.bf4ps_text_ok(e.name, 200) OR NOT public.bf4ps_text_ok(e.category, 200)
+           OR e.name ~ '[<>]' OR e.category ~ '[<>]'
+           OR e.slug !~ '^[A-Za-z0-9._-]{1,200}$' OR e.slug ~ '\.\.'
+        LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'a % % has a name, slug or category with characters others must not be shown (control, bidirectional, zero-width or invisible characters, < or >; a slug is [A-Za-z0-9._-] without ..)',
+                    p_resource, left(v_bad, 80)
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT s.catalog_seed, s.catalog_new_per_day INTO v_seed, v_per_day
+        FROM public.scheduling_settings AS s;
+        IF p_resource = 'weapons' THEN
+            SELECT count(DISTINCT e.guid) INTO v_new
+            FROM jsonb_to_recordset(p_data->'weapons') AS e(guid text)
+            WHERE NOT EXISTS (SELECT 1 FROM public.weapon_catalog AS k
+                              WHERE k.weapon_guid = e.guid);
+            IF v_new > 0 THEN
+                PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'weapon_catalog' FOR UPDATE;
+                SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
+                  INTO v_size, v_recent
+                FROM public.weapon_catalog AS k;
+            END IF;
+        ELSE
+            SELECT count(DISTINCT e.guid) INTO v_new
+            FROM jsonb_to_recordset(p_data->'vehicles') AS e(guid text)
+            WHERE NOT EXISTS (SELECT 1 FROM public.vehicle_catalog AS k
+                              WHERE k.vehicle_guid = e.guid);
+            IF v_new > 0 THEN
+                PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'vehicle_catalog' FOR UPDATE;
+                SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
+                  INTO v_size, v_recent
+                FROM public.vehicle_catalog AS k;
+            END IF;
+        END IF;
+        IF v_new > 0
+           AND v_new > greatest(v_seed - v_size, 0) + greatest(v_per_day - v_recent, 0) THEN
+            RAISE EXCEPTION 'this % list adds % new catalog entries; the catalog holds % and took % in the last day (it fills up to % entries, then takes % a day: scheduling_settings.catalog_seed, catalog_new_per_day)',
+                    p_resource, v_new, v_size, v_recent, v_seed, v_per_day
+                USING ERRCODE = 'configuration_limit_exceeded';
+        END IF;
+    ELSIF p_resource = 'profile' THEN
+        IF NOT public.bf4ps_text_ok(p_data->>'battlelog_username', 200)
+           OR NOT public.bf4ps_text_ok(p_data->>'country_name', 200)
+           OR NOT coalesce(public.bf4ps_country_ok(p_data->>'country_code'), true)
+           OR jsonb_typeof(p_data->'battlelog_user_id') = 'number'
+              AND (p_data->>'battlelog_user_id')::numeric <= 0 THEN
+            RAISE EXCEPTION 'a profile has a username and country name without control, bidirectional, zero-width or invisible characters, an ISO 3166-1 alpha-2 country_code if any, and a battlelog_user_id > 0 if any'
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
+END;
+$_$;
+
+
+ALTER FUNCTION public.bf4ps_check_document(p_resource text, p_data jsonb, p_now timestamp with time zone) OWNER TO <migrator>;
+
+--
 -- Name: bf4ps_claim_job(uuid, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
@@ -231,7 +310,7 @@ ALTER FUNCTION public.bf4ps_collector_check_secret(p_uuid uuid, p_secret uuid) O
 -- Name: bf4ps_collector_claim(uuid, uuid, integer, boolean); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
 --
 
-CREATE FUNCTION public.bf4ps_collector_claim(p_uuid uuid, p_secret uuid, p_protocol integer, p_start boolean DEFAULT true) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text)
+CREATE FUNCTION public.bf4ps_collector_claim(p_uuid uuid, p_secret uuid, p_protocol integer, p_start boolean DEFAULT true) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text, granted boolean, wait_us bigint, paused boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -243,42 +322,12 @@ BEGIN
     END IF;
     PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
     PERFORM set_config('synchronous_commit', 'off', true);
-    RETURN QUERY SELECT * FROM public.bf4ps_claim_job(p_uuid, p_start, now());
+    RETURN QUERY SELECT * FROM public.bf4ps_take_job(p_uuid, p_start, NULL);
 END;
 $$;
 
 
 ALTER FUNCTION public.bf4ps_collector_claim(p_uuid uuid, p_secret uuid, p_protocol integer, p_start boolean) OWNER TO bf4ps_definer;
-
---
--- Name: bf4ps_collector_egress_pass(uuid, uuid); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
---
-
-CREATE FUNCTION public.bf4ps_collector_egress_pass(p_uuid uuid, p_secret uuid) RETURNS TABLE(granted boolean, wait_us bigint, throttle_streak integer, paused boolean)
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-#variable_conflict use_column
-DECLARE
-    v_key text;
-    v_lane text;
-BEGIN
-    PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
-    SELECT c.egress_key, c.lane INTO v_key, v_lane
-    FROM public.collectors AS c WHERE c.collector_uuid = p_uuid;
-    -- Lock order: the budget, then the key; the clock after both (a wait
-    -- for them must not make the slot stale).
-    IF v_lane = 'background' THEN
-        PERFORM 1 FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
-    END IF;
-    PERFORM 1 FROM public.egress_gates AS g WHERE g.egress_key = v_key FOR UPDATE;
-    RETURN QUERY SELECT * FROM public.bf4ps_egress_grant(v_key, v_lane = 'background',
-                                                           clock_timestamp());
-END;
-$$;
-
-
-ALTER FUNCTION public.bf4ps_collector_egress_pass(p_uuid uuid, p_secret uuid) OWNER TO bf4ps_definer;
 
 --
 -- Name: bf4ps_collector_fail(uuid, uuid, bigint, uuid, text, integer, text, bigint); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
@@ -379,7 +428,7 @@ ALTER FUNCTION public.bf4ps_collector_next_eligible(p_uuid uuid, p_secret uuid) 
 CREATE FUNCTION public.bf4ps_collector_protocol() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$ SELECT 2 $$;
+    AS $$ SELECT 3 $$;
 
 
 ALTER FUNCTION public.bf4ps_collector_protocol() OWNER TO <migrator>;
@@ -623,8 +672,18 @@ CREATE FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid, p_job
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
+DECLARE
+    v_resource text;
 BEGIN
     PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
+    SELECT j.resource INTO v_resource
+    FROM public.collection_jobs AS j
+    WHERE j.job_id = p_job_id AND j.collector_uuid = p_uuid AND j.lease_token = p_lease_token
+      AND j.status = 'running' AND j.lease_expires_at > now();
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM public.bf4ps_check_document(v_resource, p_data, now());
     RETURN QUERY SELECT * FROM public.bf4ps_succeed_job(
         p_uuid, p_job_id, p_lease_token, p_data, p_duration_ms, p_http_status, now());
 END;
@@ -632,6 +691,30 @@ $$;
 
 
 ALTER FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer) OWNER TO bf4ps_definer;
+
+--
+-- Name: bf4ps_country_ok(text); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_country_ok(code text) RETURNS boolean
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    SELECT code = ANY ('{
+        AD,AE,AF,AG,AI,AL,AM,AO,AQ,AR,AS,AT,AU,AW,AX,AZ,BA,BB,BD,BE,BF,BG,BH,BI,BJ,BL,BM,BN,BO,BQ,
+        BR,BS,BT,BV,BW,BY,BZ,CA,CC,CD,CF,CG,CH,CI,CK,CL,CM,CN,CO,CR,CU,CV,CW,CX,CY,CZ,DE,DJ,DK,DM,
+        DO,DZ,EC,EE,EG,EH,ER,ES,ET,FI,FJ,FK,FM,FO,FR,GA,GB,GD,GE,GF,GG,GH,GI,GL,GM,GN,GP,GQ,GR,GS,
+        GT,GU,GW,GY,HK,HM,HN,HR,HT,HU,ID,IE,IL,IM,IN,IO,IQ,IR,IS,IT,JE,JM,JO,JP,KE,KG,KH,KI,KM,KN,
+        KP,KR,KW,KY,KZ,LA,LB,LC,LI,LK,LR,LS,LT,LU,LV,LY,MA,MC,MD,ME,MF,MG,MH,MK,ML,MM,MN,MO,MP,MQ,
+        MR,MS,MT,MU,MV,MW,MX,MY,MZ,NA,NC,NE,NF,NG,NI,NL,NO,NP,NR,NU,NZ,OM,PA,PE,PF,PG,PH,PK,PL,PM,
+        PN,PR,PS,PT,PW,PY,QA,RE,RO,RS,RU,RW,SA,SB,SC,SD,SE,SG,SH,SI,SJ,SK,SL,SM,SN,SO,SR,SS,ST,SV,
+        SX,SY,SZ,TC,TD,TF,TG,TH,TJ,TK,TL,TM,TN,TO,TR,TT,TV,TW,TZ,UA,UG,UM,US,UY,UZ,VA,VC,VE,VG,VI,
+        VN,VU,WF,WS,YE,YT,ZA,ZM,ZW
+    }'::text[])
+$$;
+
+
+ALTER FUNCTION public.bf4ps_country_ok(code text) OWNER TO <migrator>;
 
 --
 -- Name: bf4ps_egress_grant(text, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
@@ -1164,7 +1247,7 @@ CREATE FUNCTION public.bf4ps_name_ok(t text, max_length integer) RETURNS boolean
     AS $$
     SELECT t IS NOT NULL
        AND length(btrim(t)) BETWEEN 1 AND max_length
-       AND t !~ '[\x01-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]'
+       AND public.bf4ps_text_ok(t, max_length)
 $$;
 
 
@@ -1318,7 +1401,7 @@ ALTER FUNCTION public.bf4ps_record_outcome(p_soldier_id bigint, p_resource text,
 -- Name: bf4ps_request_refresh(text, bigint, text[], interval, double precision, text); Type: FUNCTION; Schema: public; Owner: bf4ps_definer
 --
 
-CREATE FUNCTION public.bf4ps_request_refresh(platform text, persona_id bigint, resources text[] DEFAULT ARRAY['detailed'::text, 'profile'::text, 'weapons'::text, 'vehicles'::text], eta_window interval DEFAULT NULL::interval, egress_rate double precision DEFAULT NULL::double precision, soldier_name text DEFAULT NULL::text) RETURNS TABLE(resource text, job_id bigint, state text, "position" bigint, eta_seconds double precision)
+CREATE FUNCTION public.bf4ps_request_refresh(platform text, persona_id bigint, resources text[] DEFAULT ARRAY['detailed'::text, 'profile'::text, 'weapons'::text, 'vehicles'::text], eta_window interval DEFAULT NULL::interval, egress_rate double precision DEFAULT NULL::double precision, soldier_name text DEFAULT NULL::text) RETURNS TABLE(resource text, job_id bigint, state text, "position" bigint, eta_seconds double precision, last_success_at timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -1350,6 +1433,9 @@ DECLARE
     v_egress_keys integer;
     v_mean double precision;
     v_lock_timeout text;
+    v_cooldown interval;
+    v_last timestamptz;
+    v_lasts timestamptz[] := ARRAY[]::timestamptz[];
     i integer;
 BEGIN
     IF v_platform IS NULL OR NOT (v_platform = ANY (ARRAY['pc', 'ps4', 'xboxone'])) THEN
@@ -1386,8 +1472,8 @@ BEGIN
 
     SELECT coalesce(bf4ps_request_refresh.eta_window, s.eta_window),
            coalesce(bf4ps_request_refresh.egress_rate, s.egress_rate),
-           s.max_pending_interactive
-      INTO v_window, v_rate, v_cap
+           s.max_pending_interactive, s.interactive_cooldown
+      INTO v_window, v_rate, v_cap, v_cooldown
     FROM public.scheduling_settings AS s;
     v_window := coalesce(v_window, interval '15 minutes');
     v_rate := coalesce(v_rate, 0.2);
@@ -1410,14 +1496,13 @@ BEGIN
                 v_platform, v_persona
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF v_name IS NOT NULL THEN
+    IF v_soldier IS NULL THEN
         INSERT INTO public.soldiers AS s
             (persona_id, platform, current_name, first_seen_at, last_seen_at)
         VALUES (v_persona, v_platform, v_name, now(), now())
         ON CONFLICT (persona_id, platform) DO UPDATE
-        SET current_name = CASE WHEN EXCLUDED.last_seen_at >= s.last_seen_at
-                                THEN EXCLUDED.current_name ELSE s.current_name END,
-            first_seen_at = least(s.first_seen_at, EXCLUDED.first_seen_at),
+        -- Created concurrently: known now, so not renamed.
+        SET first_seen_at = least(s.first_seen_at, EXCLUDED.first_seen_at),
             last_seen_at = greatest(s.last_seen_at, EXCLUDED.last_seen_at),
             updated_at = now()
         RETURNING s.soldier_id INTO v_soldier;
@@ -1443,13 +1528,25 @@ BEGIN
     -- our statements; each pass re-reads and settles within a few tries.
     FOREACH v_resource IN ARRAY v_wanted LOOP
         v_settled := false;
+        SELECT public.bf4ps_sane_time(CASE v_resource
+                   WHEN 'detailed' THEN cs.detailed_last_success_at
+                   WHEN 'profile' THEN cs.profile_last_success_at
+                   WHEN 'weapons' THEN cs.weapons_last_success_at
+                   WHEN 'vehicles' THEN cs.vehicles_last_success_at END)
+          INTO v_last
+        FROM public.collection_state AS cs WHERE cs.soldier_id = v_soldier;
         FOR attempt IN 1..5 LOOP
             SELECT j.job_id, j.status, j.lane, j.priority_class, j.attempt_count
               INTO v_job, v_status, v_lane, v_class, v_attempts
             FROM public.collection_jobs AS j
             WHERE j.soldier_id = v_soldier AND j.resource = v_resource;
 
-            IF NOT FOUND THEN
+            IF NOT FOUND AND v_last > now() - v_cooldown THEN
+                -- Fetched moments ago: answered as fresh, nothing spent.
+                v_job := NULL;
+                v_state := 'fresh';
+                v_settled := true;
+            ELSIF NOT FOUND THEN
                 INSERT INTO public.collection_jobs AS j
                     (soldier_id, resource, lane, priority_class, reason, priority_value)
                 VALUES (v_soldier, v_resource, 'interactive', 'interactive', 'requested', 0)
@@ -1504,6 +1601,7 @@ BEGIN
         END IF;
         v_jobs := v_jobs || v_job;
         v_states := v_states || v_state;
+        v_lasts := v_lasts || v_last;
     END LOOP;
 
     -- Admission: every call that added pending interactive jobs counts them
@@ -1552,7 +1650,11 @@ BEGIN
         resource := v_wanted[i];
         job_id := v_jobs[i];
         state := v_states[i];
-        IF state IN ('claimed', 'running') THEN
+        last_success_at := v_lasts[i];
+        IF state = 'fresh' THEN
+            "position" := NULL;
+            eta_seconds := NULL;
+        ELSIF state IN ('claimed', 'running') THEN
             "position" := 0;
             eta_seconds := public.bf4ps_eta_seconds(0, 1, v_mean, NULL);
         ELSE
@@ -2001,6 +2103,114 @@ $_$;
 
 
 ALTER FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_take_job(uuid, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text, granted boolean, wait_us bigint, paused boolean)
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_key text;
+    v_lane text;
+    v_spacing interval;
+    v_budget_spacing interval;
+    v_budget timestamptz;
+    v_next timestamptz;
+    v_paused timestamptz;
+    v_own timestamptz;
+    v_at timestamptz;
+    v_now timestamptz;
+    v_keys bigint;
+BEGIN
+    SELECT c.egress_key, c.lane INTO v_key, v_lane
+    FROM public.collectors AS c
+    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
+      AND c.current_job_id IS NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT s.egress_spacing, CASE WHEN v_lane = 'background' THEN s.budget_spacing END
+      INTO v_spacing, v_budget_spacing
+    FROM public.scheduling_settings AS s;
+    IF v_budget_spacing IS NOT NULL THEN
+        SELECT b.next_slot_at INTO v_budget
+        FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
+    END IF;
+    SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+    FROM public.egress_gates AS g WHERE g.egress_key = v_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO public.egress_gates (egress_key, next_slot_at, passes)
+        VALUES (v_key, '-infinity', 0)
+        ON CONFLICT (egress_key) DO NOTHING;
+        SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+        FROM public.egress_gates AS g WHERE g.egress_key = v_key FOR UPDATE;
+    END IF;
+    v_now := coalesce(p_now, clock_timestamp());
+    IF v_budget_spacing IS NOT NULL THEN
+        -- This key wants the budget: it counts in everyone's fair share.
+        UPDATE public.egress_gates AS g SET budget_wanted_at = v_now
+        WHERE g.egress_key = v_key;
+    ELSE
+        v_own := NULL;
+    END IF;
+    -- greatest() ignores NULLs (no pause, budget off).
+    v_at := greatest(v_next, v_paused, v_budget, v_own);
+    IF v_at > v_now THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text,
+            NULL::text, NULL::text, NULL::text, NULL::integer, NULL::uuid, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text, false,
+            CASE WHEN v_at >= v_now + interval '1 day' THEN 86400000000::bigint
+                 ELSE ceil(extract(epoch FROM v_at - v_now) * 1000000)::bigint END,
+            coalesce(v_paused > v_now, false);
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT c.*, true, 0::bigint, false
+    FROM public.bf4ps_claim_job(p_uuid, p_start, v_now) AS c;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- The grant, spent by this claim.
+    IF v_budget_spacing IS NOT NULL THEN
+        -- (A paused key wants it but may not use it: not counted.)
+        SELECT count(*) INTO v_keys
+        FROM public.egress_gates AS g
+        WHERE g.budget_wanted_at > v_now - interval '1 minute'
+          AND (g.paused_until IS NULL OR g.paused_until <= v_now);
+        UPDATE public.egress_budget AS b
+        SET next_slot_at = v_now + v_budget_spacing, passes = b.passes + 1, updated_at = v_now
+        WHERE b.singleton;
+    END IF;
+    UPDATE public.egress_gates AS g
+    SET next_slot_at = v_now + v_spacing, passes = g.passes + 1, updated_at = v_now,
+        budget_next_at = CASE WHEN v_budget_spacing IS NULL THEN g.budget_next_at
+                              ELSE v_now + v_budget_spacing * greatest(v_keys, 1) END
+    WHERE g.egress_key = v_key;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_text_ok(text, integer); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_text_ok(t text, max_length integer) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+    SELECT t IS NULL
+        OR (length(t) <= max_length
+            AND t !~ '[\x01-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]')
+$$;
+
+
+ALTER FUNCTION public.bf4ps_text_ok(t text, max_length integer) OWNER TO <migrator>;
 
 SET default_tablespace = '';
 
@@ -2500,6 +2710,8 @@ CREATE TABLE public.egress_gates (
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     paused_until timestamp with time zone,
     throttle_streak integer DEFAULT 0 NOT NULL,
+    budget_wanted_at timestamp with time zone,
+    budget_next_at timestamp with time zone,
     CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
     CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
     CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
@@ -2761,8 +2973,13 @@ CREATE TABLE public.scheduling_settings (
     share_bootstrap_min double precision DEFAULT 0.20 NOT NULL,
     share_retry_min double precision DEFAULT 0.05 NOT NULL,
     active_window interval DEFAULT '24:00:00'::interval NOT NULL,
+    interactive_cooldown interval DEFAULT '00:10:00'::interval NOT NULL,
+    catalog_seed integer DEFAULT 1000 NOT NULL,
+    catalog_new_per_day integer DEFAULT 50 NOT NULL,
+    CONSTRAINT scheduling_settings_catalog_check CHECK (((catalog_seed >= 0) AND (catalog_new_per_day >= 0))),
     CONSTRAINT scheduling_settings_egress_rate_check CHECK (((egress_rate > (0)::double precision) AND (egress_rate < 'Infinity'::double precision))),
     CONSTRAINT scheduling_settings_eta_window_check CHECK ((eta_window > '00:00:00'::interval)),
+    CONSTRAINT scheduling_settings_interactive_cooldown_check CHECK ((interactive_cooldown >= '00:00:00'::interval)),
     CONSTRAINT scheduling_settings_max_pending_interactive_check CHECK ((max_pending_interactive > 0)),
     CONSTRAINT scheduling_settings_policy_check CHECK (((active_window > '00:00:00'::interval) AND (lease_duration > '00:00:00'::interval) AND (heartbeat_lost_after > '00:00:00'::interval) AND (egress_spacing > '00:00:00'::interval) AND ((budget_spacing IS NULL) OR (budget_spacing > '00:00:00'::interval)) AND (throttle_pause > '00:00:00'::interval) AND (throttle_pause_max >= throttle_pause) AND ((cardinality(retry_ladder) >= 1) AND (cardinality(retry_ladder) <= 32)) AND (retry_jitter >= (0)::double precision) AND (retry_jitter <= (1)::double precision) AND (retry_max_attempts > 0) AND (refresh_detailed > '00:00:00'::interval) AND (refresh_profile > '00:00:00'::interval) AND (refresh_weapons > '00:00:00'::interval) AND (refresh_vehicles > '00:00:00'::interval) AND (registrations_per_hour > 0) AND (collectors_per_role > 0) AND (budget_requests > 0) AND (budget_window > '00:00:00'::interval) AND ((share_active_max >= (0)::double precision) AND (share_active_max <= (1)::double precision)) AND ((share_bootstrap_min >= (0)::double precision) AND (share_bootstrap_min <= (1)::double precision)) AND ((share_retry_min >= (0)::double precision) AND (share_retry_min <= (1)::double precision)) AND ((share_bootstrap_min + share_retry_min) <= (1)::double precision))),
     CONSTRAINT scheduling_settings_singleton CHECK (singleton)
@@ -3896,6 +4113,14 @@ GRANT USAGE ON SCHEMA public TO bf4ps_reader;
 
 
 --
+-- Name: FUNCTION bf4ps_check_document(p_resource text, p_data jsonb, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_check_document(p_resource text, p_data jsonb, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_check_document(p_resource text, p_data jsonb, p_now timestamp with time zone) TO bf4ps_definer;
+
+
+--
 -- Name: FUNCTION bf4ps_claim_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
 --
 
@@ -3916,14 +4141,6 @@ REVOKE ALL ON FUNCTION public.bf4ps_collector_check_secret(p_uuid uuid, p_secret
 
 REVOKE ALL ON FUNCTION public.bf4ps_collector_claim(p_uuid uuid, p_secret uuid, p_protocol integer, p_start boolean) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.bf4ps_collector_claim(p_uuid uuid, p_secret uuid, p_protocol integer, p_start boolean) TO bf4ps_collector;
-
-
---
--- Name: FUNCTION bf4ps_collector_egress_pass(p_uuid uuid, p_secret uuid); Type: ACL; Schema: public; Owner: bf4ps_definer
---
-
-REVOKE ALL ON FUNCTION public.bf4ps_collector_egress_pass(p_uuid uuid, p_secret uuid) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_collector_egress_pass(p_uuid uuid, p_secret uuid) TO bf4ps_collector;
 
 
 --
@@ -4087,6 +4304,14 @@ GRANT ALL ON FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_l
 
 
 --
+-- Name: FUNCTION bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) TO bf4ps_definer;
+
+
+--
 -- Name: TABLE _sqlx_migrations; Type: ACL; Schema: public; Owner: <migrator>
 --
 
@@ -4107,13 +4332,6 @@ GRANT SELECT ON TABLE public.activity_summary TO bf4ps_reader;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.battlelog_profiles TO bf4ps_definer;
 GRANT SELECT ON TABLE public.battlelog_profiles TO bf4ps_reader;
-
-
---
--- Name: TABLE bf4ps_leases; Type: ACL; Schema: public; Owner: <migrator>
---
-
-GRANT SELECT ON TABLE public.bf4ps_leases TO bf4ps_reader;
 
 
 --

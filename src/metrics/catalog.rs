@@ -303,7 +303,8 @@ pub const CATALOG: &[MetricDef] = &[
         name: "bf4ps_collector_jobs_total",
         kind: Counter,
         labels: &["lane", "outcome"],
-        help: "Attempts finished by this collector process (succeeded, failed, lease_lost).",
+        help: "Attempts finished by this collector process (succeeded, failed, lease_lost; \
+               refused: the database refused the finalization, bad data or a bound).",
         exporter: Collector,
     },
     MetricDef {

@@ -35,7 +35,7 @@ mod claim;
 mod finalize;
 mod recover;
 
-pub use claim::{claim, claim_and_start, next_eligible_at, renew, start};
+pub use claim::{Take, claim, claim_and_start, next_eligible_at, renew, start, take};
 pub use finalize::{
     AttemptFailure, Collected, FailureOutcome, SuccessOutcome, finalize_failure, finalize_success,
 };
@@ -118,7 +118,7 @@ impl QueueSettings {
 /// The collector protocol this build speaks (`bf4ps_collector_protocol()`
 /// of the schema it was built with). A schema with a newer one refuses
 /// this collector's claims (SQLSTATE [`PROTOCOL_SQLSTATE`]): it drains.
-pub const PROTOCOL: i32 = 2;
+pub const PROTOCOL: i32 = 3;
 
 /// The collector protocol of the schema (`bf4ps_collector_protocol()`): a
 /// collector compares it with [`PROTOCOL`] before it registers.
@@ -157,10 +157,11 @@ pub enum QueueError {
 impl QueueError {
     /// Whether the database refused the input itself (a data exception,
     /// SQLSTATE class 22: 22023 from our checks, 22P02 or 22003 from a
-    /// value's type): the same call would fail again.
+    /// value's type; or 53400, a bound such as the catalogs' new entries):
+    /// the same call would fail again.
     pub fn is_refused(&self) -> bool {
         matches!(self, QueueError::Database { source: sqlx::Error::Database(e), .. }
-            if e.code().is_some_and(|c| c.starts_with("22")))
+            if e.code().is_some_and(|c| c.starts_with("22") || c == "53400"))
     }
 }
 

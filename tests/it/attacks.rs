@@ -105,7 +105,7 @@ const LIMIT: &[&str] = &["53400"];
 const UNDEFINED_FUNCTION: &[&str] = &["42883"];
 
 /// The collector protocol the interface speaks (`bf4ps_collector_protocol`).
-const PROTOCOL: i32 = 2;
+const PROTOCOL: i32 = 3;
 
 /// The victim collector's identity.
 const VICTIM: &str = "victim";
@@ -2837,12 +2837,8 @@ async fn a10_every_function_refuses_a_wrong_secret(_: PgPoolOptions, opts: PgCon
             "SELECT bf4ps_collector_stopped($1, $2)",
         ),
         (
-            "an egress pass",
-            "SELECT * FROM bf4ps_collector_egress_pass($1, $2)",
-        ),
-        (
             "a claim",
-            "SELECT * FROM bf4ps_collector_claim($1, $2, 2, true)",
+            "SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)",
         ),
         (
             "the next eligible time",
@@ -3493,29 +3489,30 @@ async fn try_register_on(
 // ---------------------------------------------------------------------------
 
 #[sqlx::test]
-async fn a11_a_collector_idling_in_a_transaction_after_an_egress_pass_blocks_nobody(
+async fn a11_a_collector_idling_in_a_transaction_after_a_claim_blocks_nobody(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let mut f = Fleet::start(opts).await;
-    let mut r = Report::new("a11 an open transaction after an egress pass");
+    let mut r = Report::new("a11 an open transaction after a claim");
     let pool = f.attacker_pool().await;
     let me = f
         .incarnation(&pool, "idler", Lane::Background, "idler-key")
         .await;
     pool.close().await;
-    // The pass locks the fleet budget's row (background lane) and the key's
-    // gate until the caller's transaction ends; the attacker never ends it.
+    // The claim (with its grant) locks the fleet budget's row (background
+    // lane) and the key's gate until the caller's transaction ends; the
+    // attacker never ends it.
     let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
     sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-    let passed = sqlx::query("SELECT * FROM bf4ps_collector_egress_pass($1, $2)")
+    let passed = sqlx::query("SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)")
         .bind(me.uuid)
         .bind(me.secret)
         .execute(&mut conn)
         .await;
     match passed {
-        Ok(_) => r.note("the attacker passed its gate and keeps its transaction open"),
-        Err(e) => r.refused_with("an egress pass in an open transaction", &e, PRIVILEGE),
+        Ok(_) => r.note("the attacker claimed with its grant and keeps its transaction open"),
+        Err(e) => r.refused_with("a claim in an open transaction", &e, PRIVILEGE),
     }
     let jobs = f.jobs(HEALTH_JOBS, Lane::Background, 0.0).await;
     r.record(f.victim_finishes(&jobs, HEALTH_WAIT).await);

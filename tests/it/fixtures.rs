@@ -86,7 +86,12 @@ pub async fn job(
 /// `n` pending `detailed` jobs of `lane` on `n` fresh soldiers (persona ids
 /// from 1,000,001), class `recent`.
 pub async fn jobs(pool: &PgPool, n: i64, lane: Lane) -> Vec<i64> {
-    let ids = soldiers(pool, 1_000_001, 1_000_000 + n).await;
+    jobs_from(pool, 1_000_001, n, lane).await
+}
+
+/// [`jobs`] on the soldiers of personas `first` .. `first + n - 1`.
+pub async fn jobs_from(pool: &PgPool, first: i64, n: i64, lane: Lane) -> Vec<i64> {
+    let ids = soldiers(pool, first, first + n - 1).await;
     sqlx::query_scalar(
         "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
          SELECT s, 'detailed', $2, 'recent', 'test' FROM unnest($1::bigint[]) AS s

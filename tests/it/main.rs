@@ -8,6 +8,7 @@ mod support;
 mod adopt;
 mod attacks;
 mod bench;
+mod boundary;
 mod cli;
 mod collector;
 mod demo;

@@ -153,8 +153,7 @@ async fn a_collector_login_role_finishes_jobs_and_is_refused_the_rest(
     for sql in [
         format!("SELECT bf4ps_collector_stopped('{o}', gen_random_uuid())"),
         format!("SELECT * FROM bf4ps_collector_heartbeat('{o}', gen_random_uuid())"),
-        format!("SELECT * FROM bf4ps_collector_egress_pass('{o}', gen_random_uuid())"),
-        format!("SELECT * FROM bf4ps_collector_claim('{o}', gen_random_uuid(), 2, true)"),
+        format!("SELECT * FROM bf4ps_collector_claim('{o}', gen_random_uuid(), 3, true)"),
         format!("SELECT bf4ps_collector_next_eligible('{o}', gen_random_uuid())"),
         format!("SELECT bf4ps_collector_start('{o}', gen_random_uuid(), 1, gen_random_uuid())"),
         format!("SELECT bf4ps_collector_renew('{o}', gen_random_uuid(), 1, gen_random_uuid())"),
@@ -350,15 +349,17 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
             .all(|t| t.ends_with(':')),
         "the website role reads or writes no table"
     );
-    // The reader reads everything but the secrets and the locks.
+    // The reader reads everything but the secrets, the locks and the leases
+    // (0019: docs/security.md said so).
     let reader: Vec<String> = tables
         .iter()
         .map(|t| {
-            let privs = if ["collector_secrets", "bf4ps_locks"].contains(&t.as_str()) {
-                ""
-            } else {
-                "SELECT"
-            };
+            let privs =
+                if ["collector_secrets", "bf4ps_locks", "bf4ps_leases"].contains(&t.as_str()) {
+                    ""
+                } else {
+                    "SELECT"
+                };
             format!("{t}:{privs}")
         })
         .collect();
@@ -372,6 +373,7 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
            AND r.rolname IN ('bf4ps_collector', 'bf4ps_website', 'bf4ps_reader')
            AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
            AND (p.prosecdef OR p.proname IN ('bf4ps_egress_grant', 'bf4ps_claim_job',
+                                              'bf4ps_take_job', 'bf4ps_check_document',
                                               'bf4ps_succeed_job', 'bf4ps_fail_job',
                                               'bf4ps_record_outcome'))
            AND p.prorettype <> 'trigger'::regtype
@@ -382,7 +384,6 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
     .unwrap();
     let expected: Vec<(String, String)> = [
         ("bf4ps_collector", "bf4ps_collector_claim"),
-        ("bf4ps_collector", "bf4ps_collector_egress_pass"),
         ("bf4ps_collector", "bf4ps_collector_fail"),
         ("bf4ps_collector", "bf4ps_collector_heartbeat"),
         ("bf4ps_collector", "bf4ps_collector_next_eligible"),
@@ -433,7 +434,6 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
         [
             "bf4ps_collector_check_secret",
             "bf4ps_collector_claim",
-            "bf4ps_collector_egress_pass",
             "bf4ps_collector_fail",
             "bf4ps_collector_heartbeat",
             "bf4ps_collector_next_eligible",

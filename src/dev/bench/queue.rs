@@ -27,18 +27,29 @@ pub(super) async fn register(
     name: &str,
     lane: Lane,
 ) -> Result<CollectorId, BenchError> {
+    unlimited_keys(pool).await?;
     registry::register(
         pool,
         &Registration {
             name: name.to_owned(),
             hostname: "bench".to_owned(),
             lane,
-            egress_key: "bench".to_owned(),
+            // A key of its own, as collectors on different hosts have.
+            egress_key: name.to_owned(),
             software_version: env!("CARGO_PKG_VERSION").to_owned(),
         },
     )
     .await
     .map_err(other)
+}
+
+/// No rate per egress key in the queue benches (the claim takes the key's
+/// grant; these measure the job cycle, not Battlelog's spacing).
+async fn unlimited_keys(pool: &PgPool) -> Result<(), BenchError> {
+    sqlx::query("UPDATE scheduling_settings SET egress_spacing = interval '1 microsecond'")
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// A `detailed` document in BF4PS's shape (all 48 counters), as a
@@ -113,12 +124,15 @@ async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Resu
     .bind(persona_base)
     .execute(pool)
     .await?;
-    // The job cycle alone: no fleet budget, so a background claim does not
-    // also apply the budget's shares under its row lock (`claim` measures
-    // that in a scenario of its own).
-    sqlx::query("UPDATE scheduling_settings SET budget_spacing = NULL")
-        .execute(pool)
-        .await?;
+    // The job cycle alone: no rate per key and no fleet budget, so a
+    // background claim does not also apply the budget's shares under its
+    // row lock (`claim` measures that in a scenario of its own).
+    sqlx::query(
+        "UPDATE scheduling_settings SET egress_spacing = interval '1 microsecond', \
+         budget_spacing = NULL",
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
@@ -286,7 +300,7 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         };
         for workers in [1usize, 4, 16] {
             let mut report = ScratchDb::with(&target, workers as u32 + 2, async |db| {
-                claim_scenario(db, workers, jobs, tls, false).await
+                claim_scenario(db, workers, jobs, tls, false, false).await
             })
             .await?;
             if !tls {
@@ -318,7 +332,7 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     // 4 workers with the fleet budget's shares applied at every claim (the
     // default policy), beside the same workers without them.
     let shares = ScratchDb::with(&ctx.target, 6, async |db| {
-        claim_scenario(db, 4, jobs, false, true).await
+        claim_scenario(db, 4, jobs, false, true, false).await
     })
     .await?;
     let without = reports
@@ -333,6 +347,25 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         None => shares,
     };
     reports.push(shares);
+    // 4 workers through the claim as it was before 0019 (no egress grant in
+    // it), beside the same workers through today's claim, which takes the
+    // grant (the key's slot, its fair share) in the same statement.
+    let before = ScratchDb::with(&ctx.target, 6, async |db| {
+        claim_scenario(db, 4, jobs, false, false, true).await
+    })
+    .await?;
+    let after = reports
+        .iter()
+        .find(|r: &&Report| r.params["workers"] == json!(4) && r.params["tls"] == json!(false));
+    let before = match after {
+        Some(a) => {
+            let then = before.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+            let now = a.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
+            before.figure("grant_in_claim_vs_before_ratio", now / then)
+        }
+        None => before,
+    };
+    reports.push(before);
     Ok(reports)
 }
 
@@ -342,12 +375,19 @@ async fn claim_scenario(
     jobs: i64,
     tls: bool,
     budget_shares: bool,
+    before_0019: bool,
 ) -> Result<Report, BenchError> {
     seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
+    if before_0019 {
+        sqlx::raw_sql(include_str!("claim_0018.sql"))
+            .execute(&db.pool)
+            .await?;
+    }
     if budget_shares {
         // The published default (1,296 requests an hour): every background
         // claim takes the budget's row lock and reads its window's usage.
-        sqlx::query("UPDATE scheduling_settings SET budget_spacing = interval '2.792438 seconds'")
+        // (Slots 1 µs apart: the budget's slots do not limit the bench.)
+        sqlx::query("UPDATE scheduling_settings SET budget_spacing = interval '1 microsecond'")
             .execute(&db.pool)
             .await?;
     }
@@ -368,10 +408,15 @@ async fn claim_scenario(
             // once its egress gate has passed.
             let mut conn = pool.acquire().await?;
             let mut done = 0u64;
-            while let Some(job) = queue::claim_and_start(&mut *conn, &me)
-                .await
-                .map_err(other)?
-            {
+            loop {
+                let job = if before_0019 {
+                    claim_0018(&mut conn, &me).await?
+                } else {
+                    queue::claim_and_start(&mut *conn, &me)
+                        .await
+                        .map_err(other)?
+                };
+                let Some(job) = job else { break };
                 succeed(&mut conn, &me, &job).await?;
                 done += 1;
             }
@@ -391,11 +436,35 @@ async fn claim_scenario(
         .await?;
     Ok(Report::new(
         "claim",
-        json!({"workers": workers, "jobs": jobs, "tls": tls, "budget_shares": budget_shares}),
+        json!({"workers": workers, "jobs": jobs, "tls": tls, "budget_shares": budget_shares,
+               "claim": if before_0019 { "before_0019" } else { "with_grant" }}),
     )
     .figure("jobs_per_s", total as f64 / secs)
     .figure("commits_per_s", 2.0 * total as f64 / secs)
     .figure("events_per_s", events as f64 / secs))
+}
+
+/// One claim through the reference (`claim_0018.sql`): the claim as it was
+/// before the grant moved into it.
+async fn claim_0018(
+    conn: &mut sqlx::PgConnection,
+    me: &CollectorId,
+) -> Result<Option<queue::ClaimedJob>, BenchError> {
+    Ok(sqlx::query_as(
+        "SELECT job_id, soldier_id, persona_id, platform, soldier_name, resource, lane,
+                priority_class, attempt_count, lease_token, lease_expires_at, claimed_at,
+                created_at, eligible_at
+         FROM bench_claim_0018($1, $2, true) AS c(
+             job_id bigint, soldier_id bigint, persona_id bigint, platform text,
+             soldier_name text, resource text, lane text, priority_class text,
+             attempt_count integer, lease_token uuid, lease_expires_at timestamptz,
+             claimed_at timestamptz, created_at timestamptz, eligible_at timestamptz,
+             budget_class text)",
+    )
+    .bind(me.uuid)
+    .bind(me.secret_uuid())
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// The replay of `jobs` jobs with `workers` pgbench clients on a database

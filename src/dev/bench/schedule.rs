@@ -1,8 +1,8 @@
 //! `schedule`: where the Battlelog budget goes (issue 22), a deterministic
 //! simulation on a virtual clock that drives the real SQL: the feeder
-//! ([`Feeder::run_once_at`], both policies), the egress gate with the
-//! fleet budget (`bf4ps_egress_grant`), the claim with the budget's shares
-//! (`bf4ps_claim_job`) and the finalizations (`bf4ps_succeed_job`,
+//! ([`Feeder::run_once_at`], both policies), the claim with its egress
+//! grant, the fleet budget, the keys' fair shares and the budget's class
+//! shares (`bf4ps_take_job`) and the finalizations (`bf4ps_succeed_job`,
 //! `bf4ps_fail_job`, BF4PS's retry ladder), each at the virtual time.
 //!
 //! The world at scale 1: 200,000 soldiers and 2,430 new a day, a skewed
@@ -350,29 +350,40 @@ async fn simulate(
                     continue;
                 }
                 let w = Instant::now();
-                let row: GrantAndClaim = sqlx::query_as(
-                    "SELECT g.granted, g.wait_us, c.job_id, c.soldier_id, c.resource,
+                let row: Option<GrantAndClaim> = sqlx::query_as(
+                    "SELECT c.granted, c.wait_us, c.job_id, c.soldier_id, c.resource,
                             c.lease_token, c.budget_class
-                     FROM bf4ps_egress_grant($1, true, $3) AS g
-                     -- No collector (NULL) when refused: the claim does nothing.
-                     LEFT JOIN LATERAL bf4ps_claim_job(CASE WHEN g.granted THEN $2::uuid END,
-                                                       true, $3) AS c ON true",
+                     FROM bf4ps_take_job($1, true, $2) AS c",
                 )
-                .bind(format!("sim-{k}"))
                 .bind(collectors[k])
                 .bind(at(t0, t))
-                .fetch_one(pool)
+                .fetch_optional(pool)
                 .await?;
                 spent[2] += w.elapsed();
-                let (granted, wait_us, job, soldier_id, resource, token, class) = row;
+                let minute = t / (60 * US);
+                let Some((granted, wait_us, job, soldier_id, resource, token, class)) = row else {
+                    // No due work: nothing claimed, nothing spent.
+                    tally.idle_minutes.insert(minute);
+                    queue.push(Reverse((
+                        (t / world.tick + 1) * world.tick + 1,
+                        Event::Key(k),
+                    )));
+                    continue;
+                };
                 if !granted {
                     if job.is_some() {
                         return Err(other("a job was claimed without a grant"));
                     }
-                    budget_next = t + wait_us.max(1);
-                    queue.push(Reverse((budget_next, Event::Key(k))));
+                    // The budget's slot, the key's own or its fair share.
+                    key_next[k] = t + wait_us.max(1);
+                    queue.push(Reverse((key_next[k], Event::Key(k))));
                     continue;
                 }
+                let (Some(job_id), Some(soldier_id), Some(resource), Some(token)) =
+                    (job, soldier_id, resource, token)
+                else {
+                    return Err(other("a grant without a job"));
+                };
                 // The budget's next slot (the interval's microsecond rounding: +1).
                 budget_next = t + spacing_us + 1;
                 key_next[k] = t + world.key_spacing;
@@ -383,18 +394,6 @@ async fn simulate(
                 if tally.grants.len() > world.budget as usize {
                     tally.windows_over += 1;
                 }
-                let minute = t / (60 * US);
-                let (Some(job_id), Some(soldier_id), Some(resource), Some(token)) =
-                    (job, soldier_id, resource, token)
-                else {
-                    // No due work: the slot went unused.
-                    tally.idle_minutes.insert(minute);
-                    queue.push(Reverse((
-                        (t / world.tick + 1) * world.tick + 1,
-                        Event::Key(k),
-                    )));
-                    continue;
-                };
                 *tally.minute_grants.entry(minute).or_default() += 1;
                 let soldier = usize::try_from(soldier_id - 1).map_err(other)?;
                 let r = resource_index(&resource)

@@ -1,0 +1,364 @@
+//! Issue 27: rates and waits at the boundary, against a real PostgreSQL.
+//! What one host or the website may do is bounded by its share: a claim
+//! takes its egress grant (so a claim → fail loop runs at the key's rate,
+//! not at database speed), text others read is checked, catalogs grow by a
+//! bounded number of entries, the website never renames a soldier and a
+//! click on fresh data spends nothing. Each test failed on the `main` before
+//! migration 0019 (claims needed no grant; names, countries and catalog
+//! strings were only length-checked; the website's name became
+//! `current_name`; every click made a job).
+
+use std::time::{Duration, Instant};
+
+use bf4ps_ops::domain::{ErrorClass, Lane, Resource};
+use bf4ps_ops::queue::{self, AttemptFailure, Collected, Take};
+use bf4ps_ops::registry;
+use bf4ps_ops::request::{RefreshState, request_refresh};
+use serde_json::json;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::fixtures;
+use crate::support::{TestDb, sqlstate};
+
+/// A host claiming and failing in a loop for 2 s on a key published at
+/// 5 requests/s finishes at most 1 + 10 jobs (before 0019: thousands), and
+/// spends nothing while the gate says wait.
+#[sqlx::test]
+async fn a_claim_fail_loop_runs_at_the_keys_rate(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    sqlx::query("UPDATE scheduling_settings SET egress_spacing = interval '200 milliseconds'")
+        .execute(p)
+        .await
+        .unwrap();
+    fixtures::jobs(p, 500, Lane::Background).await;
+    let me = registry::register(p, &fixtures::registration("loop", Lane::Background))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let (mut finished, mut denied) = (0, 0);
+    while start.elapsed() < Duration::from_secs(2) {
+        match queue::take(p, &me).await.unwrap() {
+            Take::Job(job) => {
+                let failure = AttemptFailure {
+                    class: ErrorClass::Server,
+                    http_status: Some(500),
+                    message: "fabricated".to_owned(),
+                    duration: Duration::from_millis(1),
+                };
+                let done = queue::finalize_failure(p, &me, &job.lease(&me), &failure)
+                    .await
+                    .unwrap();
+                assert!(matches!(done, queue::Fenced::Committed(_)));
+                finished += 1;
+            }
+            Take::Wait { paused, .. } => {
+                assert!(!paused);
+                denied += 1;
+            }
+            Take::Nothing => panic!("the queue ran dry"),
+        }
+    }
+    assert!(finished <= 11, "{finished} jobs in 2 s at 5/s");
+    assert!(finished >= 5, "the gate starved the key: {finished}");
+    assert!(denied > 0, "the loop was never told to wait");
+    let claimed: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM collection_events WHERE event_type = 'claimed'")
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert_eq!(claimed, finished, "a denied claim took a job");
+}
+
+/// Three keys hammering the budget leave a fourth its share.
+#[sqlx::test]
+async fn three_greedy_keys_leave_an_honest_key_its_share(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    // Keys at 50/s, a budget slot every 100 ms (10/s) between them.
+    sqlx::query(
+        "UPDATE scheduling_settings SET egress_spacing = interval '20 milliseconds',
+                budget_spacing = interval '100 milliseconds'",
+    )
+    .execute(p)
+    .await
+    .unwrap();
+    fixtures::jobs(p, 1_000, Lane::Background).await;
+    let mut who = Vec::new();
+    for k in ["greedy-1", "greedy-2", "greedy-3", "honest"] {
+        let mut reg = fixtures::registration(k, Lane::Background);
+        reg.egress_key = k.to_owned();
+        who.push(registry::register(p, &reg).await.unwrap());
+    }
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, me) in who.into_iter().enumerate() {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = 0;
+            while start.elapsed() < Duration::from_secs(4) {
+                match queue::take(&p, &me).await.unwrap() {
+                    Take::Job(job) => {
+                        fixtures::succeed(&p, &me, &job.lease(&me), 1).await;
+                        got += 1;
+                    }
+                    // The greedy keys ask again at once; the honest one
+                    // sleeps as told, as a collector does.
+                    Take::Wait { wait, .. } if i == 3 => tokio::time::sleep(wait).await,
+                    Take::Wait { .. } => tokio::task::yield_now().await,
+                    Take::Nothing => panic!("the queue ran dry"),
+                }
+            }
+            got
+        }));
+    }
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    let total: i32 = got.iter().sum();
+    assert!(total <= 42, "the budget was exceeded: {got:?}");
+    // A fair share is a quarter (about 10 of 40); the honest key gets most
+    // of it whatever the others do.
+    assert!(
+        got[3] >= 7,
+        "the honest key got {} of {total}: {got:?}",
+        got[3]
+    );
+    for g in &got[..3] {
+        assert!(*g <= 12, "a greedy key took more than its share: {got:?}");
+    }
+}
+
+/// The website asks and never renames: a name passed for a known soldier
+/// changes nothing.
+#[sqlx::test]
+async fn the_website_never_renames_a_known_soldier(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    request_refresh(p, "pc", 4242, &["detailed".to_owned()], Some("RealName"))
+        .await
+        .unwrap();
+    request_refresh(p, "pc", 4242, &["profile".to_owned()], Some("Impostor"))
+        .await
+        .unwrap();
+    let (name, names): (String, i64) = sqlx::query_as(
+        "SELECT s.current_name, (SELECT count(*) FROM soldier_names n WHERE n.soldier_id = s.soldier_id)
+         FROM soldiers s WHERE s.persona_id = 4242",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!((name.as_str(), names), ("RealName", 1));
+}
+
+/// A resource collected less than the cooldown ago is answered fresh, with
+/// its last success and no job; an older one is queued.
+#[sqlx::test]
+async fn a_click_on_fresh_data_spends_nothing(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    request_refresh(p, "pc", 77, &["detailed".to_owned()], Some("Fresh"))
+        .await
+        .unwrap();
+    let me = registry::register(p, &fixtures::registration("int", Lane::Interactive))
+        .await
+        .unwrap();
+    let job = queue::claim_and_start(p, &me).await.unwrap().unwrap();
+    fixtures::succeed(p, &me, &job.lease(&me), 1).await;
+    let rows = request_refresh(p, "pc", 77, &[], None).await.unwrap();
+    let detailed = &rows[0];
+    assert_eq!(detailed.resource, "detailed");
+    assert_eq!(detailed.state, RefreshState::Fresh);
+    assert_eq!((detailed.job_id, detailed.position), (None, None));
+    assert!(detailed.last_success_at.is_some());
+    for r in &rows[1..] {
+        assert_eq!(r.state, RefreshState::Created, "{r:?}");
+        assert_eq!(r.last_success_at, None);
+    }
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_jobs")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(jobs, 3, "a fresh resource was queued");
+    // With no cooldown, the next click queues it.
+    sqlx::query("UPDATE scheduling_settings SET interactive_cooldown = interval '0'")
+        .execute(p)
+        .await
+        .unwrap();
+    let rows = request_refresh(p, "pc", 77, &["detailed".to_owned()], None)
+        .await
+        .unwrap();
+    assert_eq!(rows[0].state, RefreshState::Created);
+}
+
+/// What a finalization of `resource` with `data` on a fresh job answers
+/// (the SQLSTATE of a refusal).
+async fn finalize(db: &TestDb, resource: Resource, data: serde_json::Value) -> Result<(), String> {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(9_000_000);
+    let p = &db.pool;
+    let persona = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let soldier: i64 = fixtures::soldiers(p, persona, persona).await[0];
+    sqlx::query(
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+         VALUES ($1, $2, 'background', 'recent', 'test')
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(soldier)
+    .bind(resource)
+    .execute(p)
+    .await
+    .unwrap();
+    let me = registry::register(
+        p,
+        &fixtures::registration(&format!("f-{}", uuid::Uuid::new_v4()), Lane::Background),
+    )
+    .await
+    .unwrap();
+    let job = queue::claim_and_start(p, &me)
+        .await
+        .unwrap()
+        .expect("a job");
+    let mut data = data;
+    if resource == Resource::Profile {
+        // The account is the soldier's (its page is found by its name).
+        data["battlelog_username"] = json!(job.soldier_name);
+    }
+    let collected = Collected {
+        data,
+        http_status: 200,
+        duration: Duration::from_millis(5),
+    };
+    match queue::finalize_success(p, &me, &job.lease(&me), &collected).await {
+        Ok(_) => Ok(()),
+        Err(queue::QueueError::Database { source, .. }) => {
+            Err(sqlstate(&source).unwrap_or_default())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Every catalog and profile string is checked, countries against ISO
+/// 3166-1 alpha-2, battlelog_user_id > 0; invisible characters are refused
+/// in collector names.
+#[sqlx::test]
+async fn text_others_read_is_checked(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let weapon = |name: &str, slug: &str, category: &str| {
+        json!({"weapons": [{"guid": "W-PDW", "name": name, "slug": slug, "category": category,
+                            "kills": 1, "headshots": 0, "shots_fired": 1, "shots_hit": 1,
+                            "time_equipped_seconds": 1}]})
+    };
+    for (what, data) in [
+        ("an escape", weapon("\u{1b}[2J", "pdw-r", "PDW")),
+        ("a bidi override", weapon("PDW\u{202e}R", "pdw-r", "PDW")),
+        ("markup", weapon("<script>", "pdw-r", "PDW")),
+        ("a path slug", weapon("PDW-R", "../../etc/passwd", "PDW")),
+        ("a line break", weapon("PDW-R", "pdw-r", "\r\nfake line")),
+        ("a zero-width space", weapon("PDW\u{200b}R", "pdw-r", "PDW")),
+    ] {
+        assert_eq!(
+            finalize(&db, Resource::Weapons, data).await,
+            Err("22023".to_owned()),
+            "{what}"
+        );
+    }
+    let profile = |code: &str, name: &str, id: i64| {
+        json!({"battlelog_username": "someone", "battlelog_user_id": id,
+               "country_code": code, "country_name": name, "access_state": "public_country"})
+    };
+    for (what, data) in [
+        ("country ZZ", profile("ZZ", "Nowhere", 1)),
+        ("a control character", profile("SE", "Swe\u{7}den", 1)),
+        ("a negative user id", profile("SE", "Sweden", -5)),
+    ] {
+        assert_eq!(
+            finalize(&db, Resource::Profile, data).await,
+            Err("22023".to_owned()),
+            "{what}"
+        );
+    }
+    assert_eq!(
+        finalize(&db, Resource::Profile, profile("SE", "Sweden", 7)).await,
+        Ok(())
+    );
+    assert_eq!(
+        finalize(&db, Resource::Weapons, weapon("PDW-R", "pdw-r", "PDW")).await,
+        Ok(())
+    );
+    // Lookalike collector names: invisible characters are refused.
+    for name in [
+        "vic\u{200b}bg",
+        "vicbg\u{feff}",
+        "vic\u{2060}bg",
+        "vic\u{200d}bg",
+    ] {
+        let err = registry::register(&db.pool, &fixtures::registration(name, Lane::Background))
+            .await
+            .expect_err(name);
+        assert!(err.to_string().contains("character"), "{name}: {err}");
+    }
+}
+
+/// A catalog fills up to its seed, then takes a few new entries a day: a
+/// list of thousands of invented weapons is refused (53400), adding none.
+#[sqlx::test]
+async fn catalogs_grow_by_a_bounded_number_of_entries(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let invented = |n: usize, from: usize| {
+        let list: Vec<serde_json::Value> = (from..from + n)
+            .map(|i| {
+                json!({"guid": format!("FAKE-{i}"), "name": format!("Fake {i}"),
+                       "slug": format!("fake-{i}"), "category": "Fake", "kills": 1,
+                       "headshots": 0, "shots_fired": 1, "shots_hit": 1,
+                       "time_equipped_seconds": 1})
+            })
+            .collect();
+        json!({ "weapons": list })
+    };
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM weapon_catalog")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(5_000, 0)).await,
+        Err("53400".to_owned())
+    );
+    assert_eq!(rows().await, 0);
+    // A first collection fills the catalog (the seed is 1,000, plus 50 a day).
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(300, 0)).await,
+        Ok(())
+    );
+    assert_eq!(rows().await, 300);
+    sqlx::query("UPDATE scheduling_settings SET catalog_seed = 300, catalog_new_per_day = 5")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // Seeded, and 300 were added today: nothing new is taken today.
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(1, 300)).await,
+        Err("53400".to_owned())
+    );
+    // Known entries are always fine.
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(300, 0)).await,
+        Ok(())
+    );
+    // A day later, a few new weapons a day.
+    sqlx::query("UPDATE weapon_catalog SET first_seen_at = first_seen_at - interval '2 days'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(5, 300)).await,
+        Ok(())
+    );
+    assert_eq!(
+        finalize(&db, Resource::Weapons, invented(1, 305)).await,
+        Err("53400".to_owned())
+    );
+    assert_eq!(rows().await, 305);
+}
