@@ -707,6 +707,8 @@ const FLEET_ENV: &[(&str, &str)] = &[
     ("BF4PS_MONITOR_INTERVAL", "200ms"),
     ("BF4PS_FEEDER_INTERVAL", "500ms"),
     ("BF4PS_SHUTDOWN_TIMEOUT", "5s"),
+    // The test refreshes a soldier the background lane has just collected.
+    ("BF4PS_INTERACTIVE_COOLDOWN", "0s"),
 ];
 
 fn fleet_cmd(url: &str, args: &[&str]) -> std::process::Command {

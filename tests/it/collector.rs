@@ -1715,13 +1715,17 @@ async fn a_newer_collector_protocol_drains_the_collector_and_loses_nothing(
     )
     .await;
     wait_event(p, "started", held, 1).await;
-    // Mid-fetch, another release migrates: protocol 3 (same signature).
+    // Mid-fetch, another release migrates: the next protocol (same signature).
+    let ours = bf4ps_ops::queue::PROTOCOL;
+    let next = ours + 1;
     crate::support::exec(
         p,
-        "CREATE OR REPLACE FUNCTION bf4ps_collector_protocol() RETURNS integer
-         LANGUAGE sql IMMUTABLE PARALLEL SAFE
-         SET search_path = pg_catalog, public, pg_temp
-         AS $$ SELECT 3 $$",
+        &format!(
+            "CREATE OR REPLACE FUNCTION bf4ps_collector_protocol() RETURNS integer
+             LANGUAGE sql IMMUTABLE PARALLEL SAFE
+             SET search_path = pg_catalog, public, pg_temp
+             AS $$ SELECT {next} $$"
+        ),
     )
     .await
     .unwrap();
@@ -1743,7 +1747,8 @@ async fn a_newer_collector_protocol_drains_the_collector_and_loses_nothing(
     match &result {
         Err(bf4ps_ops::collector::CollectorError::ProtocolOutdated { message }) => {
             assert!(
-                message.contains("protocol 2") && message.contains('3'),
+                message.contains(&format!("protocol {ours}"))
+                    && message.contains(&next.to_string()),
                 "{message}"
             )
         }

@@ -43,7 +43,7 @@ use bf4ps_ops::{freshness, registry, request, status};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::fixtures::{collected_for_job, collector, expire};
+use crate::fixtures::{collected_for_job, collector, expire, registration};
 use crate::support::{TestDb, exec};
 
 /// The tables that grow with soldiers and events, and the working set:
@@ -395,7 +395,17 @@ async fn hot_statements_never_scan_the_large_tables(_: PgPoolOptions, opts: PgCo
             .unwrap();
         (
             collector(pool, "plan-bg", Lane::Background).await,
-            collector(pool, "plan-int", Lane::Interactive).await,
+            // Its own key: the background collector's throttled failure
+            // below pauses the background key.
+            registry::register(
+                pool,
+                &registry::Registration {
+                    egress_key: "egress-interactive".into(),
+                    ..registration("plan-int", Lane::Interactive)
+                },
+            )
+            .await
+            .unwrap(),
         )
     })
     .await;

@@ -46,9 +46,16 @@ pub(super) async fn register(
 /// No rate per egress key in the queue benches (the claim takes the key's
 /// grant; these measure the job cycle, not Battlelog's spacing).
 async fn unlimited_keys(pool: &PgPool) -> Result<(), BenchError> {
-    sqlx::query("UPDATE scheduling_settings SET egress_spacing = interval '1 microsecond'")
-        .execute(pool)
-        .await?;
+    // The budget's gate still runs (its statements are part of a background
+    // claim), with a spacing that never binds.
+    sqlx::query(
+        "UPDATE scheduling_settings
+         SET egress_spacing = interval '1 microsecond',
+             budget_spacing = CASE WHEN budget_spacing IS NOT NULL
+                                   THEN interval '1 microsecond' END",
+    )
+    .execute(pool)
+    .await?;
     Ok(())
 }
 
