@@ -177,6 +177,8 @@ pub struct Published {
     pub(crate) active_window: Duration,
     /// A resource collected less than this ago is answered `fresh`.
     pub interactive_cooldown: Duration,
+    /// An unconfirmed `unavailable` verdict is checked again after this.
+    pub unavailable_recheck: Duration,
 }
 
 fn int(n: u32) -> i32 {
@@ -198,7 +200,7 @@ pub async fn publish_settings(
               refresh_detailed, refresh_profile, refresh_weapons, refresh_vehicles, \
               registrations_per_hour, collectors_per_role, budget_requests, budget_window, \
               share_active_max, share_bootstrap_min, share_retry_min, active_window, \
-              interactive_cooldown, updated_at) \
+              interactive_cooldown, unavailable_recheck, updated_at) \
          SELECT true, $1 * interval '1 microsecond', $2, $3, $4 * interval '1 microsecond', \
                 $5 * interval '1 microsecond', $6 * interval '1 microsecond', \
                 $7 * interval '1 microsecond', $8 * interval '1 microsecond', \
@@ -208,7 +210,8 @@ pub async fn publish_settings(
                 $11, $12, $13 * interval '1 microsecond', $14 * interval '1 microsecond', \
                 $15 * interval '1 microsecond', $16 * interval '1 microsecond', $17, $18, $19, \
                 $20 * interval '1 microsecond', $21, $22, $23, \
-                $24 * interval '1 microsecond', $25 * interval '1 microsecond', now() \
+                $24 * interval '1 microsecond', $25 * interval '1 microsecond', \
+                $26 * interval '1 microsecond', now() \
          ON CONFLICT (singleton) DO UPDATE \
          SET eta_window = EXCLUDED.eta_window, egress_rate = EXCLUDED.egress_rate, \
              max_pending_interactive = EXCLUDED.max_pending_interactive, \
@@ -230,7 +233,8 @@ pub async fn publish_settings(
              share_bootstrap_min = EXCLUDED.share_bootstrap_min, \
              share_retry_min = EXCLUDED.share_retry_min, \
              active_window = EXCLUDED.active_window, \
-             interactive_cooldown = EXCLUDED.interactive_cooldown, updated_at = now()",
+             interactive_cooldown = EXCLUDED.interactive_cooldown, \
+             unavailable_recheck = EXCLUDED.unavailable_recheck, updated_at = now()",
     )
     .bind(us(settings.eta_window))
     .bind(settings.egress_rate)
@@ -257,6 +261,7 @@ pub async fn publish_settings(
     .bind(settings.shares[2])
     .bind(us(settings.active_window))
     .bind(i64::try_from(settings.interactive_cooldown.as_micros()).unwrap_or(i64::MAX))
+    .bind(us(settings.unavailable_recheck))
     .execute(pool)
     .await?;
     Ok(())

@@ -139,6 +139,7 @@ impl crate::request::Published {
             ],
             active_window: t.feeder.active_window,
             interactive_cooldown: t.request.interactive_cooldown,
+            unavailable_recheck: t.queue.unavailable_recheck,
         }
     }
 }

@@ -826,6 +826,9 @@ DECLARE
     v_next timestamptz;
     v_outcome text;
     v_retry boolean;
+    v_prev record;
+    v_role text;
+    v_unconfirmed boolean := false;
 BEGIN
     IF p_error_class IS NULL OR p_error_class NOT IN
            ('transport', 'timeout', 'server', 'parse', 'throttled', 'http', 'unavailable') THEN
@@ -862,7 +865,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT x.throttle_pause, x.throttle_pause_max, x.retry_ladder, x.retry_jitter,
-           x.retry_max_attempts
+           x.retry_max_attempts, x.unavailable_recheck
       INTO s
     FROM public.scheduling_settings AS x;
     v_failures := least(coalesce(j.failures, 0), 1000000) + 1;
@@ -887,8 +890,37 @@ BEGIN
         v_retry := true;
         v_outcome := 'throttled';
     ELSIF p_error_class = 'unavailable' THEN
-        v_retry := false;
-        v_outcome := 'unavailable';
+        SELECT cs.registered_by INTO v_role
+        FROM public.collector_secrets AS cs WHERE cs.collector_uuid = p_uuid;
+        -- The pair's latest outcome (a soldier's few events, newest first).
+        SELECT e.event_type = 'failed' AND e.error_class = 'unavailable' AS verdict,
+               cs.registered_by
+          INTO v_prev
+        FROM public.collection_events AS e
+        LEFT JOIN public.collector_secrets AS cs ON cs.collector_uuid = e.collector_uuid
+        WHERE e.soldier_id = j.soldier_id AND e.resource = j.resource
+          AND e.event_type IN ('succeeded', 'failed')
+        ORDER BY e.occurred_at DESC, e.event_id DESC
+        LIMIT 1;
+        v_unconfirmed := NOT coalesce(
+            v_prev.verdict
+            AND (v_prev.registered_by <> v_role
+                 OR NOT EXISTS (
+                     SELECT 1
+                     FROM public.collectors AS c
+                     JOIN public.collector_secrets AS cs ON cs.collector_uuid = c.collector_uuid
+                     WHERE c.lane = j.lane AND c.retired_at IS NULL AND c.enabled
+                       AND NOT c.drained AND c.heartbeat_state <> 'lost'
+                       AND cs.registered_by <> v_role)),
+            false);
+        IF v_unconfirmed THEN
+            v_delay := s.unavailable_recheck;
+            v_retry := true;
+            v_outcome := 'retry_scheduled';
+        ELSE
+            v_retry := false;
+            v_outcome := 'unavailable';
+        END IF;
     ELSE
         v_attempts := j.attempt_count - j.throttled_attempts;
         v_delay := s.retry_ladder[least(v_failures, cardinality(s.retry_ladder))]
@@ -896,11 +928,11 @@ BEGIN
         v_retry := v_attempts < s.retry_max_attempts;
         v_outcome := CASE WHEN v_retry THEN 'retry_scheduled' ELSE 'gave_up' END;
     END IF;
-    v_next := CASE WHEN p_error_class = 'unavailable' THEN NULL ELSE p_now + v_delay END;
+    v_next := CASE WHEN v_outcome = 'unavailable' THEN NULL ELSE p_now + v_delay END;
 
     PERFORM public.bf4ps_record_outcome(
         j.soldier_id, j.resource,
-        CASE WHEN p_error_class = 'unavailable' THEN 'unavailable' ELSE 'temporary_failure' END,
+        CASE WHEN v_outcome = 'unavailable' THEN 'unavailable' ELSE 'temporary_failure' END,
         false, v_next, v_failures, p_error_class, v_message, p_now);
 
     IF v_retry THEN
@@ -932,7 +964,9 @@ BEGIN
         (1, 'failed',
             CASE WHEN v_retry THEN 'retry' ELSE v_outcome END,
             p_duration_ms, p_http_status, p_error_class, v_message,
-            jsonb_build_object('next_due_at', v_next, 'consecutive_failures', v_failures)),
+            jsonb_build_object('next_due_at', v_next, 'consecutive_failures', v_failures)
+            || CASE WHEN v_unconfirmed THEN jsonb_build_object('verdict', 'unconfirmed')
+                    ELSE '{}'::jsonb END),
         (2, 'retry_scheduled', NULL, NULL, NULL, NULL, NULL,
             jsonb_build_object('delay_ms', floor(extract(epoch FROM v_delay) * 1000),
                                'eligible_at', v_eligible)
@@ -2976,13 +3010,15 @@ CREATE TABLE public.scheduling_settings (
     interactive_cooldown interval DEFAULT '00:10:00'::interval NOT NULL,
     catalog_seed integer DEFAULT 1000 NOT NULL,
     catalog_new_per_day integer DEFAULT 50 NOT NULL,
+    unavailable_recheck interval DEFAULT '01:00:00'::interval NOT NULL,
     CONSTRAINT scheduling_settings_catalog_check CHECK (((catalog_seed >= 0) AND (catalog_new_per_day >= 0))),
     CONSTRAINT scheduling_settings_egress_rate_check CHECK (((egress_rate > (0)::double precision) AND (egress_rate < 'Infinity'::double precision))),
     CONSTRAINT scheduling_settings_eta_window_check CHECK ((eta_window > '00:00:00'::interval)),
     CONSTRAINT scheduling_settings_interactive_cooldown_check CHECK ((interactive_cooldown >= '00:00:00'::interval)),
     CONSTRAINT scheduling_settings_max_pending_interactive_check CHECK ((max_pending_interactive > 0)),
     CONSTRAINT scheduling_settings_policy_check CHECK (((active_window > '00:00:00'::interval) AND (lease_duration > '00:00:00'::interval) AND (heartbeat_lost_after > '00:00:00'::interval) AND (egress_spacing > '00:00:00'::interval) AND ((budget_spacing IS NULL) OR (budget_spacing > '00:00:00'::interval)) AND (throttle_pause > '00:00:00'::interval) AND (throttle_pause_max >= throttle_pause) AND ((cardinality(retry_ladder) >= 1) AND (cardinality(retry_ladder) <= 32)) AND (retry_jitter >= (0)::double precision) AND (retry_jitter <= (1)::double precision) AND (retry_max_attempts > 0) AND (refresh_detailed > '00:00:00'::interval) AND (refresh_profile > '00:00:00'::interval) AND (refresh_weapons > '00:00:00'::interval) AND (refresh_vehicles > '00:00:00'::interval) AND (registrations_per_hour > 0) AND (collectors_per_role > 0) AND (budget_requests > 0) AND (budget_window > '00:00:00'::interval) AND ((share_active_max >= (0)::double precision) AND (share_active_max <= (1)::double precision)) AND ((share_bootstrap_min >= (0)::double precision) AND (share_bootstrap_min <= (1)::double precision)) AND ((share_retry_min >= (0)::double precision) AND (share_retry_min <= (1)::double precision)) AND ((share_bootstrap_min + share_retry_min) <= (1)::double precision))),
-    CONSTRAINT scheduling_settings_singleton CHECK (singleton)
+    CONSTRAINT scheduling_settings_singleton CHECK (singleton),
+    CONSTRAINT scheduling_settings_unavailable_recheck_check CHECK ((unavailable_recheck > '00:00:00'::interval))
 );
 
 

@@ -23,7 +23,9 @@
 //!   [`locks::MIGRATE`](crate::db::locks::MIGRATE): a second waits up to its
 //!   lock timeout, then fails naming the session that holds it (any role can
 //!   take an advisory lock: a foreign holder makes `migrate` fail, never
-//!   hang). sqlx's own lock is off (it would wait forever);
+//!   hang). sqlx's own lock is off (it would wait forever). A database that
+//!   is already current takes no lock, so a foreign holder never keeps
+//!   `serve` from starting;
 //! - DDL waits at most [`DDL_LOCK_TIMEOUT`] for a table lock, so a migration
 //!   never queues behind a long query while blocking every writer after it;
 //! - `--dry-run` reads only: the starting point, what would run, and the
@@ -166,6 +168,18 @@ async fn migrate_on(
     options: MigrateOptions,
 ) -> Result<MigrateReport, DbError> {
     let err = |e: sqlx::Error| explain(e, addr, opts);
+    // A current database needs no lock: `serve` starts whoever holds it
+    // (any role can take an advisory lock). Reading `_sqlx_migrations` is
+    // safe beside a running migration: its rows commit with each migration.
+    if migrations_current(&mut *conn).await? {
+        let plan = plan(conn).await?;
+        let current = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        return Ok(MigrateReport {
+            plan,
+            applied: Vec::new(),
+            current,
+        });
+    }
     lock(conn, options.lock_timeout, addr, opts).await?;
     let result = async {
         let plan = plan(conn).await?;

@@ -74,6 +74,13 @@ crate::config::settings! {
         /// Random spread of each retry delay, as a fraction (0.2 = ±20%).
         retry_jitter: f64 = "0.2", "retry-jitter", "BF4PS_RETRY_JITTER", "Retries",
             check crate::config::checks::jitter;
+
+        /// An `unavailable` verdict parks a pair only once confirmed through another
+        /// login role (or the same role, when no other has a live collector on the
+        /// lane); until then the pair is checked again after this. One host's word
+        /// parks nothing for good.
+        unavailable_recheck: std::time::Duration = "1h", "unavailable-recheck", "BF4PS_UNAVAILABLE_RECHECK", "Retries",
+            check crate::config::checks::positive;
     }
 }
 

@@ -610,6 +610,63 @@ async fn adopting_a_bf4ps_database_keeps_every_row(_: PgPoolOptions, opts: PgCon
     assert_eq!(checksums(&db.pool, &columns).await, after);
 }
 
+/// A database that must migrate waits for `migrate`'s advisory lock, then
+/// fails in one line naming the session that holds it; a current database
+/// takes no lock (`attacks::a08_a_foreign_migration_lock_keeps_nothing_from_starting`).
+#[sqlx::test(migrations = false)]
+async fn a_migration_behind_a_foreign_lock_fails_naming_the_holder(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const HOLDER: &str = "bf4ps-it foreign holder";
+    let db = TestDb::new(opts).await;
+    let mut holder = sqlx::PgConnection::connect(&format!(
+        "{}?application_name=bf4ps-it%20foreign%20holder",
+        db.url
+    ))
+    .await
+    .unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(bf4ps_ops::db::locks::MIGRATE)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let names_holder = |text: &str| text.contains(&format!("pid {pid}")) && text.contains(HOLDER);
+    let err = db
+        .target
+        .migrate_with(MigrateOptions {
+            lock_timeout: Duration::from_secs(1),
+            dry_run: false,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, DbError::MigrationLocked { .. }), "{err}");
+    assert!(names_holder(&err.to_string()), "{err}");
+    let out = run_bin(&["migrate", "--migrate-lock-timeout", "1s"], Some(&db.url));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(names_holder(&stderr), "{stderr}");
+    // Nothing was written meanwhile; once the holder lets go, it migrates.
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(tables, 0);
+    holder.close().await.unwrap();
+    let report = db.target.migrate().await.unwrap();
+    assert_eq!(
+        report.current,
+        MIGRATOR.iter().map(|m| m.version).max().unwrap()
+    );
+}
+
 #[sqlx::test(migrations = false)]
 async fn unknown_databases_are_refused_before_any_write(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;

@@ -362,3 +362,110 @@ async fn catalogs_grow_by_a_bounded_number_of_entries(_: PgPoolOptions, opts: Pg
     );
     assert_eq!(rows().await, 305);
 }
+
+/// One host's `unavailable` verdict parks nothing: a compromised host (its
+/// own login role) that fails every job it claims as `unavailable`, twice,
+/// leaves each pair due and its job pending (checked again after
+/// `unavailable_recheck`); an honest host of another role that finds the
+/// same confirms it and the pair is parked. Before 0019 a single verdict
+/// parked the pair with no due time, for good.
+#[sqlx::test]
+async fn one_hosts_unavailable_verdict_parks_nothing(_: PgPoolOptions, opts: PgConnectOptions) {
+    use crate::support::LoginRole;
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let jobs = fixtures::jobs(p, 3, Lane::Background).await;
+    let (atk_role, honest_role) = (
+        LoginRole::create("una", &["bf4ps_collector"]).await,
+        LoginRole::create("unh", &["bf4ps_collector"]).await,
+    );
+    let (atk, honest) = (atk_role.pool(&db).await, honest_role.pool(&db).await);
+    let register = async |pool: &sqlx::PgPool, name: &str| {
+        registry::register(
+            pool,
+            &registry::Registration {
+                egress_key: format!("{name}-key"),
+                ..fixtures::registration(name, Lane::Background)
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let me = register(&atk, "liar").await;
+    let other = register(&honest, "honest").await;
+    let verdict = |who| AttemptFailure {
+        class: ErrorClass::Unavailable,
+        http_status: Some(404),
+        message: format!("{who}: no such persona"),
+        duration: Duration::from_millis(1),
+    };
+    let eligible_now = async || {
+        sqlx::query("UPDATE collection_jobs SET eligible_at = now() - interval '1 ms'")
+            .execute(p)
+            .await
+            .unwrap();
+    };
+    let parked = async || -> i64 {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM collection_state WHERE detailed_state = 'unavailable'",
+        )
+        .fetch_one(p)
+        .await
+        .unwrap()
+    };
+    for round in 0..2 {
+        for _ in &jobs {
+            let Take::Job(job) = queue::take(&atk, &me).await.unwrap() else {
+                panic!("round {round}: the liar's claim");
+            };
+            let out = queue::finalize_failure(&atk, &me, &job.lease(&me), &verdict("liar"))
+                .await
+                .unwrap();
+            assert!(
+                matches!(
+                    out,
+                    queue::Fenced::Committed(queue::FailureOutcome::RetryScheduled { .. })
+                ),
+                "round {round}: {out:?}"
+            );
+        }
+        assert_eq!(
+            parked().await,
+            0,
+            "round {round}: one host's word parked a pair"
+        );
+        let (pending, later): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'pending'),
+                    count(*) FILTER (WHERE eligible_at > now() + interval '50 minutes')
+             FROM collection_jobs",
+        )
+        .fetch_one(p)
+        .await
+        .unwrap();
+        assert_eq!(
+            (pending, later),
+            (3, 3),
+            "round {round}: rechecked in an hour"
+        );
+        eligible_now().await;
+    }
+    // Another role's host agrees: confirmed, parked, the job removed.
+    for _ in &jobs {
+        let Take::Job(job) = queue::take(&honest, &other).await.unwrap() else {
+            panic!("the honest host's claim");
+        };
+        let out = queue::finalize_failure(&honest, &other, &job.lease(&other), &verdict("honest"))
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                out,
+                queue::Fenced::Committed(queue::FailureOutcome::Unavailable)
+            ),
+            "{out:?}"
+        );
+    }
+    assert_eq!(parked().await, 3);
+    atk.close().await;
+    honest.close().await;
+}

@@ -385,9 +385,16 @@ async fn failures_are_classified_and_last_good_data_survives(
     assert_eq!(events(p, "retry_scheduled", Some(j)).await, 1);
     assert_eq!(events(p, "claimed", Some(j)).await, 2);
 
-    // 404 → terminal: job removed, state unavailable.
+    // 404 → unavailable: unconfirmed the first time (checked again after
+    // BF4PS_UNAVAILABLE_RECHECK), terminal once confirmed: job removed,
+    // state unavailable.
     let s2 = soldier(p, 2).await;
-    script(&fake, 2, Resource::Detailed, vec![Scripted::Status(404)]);
+    script(
+        &fake,
+        2,
+        Resource::Detailed,
+        vec![Scripted::Status(404), Scripted::Status(404)],
+    );
     let j = job(
         p,
         s2,
@@ -398,7 +405,27 @@ async fn failures_are_classified_and_last_good_data_survives(
         0,
     )
     .await;
-    wait_event(p, "failed", j, 1).await;
+    wait_event(p, "retry_scheduled", j, 1).await;
+    assert_eq!(
+        state_column(p, s2, Resource::Detailed, "state")
+            .await
+            .as_deref(),
+        Some("temporary_failure")
+    );
+    let later: bool = sqlx::query_scalar(
+        "SELECT eligible_at > now() + interval '50 minutes' FROM collection_jobs WHERE job_id = $1",
+    )
+    .bind(j)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert!(later, "the recheck waits BF4PS_UNAVAILABLE_RECHECK");
+    sqlx::query("UPDATE collection_jobs SET eligible_at = now() WHERE job_id = $1")
+        .bind(j)
+        .execute(p)
+        .await
+        .unwrap();
+    wait_event(p, "failed", j, 2).await;
     eventually(WAIT, "job removal", || async {
         (count(
             p,
@@ -1818,14 +1845,15 @@ async fn a_newer_collector_protocol_drains_the_collector_and_loses_nothing(
 
 /// The state BF4PS's `collection_state` holds for each pair that has an
 /// outcome, beside what its latest outcome event says (`succeeded`:
-/// success; `failed` as `unavailable`: unavailable; any other failure:
-/// temporary_failure); the pairs where the two disagree.
+/// success; `failed` with result `unavailable` (a confirmed verdict):
+/// unavailable; any other failure: temporary_failure); the pairs where the
+/// two disagree.
 async fn state_against_events(pool: &PgPool) -> (i64, Vec<String>) {
     let rows: Vec<(i64, String, String, String)> = sqlx::query_as(
         "WITH latest AS (
              SELECT DISTINCT ON (e.soldier_id, e.resource) e.soldier_id, e.resource,
                     CASE WHEN e.event_type = 'succeeded' THEN 'success'
-                         WHEN e.error_class = 'unavailable' THEN 'unavailable'
+                         WHEN e.result = 'unavailable' THEN 'unavailable'
                          ELSE 'temporary_failure' END AS said
              FROM collection_events AS e
              WHERE e.event_type IN ('succeeded', 'failed')
@@ -1882,6 +1910,9 @@ async fn after_a_soak_with_faults_every_pair_is_its_latest_outcome(
     tuning.queue.retry_max_attempts = 3;
     tuning.egress.throttle_pause = Duration::from_millis(200);
     tuning.egress.throttle_pause_max = Duration::from_millis(400);
+    // A first `unavailable` verdict is checked again before the pair is
+    // parked (both collectors run as one login role: the second confirms).
+    tuning.queue.unavailable_recheck = Duration::from_millis(200);
     let mut soldiers = Vec::new();
     for persona in 7_000..7_040 {
         soldiers.push(soldier(p, persona).await);

@@ -1299,7 +1299,36 @@ async fn failures_climb_the_retry_ladder_then_give_up_or_leave_it(
         }
     );
 
-    // Terminal: unavailable → removed, out of the retry loop, data untouched.
+    // Unavailable, once: one host's word parks nothing. The pair is checked
+    // again after unavailable_recheck (1 h by default).
+    eligible_now(p, id).await;
+    let j = claim_and_start(p, &me).await;
+    let out = fail_with(p, &me, &j.lease(&me), ErrorClass::Unavailable, Some(404)).await;
+    let st = pair(p, s, Resource::Detailed).await;
+    let at = st.last_attempt_at.unwrap();
+    assert_eq!(
+        out,
+        FailureOutcome::RetryScheduled {
+            eligible_at: at + chrono::Duration::hours(1)
+        }
+    );
+    assert_eq!(
+        (st.state.as_str(), st.last_error_class.as_deref()),
+        ("temporary_failure", Some("unavailable"))
+    );
+    let verdict: Option<String> = sqlx::query_scalar(
+        "SELECT metadata->>'verdict' FROM collection_events
+         WHERE job_id = $1 AND event_type = 'failed' ORDER BY event_id DESC LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(verdict.as_deref(), Some("unconfirmed"));
+
+    // Confirmed (the same role: no other role has a collector on the lane;
+    // tests/it/attacks.rs shows another role's word is needed when one
+    // has): terminal, removed, out of the retry loop, data untouched.
     eligible_now(p, id).await;
     let j = claim_and_start(p, &me).await;
     let out = fail_with(p, &me, &j.lease(&me), ErrorClass::Unavailable, Some(404)).await;
