@@ -29,6 +29,13 @@ crate::config::settings! {
         /// horizon). `serve`'s role needs pg_signal_backend for it.
         client_transaction_limit: std::time::Duration = "30s", "client-transaction-limit", "BF4PS_CLIENT_TRANSACTION_LIMIT", "Events",
             check crate::config::checks::positive;
+
+        /// Longest a session of a collector or website role may keep another
+        /// waiting for a lock (its transaction older than this while someone waits
+        /// on it): the monitor ends it. Ours hold a lock for milliseconds; this
+        /// catches back-to-back transactions that each stay under the limit.
+        client_lock_hold: std::time::Duration = "5s", "client-lock-hold", "BF4PS_CLIENT_LOCK_HOLD", "Events",
+            check crate::config::checks::positive;
     }
 }
 
@@ -96,22 +103,28 @@ impl Monitor {
     /// too long, sweep lost heartbeats, then recover expired leases in
     /// batches until a short batch.
     pub async fn run_once_on(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
-        let ended = crate::db::locks::end_overlong_client_transactions(
+        let ended = crate::db::locks::end_client_sessions(
             pool,
             self.settings.client_transaction_limit,
+            self.settings.client_lock_hold,
         )
         .await
         .map_err(MonitorError::Sessions)?;
         for s in &ended {
+            let what = match s.why.as_str() {
+                "blocking" => "kept another session waiting for a lock too long",
+                "waiting" => "held a transaction open too long, waiting for a lock nobody releases",
+                _ => "held a transaction open too long",
+            };
             if s.ended {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s,
-                      "ended a client session that held a transaction open too long");
+                      transaction_s = s.xact_age_s, why = %s.why,
+                      "ended a client session that {what}");
             } else {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s,
-                      "a client session holds a transaction open too long and this role may \
-                       not end it (grant pg_signal_backend to serve's role)");
+                      transaction_s = s.xact_age_s, why = %s.why,
+                      "a client session {what} and this role may not end it (grant \
+                       pg_signal_backend to serve's role)");
             }
         }
         let lost = registry::sweep_lost(pool, self.lost_after).await?;

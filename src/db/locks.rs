@@ -196,7 +196,7 @@ pub async fn holder(
     .await
 }
 
-/// A client session the monitor ended ([`end_overlong_client_transactions`]).
+/// A client session the monitor ended ([`end_client_sessions`]).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub(crate) struct EndedSession {
     /// Its backend pid.
@@ -207,6 +207,11 @@ pub(crate) struct EndedSession {
     pub application_name: String,
     /// How long its transaction had been open, in seconds.
     pub xact_age_s: f64,
+    /// Why: `open` (its transaction outlived the limit), `blocking` (it
+    /// kept another session waiting for a lock past the hold limit) or
+    /// `waiting` (it outlived the limit waiting for a lock nobody will
+    /// release: an advisory lock of an idle session, another reader's).
+    pub why: String,
     /// Whether it was ended (false: this role may not signal it; grant it
     /// pg_signal_backend).
     pub ended: bool,
@@ -214,34 +219,72 @@ pub(crate) struct EndedSession {
 
 /// Ends the sessions of collector and website roles (members of
 /// `bf4ps_collector` or `bf4ps_website` that are not ours: not members of
-/// `bf4ps_definer`) whose transaction has been open longer than `limit`,
-/// unless they are waiting for a lock (queued behind the holder: its
-/// victims, freed when it is ended).
-/// Ours last milliseconds; an open one holds the row locks every collector
-/// needs (the budget, a key, the registration lock) and the projection
-/// horizon, so one compromised host could stall the fleet. Readers are left
-/// alone: they hold neither (the horizon ignores roles that cannot write
-/// events).
-pub(crate) async fn end_overlong_client_transactions(
+/// `bf4ps_definer`) that hold our locks too long, whatever they wait on:
+/// - `open`: a transaction open longer than `limit`, not waiting for a lock;
+/// - `blocking`: it has kept another session waiting for a lock longer than
+///   `hold`, and its own transaction is older than `hold` (back-to-back
+///   transactions each under `limit` are caught here: ours hold a lock for
+///   milliseconds);
+/// - `waiting`: a transaction open longer than `limit` that waits for a lock
+///   held by a session not ended in this pass (a session advisory lock of an
+///   idle session, say). A waiter behind a holder that is ended is left
+///   alone: it is the holder's victim, freed when the holder goes.
+///
+/// Readers are left alone: they can take none of our row locks, and the
+/// projection horizon ignores roles that cannot write events.
+pub(crate) async fn end_client_sessions(
     executor: impl PgExecutor<'_>,
     limit: Duration,
+    hold: Duration,
 ) -> Result<Vec<EndedSession>, sqlx::Error> {
     sqlx::query_as(concat!(
-        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
-        "coalesce(a.application_name, '') AS application_name, ",
-        "extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
-        "coalesce(pg_terminate_backend(a.pid), false) AS ended ",
-        "FROM pg_stat_activity a ",
-        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
-        "AND a.xact_start < now() - $1 * interval '1 millisecond' ",
-        // Waiting for a lock: a victim of the holder, not one (ending the
-        // holder frees it).
-        "AND a.wait_event_type IS DISTINCT FROM 'Lock' ",
-        "AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
-        "     OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER')) ",
-        "AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')"
+        "WITH client AS (",
+        "  SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "         coalesce(a.application_name, '') AS application_name, ",
+        "         extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
+        "         a.wait_event_type IS NOT DISTINCT FROM 'Lock' AS waiting ",
+        "  FROM pg_stat_activity a ",
+        "  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
+        "    AND a.xact_start IS NOT NULL ",
+        "    AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER')) ",
+        "    AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')",
+        "), waits AS (",
+        // Who waits for whom (every session of this database that waits
+        // for a lock: ours, honest collectors, the website).
+        "  SELECT w.pid AS waiter, b.pid AS blocker, ",
+        "         extract(epoch FROM now() - w.query_start)::float8 AS waited_s ",
+        "  FROM pg_stat_activity w, unnest(pg_blocking_pids(w.pid)) AS b(pid) ",
+        "  WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'",
+        "), ending AS (",
+        // Holders (not waiting themselves): open too long, or keeping
+        // someone waiting past the hold limit.
+        "  SELECT c.pid, CASE WHEN c.xact_age_s > $1 / 1000.0 THEN 'open' ",
+        "                     ELSE 'blocking' END AS why ",
+        "  FROM client c WHERE NOT c.waiting AND (c.xact_age_s > $1 / 1000.0 ",
+        "    OR (c.xact_age_s > $2 / 1000.0 ",
+        "        AND EXISTS (SELECT 1 FROM waits ",
+        "                    WHERE waits.blocker = c.pid AND waits.waited_s > $2 / 1000.0)))",
+        "), stuck AS (",
+        // Waiting too long, and no holder it waits for is being ended.
+        "  SELECT c.pid FROM client c ",
+        "  WHERE c.waiting AND c.xact_age_s > $1 / 1000.0 ",
+        "    AND NOT EXISTS (SELECT 1 FROM waits JOIN ending ON ending.pid = waits.blocker ",
+        "                    WHERE waits.waiter = c.pid)",
+        "), chosen AS (",
+        "  SELECT pid, why FROM ending ",
+        "  UNION ALL ",
+        // The first of a queue of stuck sessions (the others wait for it).
+        "  SELECT st.pid, 'waiting' FROM stuck st ",
+        "  WHERE NOT EXISTS (SELECT 1 FROM waits JOIN stuck b ON b.pid = waits.blocker ",
+        "                    WHERE waits.waiter = st.pid)",
+        ") ",
+        "SELECT c.pid, c.role, c.application_name, c.xact_age_s, ch.why, ",
+        "       coalesce(pg_terminate_backend(c.pid), false) AS ended ",
+        "FROM client c JOIN chosen ch USING (pid) ORDER BY c.pid"
     ))
     .bind(ms(limit))
+    .bind(ms(hold))
     .fetch_all(executor)
     .await
 }

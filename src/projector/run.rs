@@ -102,6 +102,11 @@ pub struct Projector {
     hook: Option<BeforeCommitHook>,
 }
 
+/// How long events wait behind the horizon, with nothing moving, before the
+/// loop names the holder (a round trip, once per episode; shorter waits are
+/// transactions in flight).
+const HOLDER_AFTER: Duration = Duration::from_secs(2);
+
 /// Cheap read-only view of a projector loop's liveness and leadership (for
 /// `/readyz` and the gauge refresher).
 #[derive(Debug, Clone)]
@@ -110,6 +115,9 @@ pub struct ProjectorState {
     beat: Arc<AtomicI64>,
     /// Why the loop cannot lead or project now (cleared when it can).
     problem: Arc<Mutex<Option<Problem>>>,
+    /// Since when committed events wait behind an open transaction while
+    /// nothing moves, and who holds them (cleared when the checkpoint moves).
+    held: Arc<Mutex<Option<Problem>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -144,6 +152,41 @@ impl ProjectorState {
         ))
     }
 
+    /// How long committed events have waited behind an open transaction
+    /// while the checkpoint did not move, and who holds them, if so.
+    pub fn held(&self) -> Option<(Duration, String)> {
+        let h = self.held.lock().ok()?.clone()?;
+        Some((
+            Duration::from_millis((now_ms() - h.since_ms).max(0) as u64),
+            h.what,
+        ))
+    }
+
+    /// Records whether this step left events held back without moving.
+    /// Returns whether the holder is still to be named.
+    fn set_held(&self, held: bool) -> bool {
+        let Ok(mut h) = self.held.lock() else {
+            return false;
+        };
+        if !held {
+            *h = None;
+            return false;
+        }
+        let h = h.get_or_insert_with(|| Problem {
+            since_ms: now_ms(),
+            what: String::new(),
+        });
+        h.what.is_empty() && now_ms() - h.since_ms >= HOLDER_AFTER.as_millis() as i64
+    }
+
+    fn name_holder(&self, what: String) {
+        if let Ok(mut h) = self.held.lock()
+            && let Some(h) = h.as_mut()
+        {
+            h.what = what;
+        }
+    }
+
     fn set_problem(&self, what: Option<String>) {
         if let Ok(mut p) = self.problem.lock() {
             match what {
@@ -170,6 +213,7 @@ impl Projector {
                 is_leader: Arc::new(AtomicBool::new(false)),
                 beat: Arc::new(AtomicI64::new(0)),
                 problem: Arc::new(Mutex::new(None)),
+                held: Arc::new(Mutex::new(None)),
             },
             hook: None,
         }
@@ -281,6 +325,31 @@ impl Projector {
         })
     }
 
+    /// Names the session that holds the projection horizon back (for
+    /// `/readyz`), once per held episode.
+    async fn name_horizon_holder(&self) {
+        let named = async {
+            let mut tx = self.pool.begin().await?;
+            let h = super::lag::horizon(&mut tx, None).await?;
+            tx.rollback().await?;
+            Ok::<_, ProjectorError>(h.holder)
+        }
+        .await;
+        let what = match named {
+            Ok(Some(h)) => format!(
+                "pid {} ({}, {}, transaction open {:.0}s)",
+                h.pid,
+                crate::output::escape(h.application_name.as_deref().unwrap_or("?")),
+                h.state.as_deref().unwrap_or("?"),
+                h.xact_age_seconds
+            ),
+            Ok(None) => "a transaction that has just ended".to_owned(),
+            Err(e) => format!("an open transaction (the holder could not be read: {e})"),
+        };
+        tracing::warn!(holder = %what, "projection is held back by an open transaction");
+        self.state.name_holder(what);
+    }
+
     fn touch(&self) {
         self.state.beat.store(now_ms(), Ordering::Relaxed);
     }
@@ -315,6 +384,8 @@ impl Projector {
         while !cancel.is_cancelled() {
             self.touch();
             if !leading {
+                // Only the leader projects: held back is its verdict.
+                self.state.set_held(false);
                 match lease.acquire(&self.pool).await {
                     Ok(true) => {
                         tracing::info!("projector lease taken; this process leads projection");
@@ -341,6 +412,9 @@ impl Projector {
                 Ok(step) => {
                     errors = 0;
                     self.state.set_problem(None);
+                    if self.state.set_held(step.held_back && step.projected == 0) {
+                        self.name_horizon_holder().await;
+                    }
                     if step.full {
                         held_delay = settings.held_retry;
                         tokio::task::yield_now().await;

@@ -15,7 +15,9 @@
 //! - the JSON document has `ready`, one boolean field per check (their
 //!   names are a stable interface: `database`, `migrations_current`,
 //!   `projector_alive`, `projector_projecting` — not when the projector has
-//!   failed to lead or project for [`PROBLEM_GRACE`], with its reason),
+//!   failed to lead or project, or committed events have waited behind an
+//!   open transaction with nothing projected, for [`PROBLEM_GRACE`], with
+//!   its reason and the holder),
 //!   `projector_leader` (information, not a check) and
 //!   `reasons`. A new check is one more [`Check`] in [`assess`]: its field
 //!   and its reason follow.
@@ -161,13 +163,26 @@ pub(crate) async fn assess(
                 },
             ),
             Check::new("projector_alive", alive, "projector not alive"),
-            match projector.problem() {
-                Some((since, what)) if since >= PROBLEM_GRACE => Check::new(
+            match (projector.problem(), projector.held()) {
+                (Some((since, what)), _) if since >= PROBLEM_GRACE => Check::new(
                     "projector_projecting",
                     false,
                     format!(
                         "projector cannot lead or project for {}s: {what}",
                         since.as_secs()
+                    ),
+                ),
+                (_, Some((since, holder))) if since >= PROBLEM_GRACE => Check::new(
+                    "projector_projecting",
+                    false,
+                    format!(
+                        "projection held back for {}s by an open transaction: {}",
+                        since.as_secs(),
+                        if holder.is_empty() {
+                            "not named yet"
+                        } else {
+                            &holder
+                        }
                     ),
                 ),
                 _ => Check::new("projector_projecting", true, ""),

@@ -144,6 +144,8 @@ const MAX_LABEL: usize = 256;
 const TUNING: &[(&str, &str)] = &[
     // The monitor ends a collector's or website's transaction open longer.
     ("BF4PS_CLIENT_TRANSACTION_LIMIT", "2s"),
+    // ... and one that keeps another waiting for a lock longer.
+    ("BF4PS_CLIENT_LOCK_HOLD", "1s"),
     ("BF4PS_LEASE_DURATION", "5s"),
     ("BF4PS_MAX_CLAIM_TO_START", "2s"),
     ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
@@ -3486,6 +3488,125 @@ async fn a11_a_collector_idling_in_a_transaction_after_a_claim_blocks_nobody(
     r.record(f.victim_finishes(&jobs, HEALTH_WAIT).await);
     ended_by_the_monitor(&f, &mut r, pid).await;
     let _ = conn.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// A lock wait does not dodge the limit: the attacker claims (locking the
+/// budget's and its key's rows), then waits inside the same transaction for
+/// a session advisory lock that a reader's idle session holds (outside any
+/// transaction, so never ended itself). Before issue 27 the monitor left a
+/// waiting session alone: the fleet's background lane stopped for as long
+/// as the reader liked.
+#[sqlx::test]
+async fn a11_a_collector_waiting_on_a_foreign_lock_inside_its_transaction_is_ended(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const KEY: i64 = 0x0a11_0a11;
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a11 a lock wait inside a transaction holding our locks");
+    let pool = f.attacker_pool().await;
+    let me = f
+        .incarnation(&pool, "waiter", Lane::Background, "waiter-key")
+        .await;
+    pool.close().await;
+    let (mut accomplice, _) = f.reader.connect(&f.db, ATTACKER_APP).await;
+    hold_advisory(
+        &mut r,
+        &mut accomplice,
+        Who::Reader,
+        "a key of its own",
+        KEY,
+    )
+    .await;
+    let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    if let Err(e) = sqlx::query("SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)")
+        .bind(me.uuid)
+        .bind(me.secret)
+        .execute(&mut conn)
+        .await
+    {
+        r.fail(format!(
+            "the attacker's claim failed (a harness problem): {e}"
+        ));
+    }
+    // Waits until the reader lets go (never) or the session is ended.
+    let waiting = tokio::spawn(async move {
+        let res = sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(KEY)
+            .execute(&mut conn)
+            .await;
+        (res.map(|_| ()), conn)
+    });
+    let jobs = f.jobs(HEALTH_JOBS, Lane::Background, 0.0).await;
+    r.record(f.victim_finishes(&jobs, HEALTH_WAIT).await);
+    ended_by_the_monitor(&f, &mut r, pid).await;
+    match tokio::time::timeout(Duration::from_secs(5), waiting).await {
+        Ok(Ok((Err(_), _))) => r.note("the attacker's lock wait ended in an error"),
+        Ok(Ok((Ok(()), _))) => r.fail("the attacker got the advisory lock"),
+        Ok(Err(e)) => r.fail(format!("the waiting task failed: {e}")),
+        Err(_) => r.fail("the attacker's lock wait is still going"),
+    }
+    let _ = accomplice.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// Back-to-back transactions, each under the limit, around the fleet
+/// budget's lock: the attacker claims, sleeps 1.5 s and commits, again and
+/// again. The monitor ends it once it keeps the victim waiting longer than
+/// BF4PS_CLIENT_LOCK_HOLD. Before issue 27 it never acted, and such a loop
+/// denied about 94% of the budget.
+#[sqlx::test]
+async fn a11_back_to_back_transactions_around_our_locks_are_ended(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let mut f = Fleet::start(opts).await;
+    let mut r = Report::new("a11 back-to-back transactions around the budget lock");
+    let pool = f.attacker_pool().await;
+    let me = f
+        .incarnation(&pool, "hogger", Lane::Background, "hogger-key")
+        .await;
+    pool.close().await;
+    let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+    let hogging = tokio::spawn(async move {
+        let started = Instant::now();
+        let mut rounds = 0;
+        while started.elapsed() < Duration::from_secs(30) {
+            let round = async {
+                sqlx::query("BEGIN").execute(&mut conn).await?;
+                sqlx::query("SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)")
+                    .bind(me.uuid)
+                    .bind(me.secret)
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::query("SELECT pg_sleep(1.5)")
+                    .execute(&mut conn)
+                    .await?;
+                sqlx::query("ROLLBACK").execute(&mut conn).await?;
+                Ok::<_, sqlx::Error>(())
+            };
+            if round.await.is_err() {
+                return Some(rounds);
+            }
+            rounds += 1;
+        }
+        None
+    });
+    let jobs = f.jobs(HEALTH_JOBS, Lane::Background, 0.0).await;
+    r.record(f.victim_finishes(&jobs, HEALTH_WAIT).await);
+    ended_by_the_monitor(&f, &mut r, pid).await;
+    match hogging.await {
+        Ok(Some(rounds)) => r.note(format!("the attacker was ended after {rounds} round(s)")),
+        Ok(None) => r.fail("the attacker ran back-to-back transactions for 30 s"),
+        Err(e) => r.fail(format!("the attacker's task failed: {e}")),
+    }
+    if f.serve.log_lines("kept another session waiting").is_empty() {
+        r.fail("serve did not say it ended a session that kept another waiting");
+    }
     f.check_healthy(&mut r).await;
     r.finish();
 }

@@ -1134,3 +1134,61 @@ async fn serve_quarantines_an_event_it_cannot_project_and_keeps_projecting(
         .unwrap();
     assert!(result.is_ok(), "{result:?}");
 }
+
+/// Events committed behind an open transaction that holds an event of its
+/// own: after `PROBLEM_GRACE` `/readyz` is not ready and names the
+/// holder's pid; once it commits, projection moves on and `/readyz` is
+/// ready again. (A client role's transaction is ended by the monitor
+/// first; the owner's is not.)
+#[sqlx::test]
+async fn readyz_says_when_projection_is_held_and_by_whom(_: PgPoolOptions, opts: PgConnectOptions) {
+    use bf4ps_ops::serve::readiness::PROBLEM_GRACE;
+    use sqlx::Connection;
+    let db = TestDb::new(opts).await;
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+    let mut holder = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut holder)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    insert(&mut holder, &Ev::succeeded(10)).await;
+    insert(&db.pool, &Ev::succeeded(20)).await;
+    let started = std::time::Instant::now();
+    let v = eventually(
+        PROBLEM_GRACE + Duration::from_secs(20),
+        "/readyz says projection is held",
+        || async {
+            let (code, v) = readyz(addr).await;
+            (code == 503 && v["projector_projecting"] == false).then_some(v)
+        },
+    )
+    .await;
+    assert!(started.elapsed() >= PROBLEM_GRACE, "{v}");
+    let reasons = v["reasons"].to_string();
+    assert!(
+        reasons.contains("held back") && reasons.contains(&format!("pid {pid}")),
+        "{reasons}"
+    );
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    eventually(Duration::from_secs(20), "ready again", || async {
+        let (code, v) = readyz(addr).await;
+        (code == 200 && v["projector_projecting"] == true).then_some(())
+    })
+    .await;
+    let projected: i64 = sqlx::query_scalar(
+        "SELECT projected_events FROM projector_checkpoint WHERE projector = 'main'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(projected, 2);
+    cancel.cancel();
+    serve.await.unwrap().unwrap();
+}
