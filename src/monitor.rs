@@ -10,6 +10,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::db::{Pool, Pooled};
+use crate::metrics::Registry;
 
 use crate::backoff::jittered;
 use crate::queue::{self, QueueError, QueueSettings};
@@ -36,6 +37,13 @@ crate::config::settings! {
         /// catches back-to-back transactions that each stay under the limit.
         client_lock_hold: std::time::Duration = "5s", "client-lock-hold", "BF4PS_CLIENT_LOCK_HOLD", "Events",
             check crate::config::checks::positive;
+
+        /// Share of PostgreSQL's NOTIFY queue (8 GB) in use at which the monitor ends
+        /// the client sessions that keep it from draining (a listener inside an open
+        /// transaction reads nothing); a full queue fails every notifying commit, every
+        /// finalization included. Normal use is about 0.
+        notify_queue_limit: f64 = "0.01", "notify-queue-limit", "BF4PS_NOTIFY_QUEUE_LIMIT", "Events",
+            check crate::config::checks::share;
     }
 }
 
@@ -79,6 +87,8 @@ pub struct Monitor {
     /// Cadence, and the longest transaction a collector or website session
     /// may keep open.
     pub settings: MonitorSettings,
+    /// Where it counts the sessions it ends and shows the NOTIFY queue.
+    registry: Option<Registry>,
 }
 
 impl Monitor {
@@ -95,7 +105,22 @@ impl Monitor {
             lost_after: registry.heartbeat_lost_after,
             queue: queue.clone(),
             settings: settings.clone(),
+            registry: None,
         }
+    }
+
+    /// Counts the sessions it ends (`bf4ps_client_sessions_ended_total`)
+    /// and shows the NOTIFY queue (`bf4ps_notify_queue_usage_ratio`) in
+    /// `registry`.
+    pub fn with_registry(mut self, registry: &Registry) -> Monitor {
+        for why in ["open", "blocking", "waiting", "notify_queue"] {
+            let _ = registry.counter("bf4ps_client_sessions_ended_total", &[("why", why)]);
+        }
+        registry
+            .gauge("bf4ps_notify_queue_usage_ratio", &[])
+            .set(0.0);
+        self.registry = Some(registry.clone());
+        self
     }
 
     /// One bounded step on `pool` (any executor: tests pass one whose
@@ -103,17 +128,47 @@ impl Monitor {
     /// too long, sweep lost heartbeats, then recover expired leases in
     /// batches until a short batch.
     pub async fn run_once_on(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
-        let ended = crate::db::locks::end_client_sessions(
+        let mut ended = crate::db::locks::end_client_sessions(
             pool,
             self.settings.client_transaction_limit,
             self.settings.client_lock_hold,
         )
         .await
         .map_err(MonitorError::Sessions)?;
+        let usage = crate::db::locks::notify_queue_usage(pool)
+            .await
+            .map_err(MonitorError::Sessions)?;
+        if let Some(r) = &self.registry {
+            r.gauge("bf4ps_notify_queue_usage_ratio", &[]).set(usage);
+        }
+        if usage >= self.settings.notify_queue_limit {
+            let holders = crate::db::locks::end_notify_queue_holders(pool)
+                .await
+                .map_err(MonitorError::Sessions)?;
+            if holders.is_empty() {
+                warn!(
+                    usage,
+                    limit = self.settings.notify_queue_limit,
+                    "the NOTIFY queue is filling and no client session of this database holds \
+                       it (see docs/runbook.md#bf4psnotifyqueuefilling)"
+                );
+            }
+            ended.extend(holders);
+        }
         for s in &ended {
+            if s.ended
+                && let Some(r) = &self.registry
+            {
+                r.counter(
+                    "bf4ps_client_sessions_ended_total",
+                    &[("why", s.why.as_str())],
+                )
+                .increment(1);
+            }
             let what = match s.why.as_str() {
                 "blocking" => "kept another session waiting for a lock too long",
                 "waiting" => "held a transaction open too long, waiting for a lock nobody releases",
+                "notify_queue" => "kept the NOTIFY queue from draining",
                 _ => "held a transaction open too long",
             };
             if s.ended {

@@ -276,6 +276,7 @@ impl Serve {
             .periodic(|ctx| {
                 let t = &ctx.tuning;
                 Monitor::new(&ctx.pool, &t.monitor, &t.queue, &t.registry)
+                    .with_registry(&ctx.registry)
             })
             .periodic(|ctx| {
                 let t = &ctx.tuning;

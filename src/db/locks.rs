@@ -208,9 +208,10 @@ pub(crate) struct EndedSession {
     /// How long its transaction had been open, in seconds.
     pub xact_age_s: f64,
     /// Why: `open` (its transaction outlived the limit), `blocking` (it
-    /// kept another session waiting for a lock past the hold limit) or
+    /// kept another session waiting for a lock past the hold limit),
     /// `waiting` (it outlived the limit waiting for a lock nobody will
-    /// release: an advisory lock of an idle session, another reader's).
+    /// release: an advisory lock of an idle session, another reader's) or
+    /// `notify_queue` (it may keep the filling NOTIFY queue from draining).
     pub why: String,
     /// Whether it was ended (false: this role may not signal it; grant it
     /// pg_signal_backend).
@@ -285,6 +286,42 @@ pub(crate) async fn end_client_sessions(
     ))
     .bind(ms(limit))
     .bind(ms(hold))
+    .fetch_all(executor)
+    .await
+}
+
+/// The share of the cluster's NOTIFY queue in use
+/// (`pg_notification_queue_usage()`, 0 to 1).
+pub(crate) async fn notify_queue_usage(executor: impl PgExecutor<'_>) -> Result<f64, sqlx::Error> {
+    sqlx::query_scalar("SELECT pg_notification_queue_usage()")
+        .fetch_one(executor)
+        .await
+}
+
+/// Ends the client sessions of this database (collector, website and
+/// reader roles, not ours) that may keep the NOTIFY queue from draining: a
+/// listener reads notifications only between transactions, so one inside a
+/// transaction open for more than a second, or stuck writing to a client
+/// that does not read, holds the queue's tail. Called when the queue fills.
+pub(crate) async fn end_notify_queue_holders(
+    executor: impl PgExecutor<'_>,
+) -> Result<Vec<EndedSession>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "       coalesce(a.application_name, '') AS application_name, ",
+        "       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
+        "       'notify_queue' AS why, ",
+        "       coalesce(pg_terminate_backend(a.pid), false) AS ended ",
+        "FROM pg_stat_activity a ",
+        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
+        "  AND (a.xact_start < now() - interval '1 second' ",
+        "       OR (a.wait_event = 'ClientWrite' AND a.query_start < now() - interval '1 second')) ",
+        "  AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "       OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
+        "       OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
+        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER') ",
+        "ORDER BY a.pid"
+    ))
     .fetch_all(executor)
     .await
 }

@@ -283,6 +283,20 @@ pub const CATALOG: &[MetricDef] = &[
         help: "occurred_at of the oldest retained event, as Unix time (0 if none).",
         exporter: Serve,
     },
+    MetricDef {
+        name: "bf4ps_client_sessions_ended_total",
+        kind: Counter,
+        labels: &["why"],
+        help: "Client sessions the monitor ended: open (transaction past the limit), blocking (kept another waiting for a lock), waiting (waited past the limit on a lock nobody releases), notify_queue (kept the filling NOTIFY queue from draining).",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_notify_queue_usage_ratio",
+        kind: Gauge,
+        labels: &[],
+        help: "Share of PostgreSQL's NOTIFY queue in use (pg_notification_queue_usage()); the monitor ends sessions that keep it from draining at BF4PS_NOTIFY_QUEUE_LIMIT.",
+        exporter: Serve,
+    },
     // --- every process ---
     MetricDef {
         name: "bf4ps_listener_reconnects_total",

@@ -469,3 +469,96 @@ async fn one_hosts_unavailable_verdict_parks_nothing(_: PgPoolOptions, opts: PgC
     atk.close().await;
     honest.close().await;
 }
+
+/// A reader that `LISTEN`s and then stays inside a transaction holds the
+/// NOTIFY queue's tail: every notification after it stays queued, and a
+/// full queue fails every notifying commit (every finalization). Once the
+/// queue reaches BF4PS_NOTIFY_QUEUE_LIMIT, the monitor ends that session,
+/// counts it, and the queue drains. Before issue 27 readers were never
+/// ended and nothing watched the queue.
+#[sqlx::test]
+async fn a_listener_inside_a_transaction_is_ended_before_the_notify_queue_fills(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use crate::support::{LoginRole, eventually};
+    use bf4ps_ops::monitor::Monitor;
+    const LIMIT: f64 = 0.0001;
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let reader = LoginRole::create("nq", &["bf4ps_reader"]).await;
+    let (mut conn, pid) = reader.connect(&db, "bf4ps-it notify holder").await;
+    for sql in ["LISTEN bf4ps_it_flood", "BEGIN", "SELECT 1"] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let usage = async || -> f64 {
+        sqlx::query_scalar("SELECT pg_notification_queue_usage()")
+            .fetch_one(p)
+            .await
+            .unwrap()
+    };
+    // 8 KB notifications, 1.6 MB a commit, until the queue holds twice the
+    // limit (about 1.6 MB of 8 GB).
+    let mut commits = 0;
+    while usage().await < 2.0 * LIMIT {
+        assert!(commits < 50, "the queue does not fill: {}", usage().await);
+        sqlx::query(
+            "SELECT pg_notify('bf4ps_it_flood', repeat('x', 7900) || g::text)
+             FROM generate_series(1, 200) AS g",
+        )
+        .execute(p)
+        .await
+        .unwrap();
+        commits += 1;
+    }
+    // The monitor ends a transaction open for more than a second (ours last
+    // milliseconds).
+    eventually(
+        Duration::from_secs(10),
+        "the reader's transaction ages",
+        || async {
+            let old: bool = sqlx::query_scalar(
+                "SELECT xact_start < now() - interval '1.1 seconds' FROM pg_stat_activity
+             WHERE pid = $1",
+            )
+            .bind(pid)
+            .fetch_one(p)
+            .await
+            .unwrap();
+            old.then_some(())
+        },
+    )
+    .await;
+    let mut tuning = bf4ps_ops::tuning::Tuning::default();
+    tuning.monitor.notify_queue_limit = LIMIT;
+    let registry = bf4ps_ops::metrics::Registry::new();
+    let monitor =
+        Monitor::new(p, &tuning.monitor, &tuning.queue, &tuning.registry).with_registry(&registry);
+    monitor.run_once_on(p).await.unwrap();
+    let alive: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+            .bind(pid)
+            .fetch_one(p)
+            .await
+            .unwrap();
+    assert!(!alive, "the listener inside a transaction is still there");
+    eventually(Duration::from_secs(10), "the queue drains", || async {
+        (usage().await < LIMIT).then_some(())
+    })
+    .await;
+    let text = registry.render();
+    assert_eq!(
+        crate::projector::sample(
+            &text,
+            "bf4ps_client_sessions_ended_total",
+            &[("why", "notify_queue")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(crate::projector::sample(&text, "bf4ps_notify_queue_usage_ratio", &[]).is_some());
+    drop(conn);
+}
