@@ -103,6 +103,8 @@ impl GaugeRefresher {
     fn export(&self, s: &Status) {
         let at = s.generated_at;
         for c in &s.collectors.list {
+            // A key in use keeps its request counters; a retired key's go.
+            self.registry.touch_key(&c.egress_key);
             let labels = [
                 ("collector", c.name.as_str()),
                 ("lane", c.lane.as_str()),

@@ -311,7 +311,13 @@ impl Serve {
         crate::request::publish_settings(&pool, &crate::request::Published::from_tuning(&tuning))
             .await
             .map_err(|e| ServeError::Db(DbError::Other(e)))?;
-        let expiry = (tuning.gauges.gauge_interval * 3).max(Duration::from_millis(500));
+        // Gauges are set by the refresher and (the NOTIFY queue) the monitor.
+        let expiry = (tuning
+            .gauges
+            .gauge_interval
+            .max(tuning.monitor.monitor_interval)
+            * 3)
+        .max(Duration::from_millis(500));
         let registry = Registry::with_gauge_expiry(expiry);
         let egress_keys = crate::registry::egress_keys(&pool).await?;
         projector::register_series(&registry, &egress_keys);

@@ -12,7 +12,12 @@
 //! - with [`Registry::with_gauge_expiry`], a gauge series not set for the
 //!   expiry period disappears from the exposition, so owners of table-backed
 //!   gauges re-set every live series each refresh and must fetch the handle
-//!   again for every set ([`Registry::gauge`] is a cheap lookup).
+//!   again for every set ([`Registry::gauge`] is a cheap lookup). The
+//!   per-egress-key counters ([`KEYED_COUNTERS`]) expire too, after
+//!   [`KEYED_EXPIRY`] without an increment: the gauge refresher touches the
+//!   keys of non-retired collectors each refresh, so only a retired key's
+//!   series go away (a key that no collector uses any more would otherwise
+//!   keep its series until `serve` restarts).
 
 pub mod catalog;
 
@@ -37,12 +42,24 @@ pub fn buckets(name: &str) -> Option<&'static [f64]> {
     }
 }
 
+/// Counters labelled by egress key: they expire with [`Registry::with_gauge_expiry`].
+pub const KEYED_COUNTERS: &[&str] = &[
+    "bf4ps_egress_requests_total",
+    "bf4ps_egress_throttled_total",
+];
+
+/// How long a per-key counter lives without an increment (the gauge
+/// refresher touches every key of a non-retired collector each refresh).
+pub const KEYED_EXPIRY: Duration = Duration::from_secs(3600);
+
 /// A per-instance metrics registry backed by a `PrometheusRecorder`.
 /// Cloning shares the same series.
 #[derive(Clone)]
 pub struct Registry {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
+    /// The per-key counters, in a recorder of their own when they expire.
+    keyed: Option<(Arc<PrometheusRecorder>, PrometheusHandle)>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -64,7 +81,33 @@ impl Registry {
     /// (`serve`: table-backed gauges of retired collectors must disappear).
     /// Counters and histograms never expire.
     pub fn with_gauge_expiry(expiry: Duration) -> Registry {
-        Registry::build(Some(expiry))
+        Registry::with_expiries(expiry, KEYED_EXPIRY.max(expiry))
+    }
+
+    /// [`Registry::with_gauge_expiry`], the per-key counters expiring after
+    /// `keyed` without an increment.
+    pub fn with_expiries(gauges: Duration, keyed: Duration) -> Registry {
+        let mut registry = Registry::build(Some(gauges));
+        let recorder = Self::recorder(
+            PrometheusBuilder::new().idle_timeout(MetricKindMask::COUNTER, Some(keyed)),
+        );
+        let handle = recorder.handle();
+        registry.keyed = Some((Arc::new(recorder), handle));
+        registry
+    }
+
+    fn recorder(builder: PrometheusBuilder) -> PrometheusRecorder {
+        let recorder = builder.build_recorder();
+        for def in CATALOG {
+            let name = KeyName::from_const_str(def.name);
+            let help = metrics::SharedString::const_str(def.help);
+            match def.kind {
+                Kind::Counter => recorder.describe_counter(name, None, help),
+                Kind::Gauge => recorder.describe_gauge(name, None, help),
+                Kind::Histogram => recorder.describe_histogram(name, None, help),
+            }
+        }
+        recorder
     }
 
     fn build(gauge_expiry: Option<Duration>) -> Registry {
@@ -81,20 +124,12 @@ impl Registry {
         if let Some(expiry) = gauge_expiry {
             builder = builder.idle_timeout(MetricKindMask::GAUGE, Some(expiry));
         }
-        let recorder = builder.build_recorder();
-        for def in CATALOG {
-            let name = KeyName::from_const_str(def.name);
-            let help = metrics::SharedString::const_str(def.help);
-            match def.kind {
-                Kind::Counter => recorder.describe_counter(name, None, help),
-                Kind::Gauge => recorder.describe_gauge(name, None, help),
-                Kind::Histogram => recorder.describe_histogram(name, None, help),
-            }
-        }
+        let recorder = Self::recorder(builder);
         let handle = recorder.handle();
         Registry {
             recorder: Arc::new(recorder),
             handle,
+            keyed: None,
         }
     }
 
@@ -114,8 +149,19 @@ impl Registry {
 
     /// The counter series `name{labels}` (registered, reading 0, from now on).
     pub fn counter(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Counter {
-        self.recorder
-            .register_counter(&Self::key(name, Kind::Counter, labels), &METADATA)
+        let recorder = match &self.keyed {
+            Some((keyed, _)) if KEYED_COUNTERS.contains(&name) => keyed,
+            _ => &self.recorder,
+        };
+        recorder.register_counter(&Self::key(name, Kind::Counter, labels), &METADATA)
+    }
+
+    /// Keeps the per-key counters of `key` from expiring (the gauge
+    /// refresher calls it for every key of a non-retired collector).
+    pub(crate) fn touch_key(&self, key: &str) {
+        for name in KEYED_COUNTERS {
+            self.counter(name, &[("egress_key", key)]).increment(0);
+        }
     }
 
     /// The gauge series `name{labels}`.
@@ -135,11 +181,18 @@ impl Registry {
     /// scrapes do not accumulate in memory.
     pub(crate) fn upkeep(&self) {
         self.handle.run_upkeep();
+        if let Some((_, keyed)) = &self.keyed {
+            keyed.run_upkeep();
+        }
     }
 
     /// The Prometheus text exposition of every registered series.
     pub fn render(&self) -> String {
-        self.handle.render()
+        let mut text = self.handle.render();
+        if let Some((_, keyed)) = &self.keyed {
+            text.push_str(&keyed.render());
+        }
+        text
     }
 
     /// Sets `bf4ps_build_info{version}` to 1.
@@ -275,6 +328,52 @@ mod tests {
             want.sort();
             (n == name && l == want).then_some(v)
         })
+    }
+
+    /// A key touched each refresh keeps its counters; a key nobody touches
+    /// (retired) loses them after the expiry; the other counters never
+    /// expire.
+    #[test]
+    fn a_retired_keys_counters_expire_and_a_live_keys_stay() {
+        let r = Registry::with_expiries(Duration::from_secs(3600), Duration::from_millis(50));
+        r.counter("bf4ps_egress_requests_total", &[("egress_key", "live")])
+            .increment(3);
+        r.counter("bf4ps_egress_requests_total", &[("egress_key", "retired")])
+            .increment(2);
+        r.counter("bf4ps_projector_projected_events_total", &[])
+            .increment(5);
+        let key = |text: &str, k| value(text, "bf4ps_egress_requests_total", &[("egress_key", k)]);
+        let text = r.render();
+        assert_eq!(
+            (key(&text, "live"), key(&text, "retired")),
+            (Some(3.0), Some(2.0))
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let text = loop {
+            r.touch_key("live");
+            let text = r.render();
+            if key(&text, "retired").is_none() {
+                break text;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the retired key never expired"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(key(&text, "live"), Some(3.0));
+        assert_eq!(
+            value(
+                &text,
+                "bf4ps_egress_throttled_total",
+                &[("egress_key", "live")]
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(&text, "bf4ps_projector_projected_events_total", &[]),
+            Some(5.0)
+        );
     }
 
     #[test]

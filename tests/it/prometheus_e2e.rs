@@ -107,6 +107,20 @@ const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
         "every event of this run is projectable",
     ),
     (
+        "projector.json",
+        "NOTIFY queue in use",
+        "A",
+        Zero::Allowed,
+        "every listener of this run drains the queue",
+    ),
+    (
+        "projector.json",
+        "Client sessions ended by the monitor",
+        "A",
+        Zero::Allowed,
+        "no client session of this run holds a transaction open",
+    ),
+    (
         "fleet.json",
         "Collector protocol refusals",
         "A",
