@@ -26,8 +26,14 @@
 //!   hang). sqlx's own lock is off (it would wait forever). A database that
 //!   is already current takes no lock, so a foreign holder never keeps
 //!   `serve` from starting;
-//! - DDL waits at most [`DDL_LOCK_TIMEOUT`] for a table lock, so a migration
-//!   never queues behind a long query while blocking every writer after it;
+//! - the pending migrations run in one transaction, each in a savepoint,
+//!   after locking the tables BF4PS's writers write in their order
+//!   ([`WRITER_TABLES`]): discovery waits for the run and never deadlocks
+//!   with it. A lock wait lasts at most half the server's `deadlock_timeout`
+//!   (so a migration never queues behind a long query while blocking every
+//!   writer after it, and gives up first should a cycle form anyway); the
+//!   run then rolls back whole and starts again, for up to
+//!   [`DDL_LOCK_TIMEOUT`];
 //! - `--dry-run` reads only: the starting point, what would run, and the
 //!   rows it keeps.
 
@@ -61,8 +67,65 @@ pub const BF4PS_CATALOG: &str = include_str!("bf4ps-0005.catalog");
 /// schema comparison test compares across the three paths.
 pub(crate) const CATALOG_SQL: &str = include_str!("catalog.sql");
 
-/// How long a migration's DDL waits for a table lock before it fails.
-pub(crate) const DDL_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `migrate` keeps retrying a migration whose DDL could not take a
+/// table lock (each wait is short: see [`ddl_wait`]) before it fails.
+pub(crate) const DDL_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One DDL lock wait: under the server's `deadlock_timeout`, so that when a
+/// writer that locks tables in another order (BF4PS's discovery: soldiers,
+/// names, sources, state) would deadlock with a migration, the migration
+/// gives up first (55P03), its transaction rolls back, and it runs again;
+/// the writer never sees a deadlock.
+async fn ddl_wait(conn: &mut PgConnection) -> Result<Duration, sqlx::Error> {
+    let deadlock_ms: String = sqlx::query_scalar(
+        "SELECT setting FROM pg_catalog.pg_settings WHERE name = 'deadlock_timeout'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let deadlock = Duration::from_millis(deadlock_ms.parse().unwrap_or(1000));
+    Ok((deadlock / 2).clamp(Duration::from_millis(10), Duration::from_millis(500)))
+}
+
+/// The tables BF4PS's writers (discovery: a sighting writes a soldier, its
+/// name, its source, its state, then perhaps jobs and events) write, in the
+/// order they lock them.
+const WRITER_TABLES: &[&str] = &[
+    "soldiers",
+    "soldier_names",
+    "soldier_sources",
+    "collection_state",
+    "collection_jobs",
+    "collection_events",
+];
+
+/// Locks the existing [`WRITER_TABLES`] in order against writes (readers go
+/// on) for the rest of the transaction.
+async fn lock_writer_tables(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    for table in WRITER_TABLES {
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+            .bind(*table)
+            .fetch_one(&mut *conn)
+            .await?;
+        if exists {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "LOCK TABLE {table} IN SHARE ROW EXCLUSIVE MODE"
+            )))
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a migration failed on a lock (timeout or deadlock): worth another go.
+fn lock_conflict(error: &MigrateError) -> bool {
+    let e = match error {
+        MigrateError::ExecuteMigration(e, _) | MigrateError::Execute(e) => e,
+        _ => return false,
+    };
+    matches!(e, sqlx::Error::Database(d)
+        if matches!(d.code().as_deref(), Some("55P03" | "40P01")))
+}
 
 /// Indexes built `CONCURRENTLY`; one left invalid by an interrupted build is
 /// dropped before the migrations run again.
@@ -194,8 +257,9 @@ async fn migrate_on(
                 current,
             });
         }
+        let wait = ddl_wait(conn).await.map_err(err)?;
         sqlx::query("SELECT set_config('lock_timeout', $1, false)")
-            .bind(format!("{}ms", DDL_LOCK_TIMEOUT.as_millis()))
+            .bind(format!("{}ms", wait.as_millis()))
             .execute(&mut *conn)
             .await
             .map_err(err)?;
@@ -203,16 +267,40 @@ async fn migrate_on(
         let before = applied_versions(conn).await.map_err(err)?;
         let mut migrator = Migrator::with_migrations(MIGRATOR.iter().cloned().collect());
         migrator.set_locking(false);
-        if plan.start == Start::Bf4ps {
-            migrator
-                .skip(&mut *conn, Some(BF4PS_BASELINE))
-                .await
-                .map_err(|e| explain_migrate(e, addr, opts))?;
+        // The pending migrations run in one transaction (each in a savepoint)
+        // that first locks the tables BF4PS's writers write, in their order:
+        // a writer waits for the migrations (seconds) and never deadlocks
+        // with them. One that could not take a lock rolled back whole: run
+        // again, with backoff, for up to DDL_LOCK_TIMEOUT.
+        let deadline = Instant::now() + DDL_LOCK_TIMEOUT;
+        let mut pause = Duration::from_millis(50);
+        let mut retries = 0u32;
+        loop {
+            let attempt = async {
+                let mut tx = conn.begin().await?;
+                lock_writer_tables(&mut tx).await?;
+                if plan.start == Start::Bf4ps {
+                    migrator.skip(&mut *tx, Some(BF4PS_BASELINE)).await?;
+                }
+                migrator.run(&mut *tx).await?;
+                tx.commit().await?;
+                Ok::<(), MigrateError>(())
+            }
+            .await;
+            match attempt {
+                Ok(()) => break,
+                Err(e) if lock_conflict(&e) && Instant::now() + pause < deadline => {
+                    retries += 1;
+                    tracing::info!(
+                        retries,
+                        "a migration waited for a table lock; running it again"
+                    );
+                    tokio::time::sleep(crate::backoff::jittered(pause)).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+                Err(e) => return Err(explain_migrate(e, addr, opts)),
+            }
         }
-        migrator
-            .run(&mut *conn)
-            .await
-            .map_err(|e| explain_migrate(e, addr, opts))?;
         let after = applied_versions(conn).await.map_err(err)?;
         Ok(MigrateReport {
             applied: after

@@ -1199,3 +1199,85 @@ async fn concurrent_weapon_finalizations_never_deadlock_on_the_catalog(
         "null headshots are stored as 0, as BF4PS stores them"
     );
 }
+
+/// Adoption beside BF4PS's discovery, which writes soldiers, names,
+/// sources and state in that order in each transaction while migrations
+/// lock those tables in another (0017 makes triggers on collection_state
+/// before soldier_sources): no writer transaction ever fails (no deadlock,
+/// no lock timeout), and `migrate` succeeds, running a migration again
+/// when it could not take a lock.
+#[sqlx::test(migrations = false)]
+async fn adoption_never_deadlocks_a_discovery_writer(_: PgPoolOptions, opts: PgConnectOptions) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let db = TestDb::new(opts).await;
+    load_bf4ps_database(&db).await;
+    let done = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3_i64)
+        .map(|w| {
+            let (pool, done) = (db.pool.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut n = 0_i64;
+                let mut errors = Vec::new();
+                while !done.load(Ordering::Relaxed) || n < 5 {
+                    let persona = 8_000_000 + w * 100_000 + n;
+                    let written = async {
+                        let mut tx = pool.begin().await?;
+                        let soldier: i64 = sqlx::query_scalar(
+                            "INSERT INTO soldiers (persona_id, platform, current_name,
+                                                   first_seen_at, last_seen_at)
+                             VALUES ($1, 'pc', 'w' || $1::text, now(), now()) RETURNING soldier_id",
+                        )
+                        .bind(persona)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        for sql in [
+                            "INSERT INTO soldier_names (soldier_id, name, first_seen_at, last_seen_at)
+                             SELECT $1, current_name, now(), now() FROM soldiers WHERE soldier_id = $1",
+                            "INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at,
+                                                          last_seen_at)
+                             SELECT $1, 'bf4sw', now(), now() WHERE pg_sleep(0.02) IS NOT NULL",
+                            "INSERT INTO collection_state (soldier_id) VALUES ($1)",
+                        ] {
+                            sqlx::query(sqlx::AssertSqlSafe(sql))
+                                .bind(soldier)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        tx.commit().await
+                    }
+                    .await;
+                    if let Err(e) = written {
+                        errors.push(e.to_string());
+                    }
+                    n += 1;
+                }
+                (n, errors)
+            })
+        })
+        .collect();
+    let migrated = db.target.migrate().await;
+    done.store(true, Ordering::Relaxed);
+    let mut written = 0;
+    for w in writers {
+        let (n, errors) = w.await.unwrap();
+        assert!(
+            errors.is_empty(),
+            "a discovery transaction failed: {errors:?}"
+        );
+        written += n;
+    }
+    let report = migrated.expect("migrate beside discovery");
+    assert_eq!(
+        report.current,
+        MIGRATOR.iter().map(|m| m.version).max().unwrap()
+    );
+    let stated: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM soldiers s JOIN collection_state c USING (soldier_id)
+         WHERE s.persona_id BETWEEN 8000000 AND 8999999",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(stated, written);
+}
