@@ -8,7 +8,7 @@
 --   fair share of it; nothing is granted unless a job is claimed with it, so
 --   a grant is never spent without a claim and a claim never goes without a
 --   grant. bf4ps_collector_egress_pass, which booked a slot whether or not
---   a claim followed, is gone (42883). Denied, the claim answers one row
+--   a claim followed, is gone (42883), and its core bf4ps_egress_grant. Denied, the claim answers one row
 --   without a job: how long to wait and whether the key is paused.
 -- - Fair shares: a key that wants the budget (asked for a background claim
 --   in the last minute) gets at most budget / (keys wanting it) of the
@@ -253,6 +253,8 @@ $$;
 $body$);
 
 DROP FUNCTION bf4ps_collector_egress_pass(uuid, uuid);
+-- Its core: bf4ps_take_job grants in the claim now.
+DROP FUNCTION bf4ps_egress_grant(text, boolean, timestamptz);
 DROP FUNCTION bf4ps_collector_claim(uuid, uuid, integer, boolean);
 
 SELECT pg_temp.bf4ps_define($body$

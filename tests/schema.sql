@@ -717,65 +717,6 @@ $$;
 ALTER FUNCTION public.bf4ps_country_ok(code text) OWNER TO <migrator>;
 
 --
--- Name: bf4ps_egress_grant(text, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
---
-
-CREATE FUNCTION public.bf4ps_egress_grant(p_key text, p_budget boolean, p_now timestamp with time zone) RETURNS TABLE(granted boolean, wait_us bigint, throttle_streak integer, paused boolean)
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-#variable_conflict use_column
-DECLARE
-    v_spacing interval;
-    v_budget_spacing interval;
-    v_budget timestamptz;
-    v_next timestamptz;
-    v_paused timestamptz;
-    v_streak integer;
-    v_at timestamptz;
-BEGIN
-    SELECT s.egress_spacing, CASE WHEN p_budget THEN s.budget_spacing END
-      INTO v_spacing, v_budget_spacing
-    FROM public.scheduling_settings AS s;
-    IF v_budget_spacing IS NOT NULL THEN
-        SELECT b.next_slot_at INTO v_budget
-        FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
-    END IF;
-    SELECT g.next_slot_at, g.paused_until, g.throttle_streak INTO v_next, v_paused, v_streak
-    FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO public.egress_gates (egress_key, next_slot_at, passes)
-        VALUES (p_key, '-infinity', 0)
-        ON CONFLICT (egress_key) DO NOTHING;
-        SELECT g.next_slot_at, g.paused_until, g.throttle_streak INTO v_next, v_paused, v_streak
-        FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    END IF;
-    -- greatest() ignores NULLs (no pause, budget off).
-    v_at := greatest(v_next, v_paused, v_budget);
-    IF v_at > p_now THEN
-        RETURN QUERY SELECT false,
-            CASE WHEN v_at >= p_now + interval '1 day' THEN 86400000000::bigint
-                 ELSE ceil(extract(epoch FROM v_at - p_now) * 1000000)::bigint END,
-            v_streak,
-            coalesce(v_paused > p_now, false);
-        RETURN;
-    END IF;
-    UPDATE public.egress_gates AS g
-    SET next_slot_at = p_now + v_spacing, passes = g.passes + 1, updated_at = p_now
-    WHERE g.egress_key = p_key;
-    IF v_budget_spacing IS NOT NULL THEN
-        UPDATE public.egress_budget AS b
-        SET next_slot_at = p_now + v_budget_spacing, passes = b.passes + 1, updated_at = p_now
-        WHERE b.singleton;
-    END IF;
-    RETURN QUERY SELECT true, 0::bigint, v_streak, false;
-END;
-$$;
-
-
-ALTER FUNCTION public.bf4ps_egress_grant(p_key text, p_budget boolean, p_now timestamp with time zone) OWNER TO <migrator>;
-
---
 -- Name: bf4ps_eta_seconds(bigint, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
@@ -4241,14 +4182,6 @@ GRANT ALL ON FUNCTION public.bf4ps_collector_stopped(p_uuid uuid, p_secret uuid)
 
 REVOKE ALL ON FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer) TO bf4ps_collector;
-
-
---
--- Name: FUNCTION bf4ps_egress_grant(p_key text, p_budget boolean, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
---
-
-REVOKE ALL ON FUNCTION public.bf4ps_egress_grant(p_key text, p_budget boolean, p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_egress_grant(p_key text, p_budget boolean, p_now timestamp with time zone) TO bf4ps_definer;
 
 
 --
