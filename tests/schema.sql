@@ -2100,13 +2100,29 @@ DECLARE
     v_at timestamptz;
     v_now timestamptz;
     v_keys bigint;
+    v_held bigint;
 BEGIN
-    SELECT c.egress_key, c.lane INTO v_key, v_lane
+    SELECT c.egress_key, c.lane, c.current_job_id INTO v_key, v_lane, v_held
     FROM public.collectors AS c
     WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
-      AND c.current_job_id IS NULL;
+    FOR UPDATE;
     IF NOT FOUND THEN
         RETURN;
+    END IF;
+    IF v_held IS NOT NULL THEN
+        -- A collector claims only when it holds nothing, so the job the
+        -- database says it holds is not held: the database went back in
+        -- time (a restore, a failover that lost its tail) or the answer to
+        -- an earlier claim was lost. That lease ends now (the monitor
+        -- returns the job with lease_expired + reclaimed) and the caller
+        -- claims at once.
+        UPDATE public.collection_jobs AS j
+        SET lease_expires_at = least(j.lease_expires_at, clock_timestamp()),
+            updated_at = clock_timestamp()
+        WHERE j.job_id = v_held AND j.collector_uuid = p_uuid
+          AND j.status IN ('claimed', 'running');
+        UPDATE public.collectors AS c SET current_job_id = NULL, updated_at = clock_timestamp()
+        WHERE c.collector_uuid = p_uuid;
     END IF;
     SELECT s.egress_spacing, CASE WHEN v_lane = 'background' THEN s.budget_spacing END
       INTO v_spacing, v_budget_spacing

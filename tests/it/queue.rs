@@ -377,9 +377,19 @@ async fn claim_needs_an_enabled_idle_collector(_: PgPoolOptions, opts: PgConnect
     let db = TestDb::new(opts).await;
     jobs(&db.pool, 3, Lane::Background).await;
     let me = collector(&db.pool, "busy", Lane::Background).await;
+    let held = claim_and_start(&db.pool, &me).await;
+    // Said to hold a job, it claims: that lease ends, it never holds two.
     let first = claim_and_start(&db.pool, &me).await;
-    // Holding a job: no second claim.
-    assert!(queue::claim(&db.pool, &me).await.unwrap().is_none());
+    assert_ne!(first.job_id, held.job_id);
+    let out = queue::finalize_success(
+        &db.pool,
+        &me,
+        &held.lease(&me),
+        &crate::fixtures::collected_for_job(&held, 1),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(out, queue::Fenced::LeaseLost), "{out:?}");
     succeed(&db.pool, &me, &first.lease(&me), 1).await;
     bf4ps_ops::registry::control(&db.pool, "busy", bf4ps_ops::registry::Control::Drain)
         .await
