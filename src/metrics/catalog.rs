@@ -284,6 +284,13 @@ pub const CATALOG: &[MetricDef] = &[
         exporter: Serve,
     },
     MetricDef {
+        name: "bf4ps_database_rewinds_total",
+        kind: Counter,
+        labels: &["what"],
+        help: "Times this serve found the database not the one it left: system (another cluster), timeline (a failover), checkpoint (fewer events than it saw: a restore or a lost tail; its projected counters start again from zero).",
+        exporter: Serve,
+    },
+    MetricDef {
         name: "bf4ps_client_sessions_ended_total",
         kind: Counter,
         labels: &["why"],

@@ -21,7 +21,7 @@
 
 pub mod catalog;
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder};
@@ -48,6 +48,21 @@ pub const KEYED_COUNTERS: &[&str] = &[
     "bf4ps_egress_throttled_total",
 ];
 
+/// The families projected from `collection_events`: what
+/// [`Registry::reset_projected`] starts again from zero when the database
+/// turns out to have fewer events than this process counted.
+pub const PROJECTED: &[&str] = &[
+    "bf4ps_collection_events_total",
+    "bf4ps_collection_duration_seconds",
+    "bf4ps_upstream_responses_total",
+    "bf4ps_collection_errors_total",
+    "bf4ps_egress_requests_total",
+    "bf4ps_egress_throttled_total",
+    "bf4ps_refresh_age_seconds",
+    "bf4ps_projector_projected_events_total",
+    "bf4ps_projector_quarantined_events_total",
+];
+
 /// How long a per-key counter lives without an increment (the gauge
 /// refresher touches every key of a non-retired collector each refresh).
 pub const KEYED_EXPIRY: Duration = Duration::from_secs(3600);
@@ -58,8 +73,38 @@ pub const KEYED_EXPIRY: Duration = Duration::from_secs(3600);
 pub struct Registry {
     recorder: Arc<PrometheusRecorder>,
     handle: PrometheusHandle,
-    /// The per-key counters, in a recorder of their own when they expire.
-    keyed: Option<(Arc<PrometheusRecorder>, PrometheusHandle)>,
+    /// The projected families, in recorders of their own (replaced whole by
+    /// [`Registry::reset_projected`]).
+    projected: Arc<RwLock<Projected>>,
+    /// When the per-key counters expire (None: never).
+    keyed_expiry: Option<Duration>,
+}
+
+/// The recorders of the projected families: the per-key counters apart
+/// when they expire.
+struct Projected {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    keyed: Option<(PrometheusRecorder, PrometheusHandle)>,
+}
+
+impl Projected {
+    fn new(keyed_expiry: Option<Duration>) -> Projected {
+        let recorder = Registry::recorder(Registry::builder());
+        let handle = recorder.handle();
+        let keyed = keyed_expiry.map(|expiry| {
+            let r = Registry::recorder(
+                PrometheusBuilder::new().idle_timeout(MetricKindMask::COUNTER, Some(expiry)),
+            );
+            let h = r.handle();
+            (r, h)
+        });
+        Projected {
+            recorder,
+            handle,
+            keyed,
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -74,12 +119,13 @@ static METADATA: Metadata<'static> =
 impl Registry {
     /// A registry whose series never expire (collector processes).
     pub fn new() -> Registry {
-        Registry::build(None)
+        Registry::build(None, None)
     }
 
     /// A registry whose gauge series vanish when not set for `expiry`
     /// (`serve`: table-backed gauges of retired collectors must disappear).
-    /// Counters and histograms never expire.
+    /// Counters and histograms never expire, but for the per-key counters
+    /// of a key no collector uses ([`KEYED_EXPIRY`]).
     pub fn with_gauge_expiry(expiry: Duration) -> Registry {
         Registry::with_expiries(expiry, KEYED_EXPIRY.max(expiry))
     }
@@ -87,13 +133,7 @@ impl Registry {
     /// [`Registry::with_gauge_expiry`], the per-key counters expiring after
     /// `keyed` without an increment.
     pub fn with_expiries(gauges: Duration, keyed: Duration) -> Registry {
-        let mut registry = Registry::build(Some(gauges));
-        let recorder = Self::recorder(
-            PrometheusBuilder::new().idle_timeout(MetricKindMask::COUNTER, Some(keyed)),
-        );
-        let handle = recorder.handle();
-        registry.keyed = Some((Arc::new(recorder), handle));
-        registry
+        Registry::build(Some(gauges), Some(keyed))
     }
 
     fn recorder(builder: PrometheusBuilder) -> PrometheusRecorder {
@@ -110,7 +150,8 @@ impl Registry {
         recorder
     }
 
-    fn build(gauge_expiry: Option<Duration>) -> Registry {
+    /// A builder with the catalog's histogram buckets.
+    fn builder() -> PrometheusBuilder {
         let mut builder = PrometheusBuilder::new();
         for def in CATALOG.iter().filter(|d| d.kind == Kind::Histogram) {
             if let Some(b) = buckets(def.name) {
@@ -121,6 +162,11 @@ impl Registry {
                 };
             }
         }
+        builder
+    }
+
+    fn build(gauge_expiry: Option<Duration>, keyed_expiry: Option<Duration>) -> Registry {
+        let mut builder = Self::builder();
         if let Some(expiry) = gauge_expiry {
             builder = builder.idle_timeout(MetricKindMask::GAUGE, Some(expiry));
         }
@@ -129,7 +175,8 @@ impl Registry {
         Registry {
             recorder: Arc::new(recorder),
             handle,
-            keyed: None,
+            projected: Arc::new(RwLock::new(Projected::new(keyed_expiry))),
+            keyed_expiry,
         }
     }
 
@@ -148,12 +195,20 @@ impl Registry {
     }
 
     /// The counter series `name{labels}` (registered, reading 0, from now on).
+    /// Projected families: fetch the handle again for every increment (a
+    /// reset replaces their recorder).
     pub fn counter(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Counter {
-        let recorder = match &self.keyed {
-            Some((keyed, _)) if KEYED_COUNTERS.contains(&name) => keyed,
-            _ => &self.recorder,
-        };
-        recorder.register_counter(&Self::key(name, Kind::Counter, labels), &METADATA)
+        let key = Self::key(name, Kind::Counter, labels);
+        if !PROJECTED.contains(&name) {
+            return self.recorder.register_counter(&key, &METADATA);
+        }
+        let p = self.projected.read().unwrap_or_else(|e| e.into_inner());
+        match &p.keyed {
+            Some((keyed, _)) if KEYED_COUNTERS.contains(&name) => {
+                keyed.register_counter(&key, &METADATA)
+            }
+            _ => p.recorder.register_counter(&key, &METADATA),
+        }
     }
 
     /// Keeps the per-key counters of `key` from expiring (the gauge
@@ -164,6 +219,15 @@ impl Registry {
         }
     }
 
+    /// Starts every projected family again from no series (Prometheus reads
+    /// it as a counter reset): the database has fewer events than this
+    /// process counted (a restore, a failover that lost its tail), so its
+    /// `/metrics` must not stay above them.
+    pub fn reset_projected(&self) {
+        let fresh = Projected::new(self.keyed_expiry);
+        *self.projected.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+    }
+
     /// The gauge series `name{labels}`.
     pub fn gauge(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Gauge {
         self.recorder
@@ -172,8 +236,12 @@ impl Registry {
 
     /// The histogram series `name{labels}` (catalog buckets).
     pub fn histogram(&self, name: &'static str, labels: &[(&'static str, &str)]) -> Histogram {
-        self.recorder
-            .register_histogram(&Self::key(name, Kind::Histogram, labels), &METADATA)
+        let key = Self::key(name, Kind::Histogram, labels);
+        if PROJECTED.contains(&name) {
+            let p = self.projected.read().unwrap_or_else(|e| e.into_inner());
+            return p.recorder.register_histogram(&key, &METADATA);
+        }
+        self.recorder.register_histogram(&key, &METADATA)
     }
 
     /// Folds recorded histogram samples into their buckets. Call regularly
@@ -181,7 +249,9 @@ impl Registry {
     /// scrapes do not accumulate in memory.
     pub(crate) fn upkeep(&self) {
         self.handle.run_upkeep();
-        if let Some((_, keyed)) = &self.keyed {
+        let p = self.projected.read().unwrap_or_else(|e| e.into_inner());
+        p.handle.run_upkeep();
+        if let Some((_, keyed)) = &p.keyed {
             keyed.run_upkeep();
         }
     }
@@ -189,7 +259,9 @@ impl Registry {
     /// The Prometheus text exposition of every registered series.
     pub fn render(&self) -> String {
         let mut text = self.handle.render();
-        if let Some((_, keyed)) = &self.keyed {
+        let p = self.projected.read().unwrap_or_else(|e| e.into_inner());
+        text.push_str(&p.handle.render());
+        if let Some((_, keyed)) = &p.keyed {
             text.push_str(&keyed.render());
         }
         text

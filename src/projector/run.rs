@@ -18,7 +18,7 @@ use crate::db::locks::{Lease, LeaseName};
 use crate::metrics::Registry;
 
 use super::{
-    Progress, ProjectorError, Step,
+    Position, Progress, ProjectorError, Step,
     batch::Batch,
     checkpoint,
     store::{self, held_back, upsert_rollups},
@@ -100,6 +100,21 @@ pub struct Projector {
     progress: watch::Sender<Progress>,
     state: ProjectorState,
     hook: Option<BeforeCommitHook>,
+}
+
+/// How often the loop checks that the database is the one it left.
+const IDENTITY_EVERY: Duration = Duration::from_secs(1);
+
+/// What this process saw of the database: its identity and how far
+/// projection had come, to notice a database that is not the one it left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Seen {
+    /// `pg_control_system().system_identifier`: another cluster when it changes.
+    system: i64,
+    /// The timeline of the last checkpoint: a failover when it changes.
+    timeline: i32,
+    /// The projection checkpoint (the highest this process saw or wrote).
+    checkpoint: Position,
 }
 
 /// How long events wait behind the horizon, with nothing moving, before the
@@ -204,6 +219,9 @@ impl Projector {
     /// A projector writing to `pool` and counting into `registry`.
     pub fn new(pool: impl Into<Pool>, registry: Registry, batch: u32) -> Projector {
         let (progress, _) = watch::channel(Progress::default());
+        for what in ["system", "timeline", "checkpoint"] {
+            let _ = registry.counter("bf4ps_database_rewinds_total", &[("what", what)]);
+        }
         Projector {
             pool: pool.into(),
             registry,
@@ -325,6 +343,84 @@ impl Projector {
         })
     }
 
+    /// The database's identity and projection checkpoint now.
+    async fn look(&self) -> Result<Seen, ProjectorError> {
+        let (system, timeline, tx, event_id): (String, i32, String, i64) = sqlx::query_as(
+            "SELECT (SELECT system_identifier FROM pg_control_system())::text, \
+                    (SELECT timeline_id FROM pg_control_checkpoint()), \
+                    c.tx_id::text, c.event_id \
+             FROM projector_checkpoint c WHERE c.projector = $1",
+        )
+        .bind(super::CHECKPOINT)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Seen {
+            system: system.parse().unwrap_or_default(),
+            timeline,
+            checkpoint: Position {
+                tx_id: super::batch::parse_tx(&tx)?,
+                event_id,
+            },
+        })
+    }
+
+    /// Notices a database that is not the one this process left (`before`,
+    /// and what it projected itself): another cluster, a new timeline (a
+    /// failover), or a projection checkpoint behind what it saw (a restore,
+    /// a failover that lost its tail). Says so once, counts it in
+    /// `bf4ps_database_rewinds_total{what}` and, when events this process
+    /// counted are gone, starts its projected counters again from zero, so
+    /// `/metrics` is never above the database's events.
+    fn compare(&self, before: Option<Seen>, now: Seen) {
+        let Some(before) = before else { return };
+        let mine = self.progress.borrow().position;
+        let high = before.checkpoint.max(mine);
+        let rewind = |what: &'static str| {
+            self.registry
+                .counter("bf4ps_database_rewinds_total", &[("what", what)])
+                .increment(1);
+        };
+        let mut reset = false;
+        if now.system != before.system {
+            tracing::warn!(
+                was = before.system,
+                now = now.system,
+                "the database is another cluster (its system identifier changed): the counters \
+                 of projected events start again from zero (see docs/runbook.md#bf4psdatabasewentback)"
+            );
+            rewind("system");
+            reset = true;
+        } else if now.timeline != before.timeline {
+            tracing::warn!(
+                was = before.timeline,
+                now = now.timeline,
+                "the database is on a new timeline: a failover or a point-in-time recovery"
+            );
+            rewind("timeline");
+        }
+        if !reset && now.checkpoint < high {
+            tracing::warn!(
+                checkpoint_event_id = now.checkpoint.event_id,
+                seen_event_id = high.event_id,
+                gone_event_ids = high.event_id - now.checkpoint.event_id,
+                "the database went back in time (a restore, or a failover that lost its tail): \
+                 its projection checkpoint is behind what this process saw; the counters of \
+                 projected events start again from zero \
+                 (see docs/runbook.md#bf4psdatabasewentback)"
+            );
+            rewind("checkpoint");
+            reset = true;
+        }
+        if reset {
+            self.registry.reset_projected();
+            super::batch::register_series(&self.registry, &[]);
+            self.progress.send_modify(|p| {
+                p.position = now.checkpoint;
+                p.projected = 0;
+            });
+        }
+    }
+
     /// Names the session that holds the projection horizon back (for
     /// `/readyz`), once per held episode.
     async fn name_horizon_holder(&self) {
@@ -380,9 +476,20 @@ impl Projector {
         let mut errors: u32 = 0;
         let mut held_delay = settings.held_retry;
         let mut renewed = std::time::Instant::now();
+        let mut seen: Option<Seen> = None;
+        let mut looked = std::time::Instant::now()
+            .checked_sub(IDENTITY_EVERY)
+            .unwrap_or_else(std::time::Instant::now);
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
+            if looked.elapsed() >= IDENTITY_EVERY {
+                looked = std::time::Instant::now();
+                if let Ok(now) = self.look().await {
+                    self.compare(seen, now);
+                    seen = Some(now);
+                }
+            }
             if !leading {
                 // Only the leader projects: held back is its verdict.
                 self.state.set_held(false);

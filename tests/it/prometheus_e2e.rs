@@ -115,6 +115,13 @@ const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
     ),
     (
         "projector.json",
+        "Database went back or changed",
+        "A",
+        Zero::Allowed,
+        "the database of this run never goes back",
+    ),
+    (
+        "projector.json",
         "Client sessions ended by the monitor",
         "A",
         Zero::Allowed,

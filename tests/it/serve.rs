@@ -1192,3 +1192,103 @@ async fn readyz_says_when_projection_is_held_and_by_whom(_: PgPoolOptions, opts:
     cancel.cancel();
     serve.await.unwrap().unwrap();
 }
+
+/// A database that goes back in time under a running `serve` (what a
+/// restore or a failover that lost its tail leaves: the projection
+/// checkpoint, the rollups and the events of an earlier moment, the event
+/// sequence too): `serve` says so, counts it, and starts its projected
+/// counters again from zero, so `/metrics` is never above the database's
+/// events. Before issue 28 it said 7 against the database's 3, for ever.
+#[sqlx::test]
+async fn serve_notices_a_database_that_went_back_in_time(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+    let metrics_say = |n: f64| async move {
+        let (_, text) = get(addr, "/metrics").await;
+        (sample(&text, "bf4ps_projector_projected_events_total", &[]) == Some(n)).then_some(text)
+    };
+    for ms in [10, 20, 30] {
+        insert(p, &Ev::succeeded(ms)).await;
+    }
+    eventually(Duration::from_secs(20), "3 events projected", || {
+        metrics_say(3.0)
+    })
+    .await;
+    // The moment a backup is taken.
+    exec(
+        p,
+        "CREATE TABLE snap_checkpoint AS SELECT * FROM projector_checkpoint;
+         CREATE TABLE snap_rollup AS SELECT * FROM event_rollup_hourly;",
+    )
+    .await
+    .unwrap();
+    for ms in [40, 50, 60, 70] {
+        insert(p, &Ev::succeeded(ms)).await;
+    }
+    eventually(Duration::from_secs(20), "7 events projected", || {
+        metrics_say(7.0)
+    })
+    .await;
+    // The restore: the database as it was.
+    exec(
+        p,
+        "BEGIN;
+         DELETE FROM collection_events
+          WHERE event_id > (SELECT event_id FROM snap_checkpoint WHERE projector = 'main');
+         DELETE FROM event_rollup_hourly;
+         INSERT INTO event_rollup_hourly SELECT * FROM snap_rollup;
+         UPDATE projector_checkpoint c SET tx_id = s.tx_id, event_id = s.event_id,
+                projected_events = s.projected_events, last_event_at = s.last_event_at,
+                updated_at = s.updated_at
+           FROM snap_checkpoint s WHERE s.projector = c.projector;
+         SELECT setval(pg_get_serial_sequence('collection_events', 'event_id'),
+                       (SELECT event_id FROM snap_checkpoint WHERE projector = 'main'));
+         COMMIT;",
+    )
+    .await
+    .unwrap();
+    let text = eventually(Duration::from_secs(20), "the counters start again", || {
+        metrics_say(0.0)
+    })
+    .await;
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_database_rewinds_total",
+            &[("what", "checkpoint")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(total(&text, "bf4ps_collection_events_total"), 0.0);
+    // Work goes on: /metrics counts what comes next, never above the events.
+    for ms in [80, 90] {
+        insert(p, &Ev::succeeded(ms)).await;
+    }
+    let text = eventually(Duration::from_secs(20), "2 more projected", || {
+        metrics_say(2.0)
+    })
+    .await;
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+        .fetch_one(p)
+        .await
+        .unwrap();
+    assert_eq!(events, 5);
+    assert!(total(&text, "bf4ps_collection_events_total") <= events as f64);
+    let projected: i64 = sqlx::query_scalar(
+        "SELECT projected_events FROM projector_checkpoint WHERE projector = 'main'",
+    )
+    .fetch_one(p)
+    .await
+    .unwrap();
+    assert_eq!(projected, 5, "the database's own projection stays exact");
+    cancel.cancel();
+    serve.await.unwrap().unwrap();
+}
