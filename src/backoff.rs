@@ -73,12 +73,14 @@ pub(crate) struct Backoff {
     pub spread: f64,
 }
 
-/// The collector's retries of a failed claim (or egress pass): 400 ms
-/// doubling up to 25.6 s, no jitter.
+/// The collector's retries of a failed claim: 400 ms doubling up to 1.6 s,
+/// ±20%. A failed claim is most often the database away (a restart, a
+/// failover): the collector must be back within a couple of seconds of it,
+/// and a retry is one cheap statement.
 pub(crate) const CLAIM_ERRORS: Backoff = Backoff {
     base: Duration::from_millis(400),
-    max: Duration::from_millis(25_600),
-    spread: 0.0,
+    max: Duration::from_millis(1_600),
+    spread: 0.2,
 };
 
 /// The collector's retries of a failed finalization: 100 ms doubling up
@@ -143,10 +145,18 @@ mod tests {
 
     #[test]
     fn the_collector_schedules_are_the_ones_it_always_had() {
-        // Claim errors: 200 ms × 2^min(errors, 7).
+        // Claim errors: 200 ms × 2^min(errors, 3), ±20% (issue 28: back
+        // within ttl + 5 s of a failover).
         for errors in 1..40u32 {
-            let old = Duration::from_millis(200).saturating_mul(1 << errors.min(7));
-            assert_eq!(CLAIM_ERRORS.delay(errors), old, "claim error {errors}");
+            let base = Duration::from_millis(200).saturating_mul(1 << errors.min(3));
+            for unit in [0.0, 0.5, 0.99] {
+                let got = CLAIM_ERRORS.delay_with(errors, unit);
+                let want = base.mul_f64(0.8 + 0.4 * unit);
+                assert!(
+                    (got.as_secs_f64() - want.as_secs_f64()).abs() < 1e-9,
+                    "claim error {errors}: {got:?} against {want:?}"
+                );
+            }
         }
         // Projector steps: 100 ms doubling up to 5 s, then ±20% as
         // config::jittered spreads it.

@@ -345,22 +345,11 @@ impl Projector {
 
     /// The database's identity and projection checkpoint now.
     async fn look(&self) -> Result<Seen, ProjectorError> {
-        let (system, timeline, tx, event_id): (String, i32, String, i64) = sqlx::query_as(
-            "SELECT (SELECT system_identifier FROM pg_control_system())::text, \
-                    (SELECT timeline_id FROM pg_control_checkpoint()), \
-                    c.tx_id::text, c.event_id \
-             FROM projector_checkpoint c WHERE c.projector = $1",
-        )
-        .bind(super::CHECKPOINT)
-        .fetch_one(&self.pool)
-        .await?;
+        let (system, timeline, checkpoint) = store::identity(&self.pool).await?;
         Ok(Seen {
-            system: system.parse().unwrap_or_default(),
+            system,
             timeline,
-            checkpoint: Position {
-                tx_id: super::batch::parse_tx(&tx)?,
-                event_id,
-            },
+            checkpoint,
         })
     }
 

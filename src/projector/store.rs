@@ -216,6 +216,32 @@ where
     })
 }
 
+/// The database's identity (`pg_control_system().system_identifier`, the
+/// timeline of its last checkpoint) and the projection checkpoint: what the
+/// projector loop compares to notice a database that is not the one it left.
+pub(super) async fn identity<'e, E>(executor: E) -> Result<(i64, i32, Position), ProjectorError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+{
+    let (system, timeline, tx, event_id): (String, i32, String, i64) = sqlx::query_as(
+        "SELECT (SELECT system_identifier FROM pg_control_system())::text, \
+                (SELECT timeline_id FROM pg_control_checkpoint()), \
+                c.tx_id::text, c.event_id \
+         FROM projector_checkpoint c WHERE c.projector = $1",
+    )
+    .bind(CHECKPOINT)
+    .fetch_one(executor)
+    .await?;
+    Ok((
+        system.parse().unwrap_or_default(),
+        timeline,
+        Position {
+            tx_id: parse_tx(&tx)?,
+            event_id,
+        },
+    ))
+}
+
 /// Whether committed events wait behind the current transaction horizon.
 pub(super) async fn held_back<'e, E>(executor: E) -> Result<bool, sqlx::Error>
 where

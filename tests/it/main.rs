@@ -14,6 +14,7 @@ mod collector;
 mod demo;
 mod docs;
 mod egress;
+mod failover;
 mod feeder;
 mod freshness;
 mod import;

@@ -1,0 +1,771 @@
+//! Issue 28: the failover drill. A two-node Patroni cluster (Debian's
+//! `patroni` with one `etcd`, `synchronous_mode: true`, `use_pg_rewind:
+//! true`) behind HAProxy (`option httpchk HEAD /primary`,
+//! `on-marked-down shutdown-sessions`), all on loopback and run as the
+//! `postgres` OS user; two `serve`, three collectors and a website request
+//! every second through HAProxy. The primary's host is lost (its Patroni and
+//! its postmaster are SIGKILLed: killing only postgres makes Patroni restart
+//! it in place), and every process must follow:
+//! - the next success comes within Patroni's ttl + 5 s;
+//! - nothing a collector was told had committed is missing, no job
+//!   succeeded twice;
+//! - rollups = events = `/metrics` summed over the `serve`s;
+//! - the interactive wake is back at milliseconds;
+//! - `/readyz` is not ready during the outage, with a reason, and ready
+//!   after;
+//! - the old primary rejoins as a replica and no process of ours stays on it.
+
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgPool};
+
+use crate::support::{Proc, eventually, free_port, run_bin, within};
+
+/// What the test's background tasks record.
+type Shared<T> = Arc<Mutex<Vec<T>>>;
+
+/// A `/readyz` sample: when, which serve, and (ready, reasons) if it answered.
+type Sample = (Instant, usize, Option<(bool, String)>);
+
+/// Patroni's ttl (the leader key's lifetime): a lost leader is replaced
+/// within it.
+const TTL_S: u64 = 10;
+
+/// Timings of the processes (short leases and cadences; no rate limit: the
+/// fake is not Battlelog).
+const FLEET_ENV: &[(&str, &str)] = &[
+    ("BF4PS_LEASE_DURATION", "5s"),
+    ("BF4PS_MAX_CLAIM_TO_START", "2s"),
+    ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
+    ("BF4PS_HEARTBEAT_LOST_AFTER", "3s"),
+    ("BF4PS_POLL_INTERVAL", "500ms"),
+    ("BF4PS_RETRY_BASE_DELAY", "100ms"),
+    ("BF4PS_EGRESS_RATE", "1000"),
+    ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
+    ("BF4PS_GAUGE_INTERVAL", "500ms"),
+    ("BF4PS_MONITOR_INTERVAL", "500ms"),
+    ("BF4PS_FEEDER_INTERVAL", "1s"),
+    ("BF4PS_SHUTDOWN_TIMEOUT", "5s"),
+    ("BF4PS_INTERACTIVE_COOLDOWN", "0s"),
+];
+
+/// The OS user PostgreSQL (and so Patroni) runs as: `postgres` when we are
+/// root, ourselves otherwise.
+fn as_server_user(mut cmd: Command) -> Command {
+    if nix::unistd::geteuid().is_root() {
+        let user = nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .expect("the postgres OS user (Debian's postgresql package makes it)");
+        let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
+        // (std drops the supplementary groups when it sets the uid as root.)
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+fn require(tool: &str, package: &str) -> PathBuf {
+    for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
+        let path = Path::new(dir).join(tool);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("{tool} is missing: install Debian's `{package}` (scripts/test does)");
+}
+
+/// The newest `/usr/lib/postgresql/N/bin`.
+fn pg_bindir() -> PathBuf {
+    let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("/usr/lib/postgresql (Debian's postgresql package)")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    versions.sort();
+    let v = versions.last().expect("a PostgreSQL version");
+    PathBuf::from(format!("/usr/lib/postgresql/{v}/bin"))
+}
+
+/// One Patroni node: its ports and directories.
+struct Node {
+    name: &'static str,
+    pg_port: u16,
+    rest_port: u16,
+    data: PathBuf,
+    patroni: Option<Proc>,
+}
+
+/// etcd, two Patroni nodes and HAProxy in a directory of their own.
+struct Ha {
+    dir: PathBuf,
+    patroni: PathBuf,
+    bindir: PathBuf,
+    etcd: Option<Proc>,
+    nodes: Vec<Node>,
+    haproxy: Option<Proc>,
+    port: u16,
+}
+
+impl Ha {
+    async fn start() -> Ha {
+        let patroni = require("patroni", "patroni");
+        let etcd_bin = require("etcd", "etcd-server");
+        let haproxy_bin = require("haproxy", "haproxy");
+        let bindir = pg_bindir();
+        let dir = std::env::temp_dir().join(format!(
+            "bf4ps-ha-{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_micros()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            let user = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+            std::os::unix::fs::chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+                .unwrap();
+        }
+        let (etcd_client, etcd_peer) = (free_port(), free_port());
+        let mut cmd = Command::new(etcd_bin);
+        cmd.args(["--name", "e1", "--data-dir"])
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &format!("http://127.0.0.1:{etcd_client}"),
+                "--advertise-client-urls",
+                &format!("http://127.0.0.1:{etcd_client}"),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{etcd_peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{etcd_peer}"),
+                "--initial-cluster",
+                &format!("e1=http://127.0.0.1:{etcd_peer}"),
+            ]);
+        let etcd = Proc::spawn("etcd", as_server_user(cmd));
+        let mut ha = Ha {
+            dir: dir.clone(),
+            patroni,
+            bindir: bindir.clone(),
+            etcd: Some(etcd),
+            nodes: Vec::new(),
+            haproxy: None,
+            port: free_port(),
+        };
+        for name in ["n1", "n2"] {
+            let node = Node {
+                name,
+                pg_port: free_port(),
+                rest_port: free_port(),
+                data: dir.join(name),
+                patroni: None,
+            };
+            let yml = format!(
+                "scope: bf4ps-it-{pid}
+name: {name}
+restapi:
+  listen: 127.0.0.1:{rest}
+  connect_address: 127.0.0.1:{rest}
+etcd3:
+  hosts: 127.0.0.1:{etcd_client}
+bootstrap:
+  dcs:
+    ttl: {TTL_S}
+    loop_wait: 1
+    retry_timeout: 4
+    synchronous_mode: true
+    postgresql:
+      use_pg_rewind: true
+      parameters:
+        wal_log_hints: 'on'
+        max_connections: 100
+  initdb:
+    - encoding: UTF8
+    - auth: trust
+  pg_hba:
+    - local all all trust
+    - host all all 127.0.0.1/32 trust
+    - host replication all 127.0.0.1/32 trust
+postgresql:
+  listen: 127.0.0.1:{pg}
+  connect_address: 127.0.0.1:{pg}
+  data_dir: {data}
+  bin_dir: {bindir}
+  pgpass: {dir}/pgpass-{name}
+  authentication:
+    superuser:
+      username: postgres
+      password: pw
+    replication:
+      username: replicator
+      password: pw
+    rewind:
+      username: postgres
+      password: pw
+  parameters:
+    unix_socket_directories: {dir}
+",
+                pid = std::process::id(),
+                rest = node.rest_port,
+                pg = node.pg_port,
+                data = node.data.display(),
+                bindir = bindir.display(),
+                dir = dir.display(),
+            );
+            std::fs::write(dir.join(format!("{name}.yml")), yml).unwrap();
+            ha.nodes.push(node);
+        }
+        // The first node bootstraps and leads; the second follows as the
+        // synchronous standby.
+        ha.start_node(0);
+        ha.wait_role(0, "primary", Duration::from_secs(60)).await;
+        ha.start_node(1);
+        ha.wait_role(1, "sync", Duration::from_secs(90)).await;
+        let cfg = format!(
+            "global
+    maxconn 400
+defaults
+    mode tcp
+    timeout connect 2s
+    timeout client 30m
+    timeout server 30m
+    timeout check 1s
+listen primary
+    bind 127.0.0.1:{port}
+    option httpchk HEAD /primary
+    http-check expect status 200
+    default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
+    server n1 127.0.0.1:{p1} maxconn 200 check port {r1}
+    server n2 127.0.0.1:{p2} maxconn 200 check port {r2}
+",
+            port = ha.port,
+            p1 = ha.nodes[0].pg_port,
+            r1 = ha.nodes[0].rest_port,
+            p2 = ha.nodes[1].pg_port,
+            r2 = ha.nodes[1].rest_port,
+        );
+        std::fs::write(dir.join("haproxy.cfg"), cfg).unwrap();
+        let mut cmd = Command::new(haproxy_bin);
+        cmd.arg("-f").arg(dir.join("haproxy.cfg"));
+        ha.haproxy = Some(Proc::spawn("haproxy", as_server_user(cmd)));
+        let url = ha.url("postgres");
+        // HAProxy starts with every server up until its checks say
+        // otherwise: wait until eight connections in a row reach the primary.
+        eventually(
+            Duration::from_secs(30),
+            "HAProxy routes to the primary only",
+            || {
+                let url = url.clone();
+                async move {
+                    for _ in 0..8 {
+                        let mut conn = sqlx::PgConnection::connect(&url).await.ok()?;
+                        let primary: bool = sqlx::query_scalar("SELECT NOT pg_is_in_recovery()")
+                            .fetch_one(&mut conn)
+                            .await
+                            .ok()?;
+                        let _ = sqlx::Connection::close(conn).await;
+                        if !primary {
+                            return None;
+                        }
+                    }
+                    Some(())
+                }
+            },
+        )
+        .await;
+        ha
+    }
+
+    fn start_node(&mut self, i: usize) {
+        let yml = self.dir.join(format!("{}.yml", self.nodes[i].name));
+        let mut cmd = Command::new(&self.patroni);
+        cmd.arg(yml).current_dir(&self.dir);
+        let name = format!("patroni {}", self.nodes[i].name);
+        self.nodes[i].patroni = Some(Proc::spawn(&name, as_server_user(cmd)));
+    }
+
+    /// Patroni's REST health check `path` (`primary`, `replica`, `sync`) of node `i`.
+    async fn role_is(&self, i: usize, path: &str) -> bool {
+        let url = format!("http://127.0.0.1:{}/{path}", self.nodes[i].rest_port);
+        matches!(http().get(url).send().await, Ok(r) if r.status().as_u16() == 200)
+    }
+
+    async fn wait_role(&self, i: usize, path: &str, deadline: Duration) {
+        eventually(
+            deadline,
+            &format!("patroni {} answers /{path}", self.nodes[i].name),
+            || async { self.role_is(i, path).await.then_some(()) },
+        )
+        .await;
+    }
+
+    /// A URL through HAProxy (always the primary).
+    fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres:pw@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
+    }
+
+    /// A URL straight to node `i`.
+    fn node_url(&self, i: usize, db: &str) -> String {
+        format!(
+            "postgres://postgres:pw@127.0.0.1:{}/{db}?sslmode=disable",
+            self.nodes[i].pg_port
+        )
+    }
+
+    fn postmaster(&self, i: usize) -> Option<i32> {
+        std::fs::read_to_string(self.nodes[i].data.join("postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The host of node `i` is lost: its Patroni and its postmaster die at
+    /// once (SIGKILL).
+    async fn lose_host(&mut self, i: usize) {
+        let postmaster = self.postmaster(i).expect("the primary's postmaster.pid");
+        let mut patroni = self.nodes[i].patroni.take().expect("patroni runs");
+        patroni.sigkill().await;
+        let _ = kill(Pid::from_raw(postmaster), Signal::SIGKILL);
+    }
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        self.haproxy.take();
+        for node in &mut self.nodes {
+            node.patroni.take();
+        }
+        for i in 0..self.nodes.len() {
+            if let Some(pid) = self.postmaster(i) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGQUIT);
+            }
+            let mut cmd = Command::new(self.bindir.join("pg_ctl"));
+            cmd.args(["stop", "-m", "immediate", "-D"])
+                .arg(&self.nodes[i].data)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let _ = as_server_user(cmd).status();
+        }
+        self.etcd.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// SIGTERM, then wait for the process to exit (it drains).
+async fn stop(p: &mut Proc) {
+    let _ = kill(p.pid(), Signal::SIGTERM);
+    let exited = within(Duration::from_secs(20), || {
+        let gone = p.exited().is_some();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    assert!(exited.is_some(), "a process did not stop on SIGTERM");
+}
+
+fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("http client")
+}
+
+fn fleet_cmd(url: &str, args: &[&str]) -> Command {
+    let mut cmd = crate::support::bin();
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BF4PS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.args(args)
+        .env("DATABASE_URL", url)
+        .env("BF4PS_LOG", "info,sqlx=warn,bf4ps_ops::collector=debug");
+    for (k, v) in FLEET_ENV {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// `/readyz` of `addr`: ready, and the reasons.
+async fn readyz(addr: SocketAddr) -> Option<(bool, String)> {
+    let r = http()
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&r.text().await.ok()?).ok()?;
+    Some((v["ready"] == true, v["reasons"].to_string()))
+}
+
+async fn pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect(url)
+        .await
+        .expect("connect through HAProxy")
+}
+
+/// Job ids a collector's log says it finalized as succeeded (the line is
+/// written after the commit returned).
+fn told_succeeded(collector: &Proc) -> Vec<i64> {
+    collector
+        .log_lines("succeeded")
+        .iter()
+        .filter_map(|l| {
+            let rest = &l[l.find("job{job=")? + "job{job=".len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
+    let mut ha = Ha::start().await;
+    let url = ha.url("postgres");
+    let out = run_bin(&["migrate"], Some(&url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = pool(&url).await;
+    crate::fixtures::soldiers(&db, 700_001, 700_400).await;
+    let fake = bf4ps_ops::dev::fake_battlelog::FakeBattlelog::start(
+        bf4ps_ops::dev::fake_battlelog::FakeSettings {
+            latency: Duration::from_millis(40),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let upstream = fake.url();
+    let serve_addrs: Vec<SocketAddr> = (0..2)
+        .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
+        .collect();
+    let mut serves: Vec<Proc> = serve_addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            Proc::spawn(
+                &format!("serve {i}"),
+                fleet_cmd(&url, &["serve", "--listen", &a.to_string()]),
+            )
+        })
+        .collect();
+    for a in &serve_addrs {
+        eventually(Duration::from_secs(30), "serve ready", || async {
+            matches!(readyz(*a).await, Some((true, _))).then_some(())
+        })
+        .await;
+    }
+    let mut collectors: Vec<Proc> = [
+        ("ha-bg-1", "background", "k1"),
+        ("ha-bg-2", "background", "k2"),
+        ("ha-int-1", "interactive", "k3"),
+    ]
+    .iter()
+    .map(|(name, lane, key)| {
+        Proc::spawn(
+            name,
+            fleet_cmd(
+                &url,
+                &[
+                    "collector",
+                    "--name",
+                    name,
+                    "--lane",
+                    lane,
+                    "--egress-key",
+                    key,
+                    "--hostname",
+                    "ha-host",
+                    "--upstream-url",
+                    &upstream,
+                ],
+            ),
+        )
+    })
+    .collect();
+
+    // The website asks for a new soldier every second.
+    let asked: Shared<(DateTime<Utc>, bool)> = Arc::default();
+    let website = {
+        let (url, asked) = (url.clone(), asked.clone());
+        tokio::spawn(async move {
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .acquire_timeout(Duration::from_secs(2))
+                .connect_lazy(&url)
+                .unwrap();
+            for n in 0.. {
+                let persona = 900_000 + n;
+                let name = format!("web{n}");
+                let ok = tokio::time::timeout(
+                    Duration::from_secs(3),
+                    bf4ps_ops::request::request_refresh(&pool, "pc", persona, &[], Some(&name)),
+                )
+                .await
+                .is_ok_and(|r| r.is_ok());
+                asked.lock().unwrap().push((Utc::now(), ok));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    // /readyz of each serve, sampled.
+    let samples: Shared<Sample> = Arc::default();
+    let sampler = {
+        let (addrs, samples) = (serve_addrs.clone(), samples.clone());
+        tokio::spawn(async move {
+            loop {
+                for (i, a) in addrs.iter().enumerate() {
+                    let r = readyz(*a).await;
+                    samples.lock().unwrap().push((Instant::now(), i, r));
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+
+    let succeeded = async |pool: &PgPool, after: DateTime<Utc>| -> Option<DateTime<Utc>> {
+        sqlx::query_scalar(
+            "SELECT min(occurred_at) FROM collection_events
+             WHERE event_type = 'succeeded' AND occurred_at > $1",
+        )
+        .bind(after)
+        .fetch_one(pool)
+        .await
+        .ok()
+        .flatten()
+    };
+    eventually(Duration::from_secs(60), "the fleet collects", || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'",
+        )
+        .fetch_one(&db)
+        .await
+        .ok()?;
+        (n >= 40).then_some(())
+    })
+    .await;
+    db.close().await;
+
+    // The primary's host is lost.
+    let primary = if ha.role_is(0, "primary").await { 0 } else { 1 };
+    let lost_at = Utc::now();
+    let lost_instant = Instant::now();
+    ha.lose_host(primary).await;
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&url)
+        .unwrap();
+    let first = eventually(Duration::from_secs(60), "a success after the loss", || {
+        succeeded(&db, lost_at)
+    })
+    .await;
+    let to_success = (first - lost_at).to_std().unwrap_or_default();
+    assert!(
+        to_success <= Duration::from_secs(TTL_S + 5),
+        "first success {to_success:?} after the primary's host was lost (ttl {TTL_S} s)"
+    );
+    let outage_end = Instant::now();
+    // Work goes on for a while on the new primary.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    // The old primary comes back: a replica of the new one.
+    ha.start_node(primary);
+    ha.wait_role(primary, "replica", Duration::from_secs(90))
+        .await;
+
+    // Interactive wake after the reconnect: jobs the website asked for
+    // from now on are claimed within milliseconds of their creation.
+    let since = Utc::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    website.abort();
+    for c in &mut collectors {
+        stop(c).await;
+    }
+    // Per soldier asked for, its first claim after the job was created.
+    let interactive: Vec<f64> = sqlx::query_scalar(
+        "SELECT min(extract(epoch FROM c.occurred_at - r.occurred_at)::float8 * 1000) AS ms
+         FROM collection_events r
+         JOIN collection_events c ON c.job_id = r.job_id AND c.event_type = 'claimed'
+         WHERE r.event_type = 'created' AND r.lane = 'interactive' AND r.occurred_at > $1
+         GROUP BY r.soldier_id
+         ORDER BY ms",
+    )
+    .bind(since)
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert!(
+        !interactive.is_empty(),
+        "no interactive claim after the failover"
+    );
+    let p50 = interactive[interactive.len() / 2];
+    eprintln!(
+        "failover drill: first success {:.1} s after the host was lost; interactive request → \
+         claim after the reconnect p50 {p50:.1} ms over {} request(s)",
+        to_success.as_secs_f64(),
+        interactive.len()
+    );
+    assert!(
+        p50 < 100.0,
+        "interactive request → claim after the reconnect: p50 {p50:.1} ms ({interactive:?})"
+    );
+
+    // Nothing a collector was told had committed is missing; no job
+    // succeeded twice.
+    let told: Vec<i64> = collectors.iter().flat_map(told_succeeded).collect();
+    assert!(!told.is_empty(), "the collectors logged no success");
+    let missing: Vec<i64> = sqlx::query_scalar(
+        "SELECT t FROM unnest($1::bigint[]) AS t
+         WHERE NOT EXISTS (SELECT 1 FROM collection_events e
+                           WHERE e.job_id = t AND e.event_type = 'succeeded')",
+    )
+    .bind(&told)
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert!(missing.is_empty(), "told committed, missing: {missing:?}");
+    let twice: Vec<i64> = sqlx::query_scalar(
+        "SELECT job_id FROM collection_events WHERE event_type = 'succeeded'
+         GROUP BY job_id HAVING count(*) > 1",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert!(twice.is_empty(), "jobs that succeeded twice: {twice:?}");
+
+    // rollups = events = /metrics summed over the serves.
+    let (events, rolled): (i64, i64) = eventually(
+        Duration::from_secs(30),
+        "projection catches up",
+        || async {
+            let (events, projected, rolled): (i64, i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'),
+                        (SELECT projected_events FROM projector_checkpoint WHERE projector = 'main'),
+                        (SELECT coalesce(sum(succeeded), 0)::bigint FROM event_rollup_hourly)",
+            )
+            .fetch_one(&db)
+            .await
+            .ok()?;
+            let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+                .fetch_one(&db)
+                .await
+                .ok()?;
+            (projected == all).then_some((events, rolled))
+        },
+    )
+    .await;
+    assert_eq!(rolled, events, "rollups against events");
+    let summed = within(Duration::from_secs(15), || async {
+        let mut sum = 0.0;
+        for a in &serve_addrs {
+            let text = http()
+                .get(format!("http://{a}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            sum += crate::projector::sample(
+                &text,
+                "bf4ps_collection_events_total",
+                &[
+                    ("event_type", "succeeded"),
+                    ("lane", "background"),
+                    ("resource", "detailed"),
+                ],
+            )
+            .unwrap_or(0.0);
+            for (lane, resource) in [
+                ("background", "profile"),
+                ("background", "weapons"),
+                ("background", "vehicles"),
+                ("interactive", "detailed"),
+                ("interactive", "profile"),
+                ("interactive", "weapons"),
+                ("interactive", "vehicles"),
+            ] {
+                sum += crate::projector::sample(
+                    &text,
+                    "bf4ps_collection_events_total",
+                    &[
+                        ("event_type", "succeeded"),
+                        ("lane", lane),
+                        ("resource", resource),
+                    ],
+                )
+                .unwrap_or(0.0);
+            }
+        }
+        (sum == events as f64).then_some(sum)
+    })
+    .await;
+    assert!(
+        summed.is_some(),
+        "/metrics summed over the serves never equalled the {events} succeeded events"
+    );
+
+    // /readyz: not ready during the outage (with a reason), ready after.
+    sampler.abort();
+    let samples = samples.lock().unwrap().clone();
+    let during: Vec<&Sample> = samples
+        .iter()
+        .filter(|(t, _, _)| *t > lost_instant + Duration::from_secs(3) && *t < outage_end)
+        .collect();
+    assert!(
+        during
+            .iter()
+            .any(|(_, _, r)| matches!(r, Some((false, reasons)) if reasons.len() > 2)),
+        "no serve said not ready, with a reason, during the outage: {during:?}"
+    );
+    for a in &serve_addrs {
+        eventually(Duration::from_secs(30), "serve ready after", || async {
+            matches!(readyz(*a).await, Some((true, _))).then_some(())
+        })
+        .await;
+    }
+    let asked = asked.lock().unwrap().clone();
+    assert!(
+        asked.iter().rev().take(3).all(|(_, ok)| *ok),
+        "the website's last requests failed: {asked:?}"
+    );
+
+    // The old primary is a replica, and no process of ours stays on it.
+    let old = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&ha.node_url(primary, "postgres"))
+        .await
+        .unwrap();
+    let (recovery, ours): (bool, i64) = sqlx::query_as(
+        "SELECT pg_is_in_recovery(),
+                (SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'bf4ps%')",
+    )
+    .fetch_one(&old)
+    .await
+    .unwrap();
+    assert_eq!((recovery, ours), (true, 0));
+    old.close().await;
+    for s in &mut serves {
+        stop(s).await;
+    }
+    db.close().await;
+}
