@@ -279,9 +279,14 @@ fn tls_failure(error: &sqlx::Error, opts: &PgConnectOptions) -> Option<String> {
     Some(reason)
 }
 
-/// One round trip: whether the database answers at all (`/readyz`).
-pub(crate) async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<(), sqlx::Error> {
-    sqlx::query("SELECT 1").execute(pool).await.map(drop)
+/// One round trip: whether the database answers at all, and whether it is
+/// read-only (a standby, or a primary being demoted) (`/readyz`).
+pub(crate) async fn ping<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean",
+    )
+    .fetch_one(pool)
+    .await
 }
 
 /// A duration as whole milliseconds for SQL (`$n * interval '1 millisecond'`).

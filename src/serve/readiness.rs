@@ -140,10 +140,9 @@ pub(crate) async fn assess(
     projector: &ProjectorState,
     alive_within: Duration,
 ) -> Readiness {
-    let database = matches!(
-        tokio::time::timeout(CHECK_TIMEOUT, db::ping(pool)).await,
-        Ok(Ok(()))
-    );
+    let answer = tokio::time::timeout(CHECK_TIMEOUT, db::ping(pool)).await;
+    let read_only = matches!(answer, Ok(Ok(true)));
+    let database = matches!(answer, Ok(Ok(false)));
     let migrations = database
         && matches!(
             tokio::time::timeout(CHECK_TIMEOUT, db::migrations_current(pool)).await,
@@ -152,12 +151,23 @@ pub(crate) async fn assess(
     let alive = projector.since_beat().is_some_and(|d| d <= alive_within);
     Readiness {
         checks: vec![
-            Check::new("database", database, "database unreachable"),
+            Check::new(
+                "database",
+                database,
+                if read_only {
+                    "database is read-only (a standby, or a primary being demoted: \
+                     DATABASE_URL must reach the primary)"
+                } else {
+                    "database unreachable"
+                },
+            ),
             Check::new(
                 "migrations_current",
                 migrations,
                 if database {
                     "migrations not current"
+                } else if read_only {
+                    "migrations not checked (database read-only)"
                 } else {
                     "migrations not checked (database unreachable)"
                 },

@@ -769,3 +769,338 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
     }
     db.close().await;
 }
+
+/// One PostgreSQL server of the test's own (`initdb`, `pg_ctl`), on a fixed
+/// loopback port, run as the `postgres` OS user: what a restore replaces.
+struct Standalone {
+    dir: PathBuf,
+    bindir: PathBuf,
+    port: u16,
+}
+
+impl Standalone {
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let mut cmd = Command::new(self.bindir.join(program));
+        cmd.args(args).current_dir(&self.dir);
+        let out = as_server_user(cmd).output().expect("run a server program");
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn init() -> Standalone {
+        let dir = std::env::temp_dir().join(format!(
+            "bf4ps-restore-{}-{}",
+            std::process::id(),
+            Utc::now().timestamp_micros()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            let user = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+            std::os::unix::fs::chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
+                .unwrap();
+        }
+        let s = Standalone {
+            dir,
+            bindir: pg_bindir(),
+            port: free_port(),
+        };
+        let data = s.data();
+        s.run(
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "--auth=trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        );
+        s
+    }
+
+    fn start(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let data = self.data();
+        let log = self.dir.join("server.log");
+        self.run(
+            "pg_ctl",
+            &[
+                "start",
+                "-w",
+                "-D",
+                data.to_str().unwrap(),
+                "-l",
+                log.to_str().unwrap(),
+                "-o",
+                &opts,
+            ],
+        );
+    }
+
+    fn stop_immediate(&self) {
+        let data = self.data();
+        self.run(
+            "pg_ctl",
+            &[
+                "stop",
+                "-m",
+                "immediate",
+                "-w",
+                "-D",
+                data.to_str().unwrap(),
+            ],
+        );
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+}
+
+impl Drop for Standalone {
+    fn drop(&mut self) {
+        let mut cmd = Command::new(self.bindir.join("pg_ctl"));
+        cmd.args(["stop", "-m", "immediate", "-D"])
+            .arg(self.data())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let _ = as_server_user(cmd).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A restore from `pg_basebackup` under a running fleet: a backup is taken
+/// while `serve` and two collectors work, the fleet works on, then the
+/// server is replaced by the backup at the same address. `serve` notices
+/// (one warning, `bf4ps_database_rewinds_total{what="checkpoint"}`) and
+/// starts its projected counters again, so `/metrics` is never above the
+/// events; collectors the restored database says hold jobs they had
+/// finished are freed at their next claim, and the fleet collects again
+/// within 10 s of the restore.
+#[tokio::test]
+async fn a_restore_from_a_base_backup_is_noticed_and_the_fleet_collects_again() {
+    let server = Standalone::init();
+    server.start();
+    let url = server.url();
+    let out = run_bin(&["migrate"], Some(&url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = pool(&url).await;
+    crate::fixtures::soldiers(&db, 710_001, 711_000).await;
+    db.close().await;
+    let fake = bf4ps_ops::dev::fake_battlelog::FakeBattlelog::start(
+        bf4ps_ops::dev::fake_battlelog::FakeSettings {
+            latency: Duration::from_millis(40),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let upstream = fake.url();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut serve = Proc::spawn(
+        "serve",
+        fleet_cmd(&url, &["serve", "--listen", &addr.to_string()]),
+    );
+    eventually(Duration::from_secs(30), "serve ready", || async {
+        matches!(readyz(addr).await, Some((true, _))).then_some(())
+    })
+    .await;
+    let mut collectors: Vec<Proc> = ["rs-1", "rs-2"]
+        .iter()
+        .map(|name| {
+            Proc::spawn(
+                name,
+                fleet_cmd(
+                    &url,
+                    &[
+                        "collector",
+                        "--name",
+                        name,
+                        "--lane",
+                        "background",
+                        "--egress-key",
+                        name,
+                        "--hostname",
+                        "rs-host",
+                        "--upstream-url",
+                        &upstream,
+                    ],
+                ),
+            )
+        })
+        .collect();
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_lazy(&url)
+        .unwrap();
+    let successes = async |db: &PgPool| -> Option<i64> {
+        sqlx::query_scalar("SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'")
+            .fetch_one(db)
+            .await
+            .ok()
+    };
+    eventually(Duration::from_secs(60), "the fleet collects", || async {
+        successes(&db).await.filter(|n| *n >= 20).map(|_| ())
+    })
+    .await;
+    // The backup, under the running fleet.
+    let backup = server.dir.join("backup");
+    server.run(
+        "pg_basebackup",
+        &[
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port.to_string(),
+            "-U",
+            "postgres",
+            "-D",
+            backup.to_str().unwrap(),
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+        ],
+    );
+    let at_backup = successes(&db).await.unwrap();
+    // The fleet works on; /metrics counts it.
+    let metrics_total = async || -> Option<f64> {
+        let text = http()
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        crate::projector::sample(&text, "bf4ps_projector_projected_events_total", &[])
+    };
+    eventually(Duration::from_secs(60), "work after the backup", || async {
+        successes(&db)
+            .await
+            .filter(|n| *n >= at_backup + 30)
+            .map(|_| ())
+    })
+    .await;
+    let before = eventually(
+        Duration::from_secs(30),
+        "the projection catches up",
+        || async {
+            let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+                .fetch_one(&db)
+                .await
+                .ok()?;
+            metrics_total().await.filter(|m| *m >= all as f64 - 5.0)
+        },
+    )
+    .await;
+    db.close().await;
+
+    // The restore: the server replaced by the backup, same address.
+    server.stop_immediate();
+    std::fs::rename(server.data(), server.dir.join("lost")).unwrap();
+    std::fs::rename(&backup, server.data()).unwrap();
+    server.start();
+    let restored = Instant::now();
+    let db = pool(&url).await;
+    let (events, checkpoint): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM collection_events),
+                (SELECT projected_events FROM projector_checkpoint WHERE projector = 'main')",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert!(
+        (checkpoint as f64) < before,
+        "the backup holds fewer events ({events}) than /metrics said ({before})"
+    );
+    let after_restore = successes(&db).await.unwrap();
+    // serve notices and resets; /metrics is never above the events.
+    eventually(
+        Duration::from_secs(20),
+        "serve notices the restore",
+        || async {
+            let text = http()
+                .get(format!("http://{addr}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            (crate::projector::sample(
+                &text,
+                "bf4ps_database_rewinds_total",
+                &[("what", "checkpoint")],
+            ) == Some(1.0))
+            .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        serve.log_lines("went back in time").len(),
+        1,
+        "{:?}",
+        serve.log_lines("WARN")
+    );
+    // The fleet collects again within 10 s of the restore.
+    let next = eventually(
+        Duration::from_secs(30),
+        "a success after the restore",
+        || async {
+            successes(&db)
+                .await
+                .filter(|n| *n > after_restore)
+                .map(|_| Instant::now())
+        },
+    )
+    .await;
+    let back_in = next - restored;
+    eprintln!(
+        "restore drill: the fleet collected again {:.1} s after the restore",
+        back_in.as_secs_f64()
+    );
+    assert!(
+        back_in <= Duration::from_secs(10),
+        "the fleet collected again {back_in:?} after the restore"
+    );
+    eventually(
+        Duration::from_secs(30),
+        "/metrics never above the events",
+        || async {
+            let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+                .fetch_one(&db)
+                .await
+                .ok()?;
+            let m = metrics_total().await?;
+            (m <= all as f64 && m > 0.0).then_some(())
+        },
+    )
+    .await;
+    for c in &mut collectors {
+        stop(c).await;
+    }
+    stop(&mut serve).await;
+    db.close().await;
+}

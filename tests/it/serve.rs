@@ -1292,3 +1292,66 @@ async fn serve_notices_a_database_that_went_back_in_time(_: PgPoolOptions, opts:
     cancel.cancel();
     serve.await.unwrap().unwrap();
 }
+
+/// A database that turns read-only under `serve` (its connections replaced,
+/// as after a demotion): `/readyz` says "database is read-only", and ready
+/// again once it is writable.
+#[sqlx::test]
+async fn readyz_says_when_the_database_is_read_only(_: PgPoolOptions, opts: PgConnectOptions) {
+    use sqlx::Connection;
+    let db = TestDb::new(opts).await;
+    let name = db.target.options.get_database().unwrap().to_owned();
+    let running = Serve::new(db.target.clone(), fast_tuning(), local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(std::future::pending::<()>()));
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let me: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    let reconnect_all = async |admin: &mut sqlx::PgConnection| {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> $1",
+        )
+        .bind(me)
+        .execute(&mut *admin)
+        .await
+        .unwrap();
+    };
+    exec(
+        &mut admin,
+        format!("ALTER DATABASE \"{name}\" SET default_transaction_read_only = on"),
+    )
+    .await
+    .unwrap();
+    reconnect_all(&mut admin).await;
+    let v = eventually(
+        Duration::from_secs(20),
+        "/readyz says read-only",
+        || async {
+            let (code, v) = readyz(addr).await;
+            (code == 503 && v["reasons"].to_string().contains("read-only")).then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(v["database"], false, "{v}");
+    exec(
+        &mut admin,
+        format!("ALTER DATABASE \"{name}\" RESET default_transaction_read_only"),
+    )
+    .await
+    .unwrap();
+    reconnect_all(&mut admin).await;
+    eventually(Duration::from_secs(30), "ready again", || async {
+        let (code, _) = readyz(addr).await;
+        (code == 200).then_some(())
+    })
+    .await;
+    cancel.cancel();
+    let _ = serve.await;
+}
