@@ -1104,3 +1104,158 @@ async fn a_restore_from_a_base_backup_is_noticed_and_the_fleet_collects_again() 
     stop(&mut serve).await;
     db.close().await;
 }
+
+/// The server's processes: the postmaster and its children.
+fn server_processes(postmaster: i32) -> Vec<i32> {
+    let mut pids = vec![postmaster];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the fields after the last ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+        if ppid == Some(postmaster) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A server that stops answering without closing its connections (its
+/// postmaster and every backend SIGSTOPped): within 15 s `/readyz` says the
+/// database is unreachable and the LISTEN connections of `serve` and of a
+/// collector are given up; when it answers again, everything recovers:
+/// ready, a new LISTEN connection, new successes.
+#[tokio::test]
+async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
+    let server = Standalone::init();
+    server.start();
+    let url = server.url();
+    let out = run_bin(&["migrate"], Some(&url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let db = pool(&url).await;
+    crate::fixtures::soldiers(&db, 720_001, 721_000).await;
+    db.close().await;
+    let fake = bf4ps_ops::dev::fake_battlelog::FakeBattlelog::start(
+        bf4ps_ops::dev::fake_battlelog::FakeSettings {
+            latency: Duration::from_millis(40),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let upstream = fake.url();
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut serve = Proc::spawn(
+        "serve",
+        fleet_cmd(&url, &["serve", "--listen", &addr.to_string()]),
+    );
+    eventually(Duration::from_secs(30), "serve ready", || async {
+        matches!(readyz(addr).await, Some((true, _))).then_some(())
+    })
+    .await;
+    let mut collector = Proc::spawn(
+        "fz-1",
+        fleet_cmd(
+            &url,
+            &[
+                "collector",
+                "--name",
+                "fz-1",
+                "--lane",
+                "background",
+                "--egress-key",
+                "fz-1",
+                "--hostname",
+                "fz-host",
+                "--upstream-url",
+                &upstream,
+            ],
+        ),
+    );
+    let successes = async || -> Option<i64> {
+        let db = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await
+            .ok()?;
+        let n = sqlx::query_scalar(
+            "SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'",
+        )
+        .fetch_one(&db)
+        .await
+        .ok();
+        db.close().await;
+        n
+    };
+    eventually(Duration::from_secs(60), "the fleet collects", || async {
+        successes().await.filter(|n| *n >= 10).map(|_| ())
+    })
+    .await;
+    collector
+        .wait_for_log("LISTEN connection up", Duration::from_secs(10))
+        .await;
+
+    // Frozen: every server process stopped, connections left open.
+    let postmaster: i32 = std::fs::read_to_string(server.data().join("postmaster.pid"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let pids = server_processes(postmaster);
+    for pid in &pids {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGSTOP);
+    }
+    let frozen = Instant::now();
+    let noticed = within(Duration::from_secs(15), || async {
+        let not_ready = matches!(readyz(addr).await, Some((false, r)) if r.contains("unreachable"));
+        let serve_listen = !serve.log_lines("LISTEN connection ping").is_empty();
+        let collector_listen = !collector.log_lines("LISTEN connection ping").is_empty();
+        (not_ready && serve_listen && collector_listen).then_some(())
+    })
+    .await;
+    let took = frozen.elapsed();
+    for pid in &pids {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGCONT);
+    }
+    assert!(
+        noticed.is_some(),
+        "within 15 s: /readyz {:?}; serve {:?}; collector {:?}",
+        readyz(addr).await,
+        serve.log_lines("LISTEN"),
+        collector.log_lines("LISTEN")
+    );
+    eprintln!(
+        "frozen server: noticed by /readyz and both LISTEN connections in {:.1} s",
+        took.as_secs_f64()
+    );
+    // It answers again: everything recovers.
+    let before = successes().await.unwrap_or(0);
+    eventually(Duration::from_secs(30), "recovered", || async {
+        let ready = matches!(readyz(addr).await, Some((true, _)));
+        let relisten = serve.log_lines("LISTEN connection up").len() >= 2
+            && collector.log_lines("LISTEN connection up").len() >= 2;
+        let more = successes().await.is_some_and(|n| n > before);
+        (ready && relisten && more).then_some(())
+    })
+    .await;
+    stop(&mut collector).await;
+    stop(&mut serve).await;
+}
