@@ -148,8 +148,9 @@ SELECT pg_temp.bf4ps_define($body$
 -- A caller the database says holds a job holds none (it claims): that
 -- lease ends now and the caller claims anyway (after a restore or a lost
 -- answer, the fleet collects again at once, not after the lease).
--- Locks: the caller's collector row, the budget row, then the key row
--- (every caller alike).
+-- Locks: the budget row, then the key row (every caller alike); the
+-- caller's collector row only when a job is claimed (or a lease freed), so
+-- a claim waiting for the budget never holds up its own heartbeat.
 CREATE FUNCTION @schema@.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamptz)
 RETURNS TABLE (
     job_id bigint,
@@ -191,8 +192,7 @@ DECLARE
 BEGIN
     SELECT c.egress_key, c.lane, c.current_job_id INTO v_key, v_lane, v_held
     FROM @schema@.collectors AS c
-    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
-    FOR UPDATE;
+    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -209,7 +209,7 @@ BEGIN
         WHERE j.job_id = v_held AND j.collector_uuid = p_uuid
           AND j.status IN ('claimed', 'running');
         UPDATE @schema@.collectors AS c SET current_job_id = NULL, updated_at = clock_timestamp()
-        WHERE c.collector_uuid = p_uuid;
+        WHERE c.collector_uuid = p_uuid AND c.current_job_id = v_held;
     END IF;
     SELECT s.egress_spacing, CASE WHEN v_lane = 'background' THEN s.budget_spacing END
       INTO v_spacing, v_budget_spacing

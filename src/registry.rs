@@ -282,7 +282,15 @@ pub async fn sweep_lost(
         "WITH lost AS (
             UPDATE collectors
             SET heartbeat_state = 'lost', heartbeat_lost_at = now(), updated_at = now()
-            WHERE retired_at IS NULL AND heartbeat_state = 'healthy' AND NOT drained
+            WHERE collector_uuid IN (
+                -- A row another transaction holds is skipped (its holder is
+                -- at work; the next sweep sees it): the monitor never waits
+                -- behind a client, which it may have to end.
+                SELECT collector_uuid FROM collectors
+                WHERE retired_at IS NULL AND heartbeat_state = 'healthy' AND NOT drained
+                  AND last_heartbeat_at < now() - $1 * interval '1 millisecond'
+                FOR UPDATE SKIP LOCKED)
+              AND retired_at IS NULL AND heartbeat_state = 'healthy' AND NOT drained
               AND last_heartbeat_at < now() - $1 * interval '1 millisecond'
             RETURNING collector_uuid, collector_name, hostname, egress_key, lane,
                       last_heartbeat_at, current_job_id

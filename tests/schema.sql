@@ -2104,8 +2104,7 @@ DECLARE
 BEGIN
     SELECT c.egress_key, c.lane, c.current_job_id INTO v_key, v_lane, v_held
     FROM public.collectors AS c
-    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
-    FOR UPDATE;
+    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
     IF NOT FOUND THEN
         RETURN;
     END IF;
@@ -2122,7 +2121,7 @@ BEGIN
         WHERE j.job_id = v_held AND j.collector_uuid = p_uuid
           AND j.status IN ('claimed', 'running');
         UPDATE public.collectors AS c SET current_job_id = NULL, updated_at = clock_timestamp()
-        WHERE c.collector_uuid = p_uuid;
+        WHERE c.collector_uuid = p_uuid AND c.current_job_id = v_held;
     END IF;
     SELECT s.egress_spacing, CASE WHEN v_lane = 'background' THEN s.budget_spacing END
       INTO v_spacing, v_budget_spacing

@@ -100,6 +100,9 @@ pub struct Projector {
     progress: watch::Sender<Progress>,
     state: ProjectorState,
     hook: Option<BeforeCommitHook>,
+    /// The highest projection checkpoint this process read or wrote: one
+    /// read behind it means the database went back in time.
+    high: Mutex<Position>,
 }
 
 /// How often the loop checks that the database is the one it left.
@@ -234,6 +237,7 @@ impl Projector {
                 held: Arc::new(Mutex::new(None)),
             },
             hook: None,
+            high: Mutex::new(Position::default()),
         }
     }
 
@@ -264,6 +268,7 @@ impl Projector {
     async fn step(&self, lease: Option<&Lease>) -> Result<Step, ProjectorError> {
         let mut tx = self.pool.begin().await?;
         let from = checkpoint(&mut *tx).await?;
+        self.check_checkpoint(from);
         let rows = store::read_batch(&mut tx, from, self.batch, None).await?;
         if rows.is_empty() {
             let held = held_back(&mut *tx).await?;
@@ -323,6 +328,9 @@ impl Projector {
         // Committed: now, and only now, the Prometheus series.
         batch.apply(&self.registry);
         self.registry.upkeep();
+        if let Ok(mut high) = self.high.lock() {
+            *high = (*high).max(batch.last);
+        }
         self.progress.send_modify(|p| {
             p.position = batch.last;
             p.projected += batch.count;
@@ -361,53 +369,72 @@ impl Projector {
     /// counted are gone, starts its projected counters again from zero, so
     /// `/metrics` is never above the database's events.
     fn compare(&self, before: Option<Seen>, now: Seen) {
-        let Some(before) = before else { return };
-        let mine = self.progress.borrow().position;
-        let high = before.checkpoint.max(mine);
-        let rewind = |what: &'static str| {
-            self.registry
-                .counter("bf4ps_database_rewinds_total", &[("what", what)])
-                .increment(1);
-        };
-        let mut reset = false;
-        if now.system != before.system {
-            tracing::warn!(
-                was = before.system,
-                now = now.system,
-                "the database is another cluster (its system identifier changed): the counters \
-                 of projected events start again from zero (see docs/runbook.md#bf4psdatabasewentback)"
-            );
-            rewind("system");
-            reset = true;
-        } else if now.timeline != before.timeline {
-            tracing::warn!(
-                was = before.timeline,
-                now = now.timeline,
-                "the database is on a new timeline: a failover or a point-in-time recovery"
-            );
-            rewind("timeline");
+        if let Some(before) = before {
+            if now.system != before.system {
+                tracing::warn!(
+                    was = before.system,
+                    now = now.system,
+                    "the database is another cluster (its system identifier changed): the \
+                     counters of projected events start again from zero \
+                     (see docs/runbook.md#bf4psdatabasewentback)"
+                );
+                self.rewound("system", now.checkpoint);
+                return;
+            }
+            if now.timeline != before.timeline {
+                tracing::warn!(
+                    was = before.timeline,
+                    now = now.timeline,
+                    "the database is on a new timeline: a failover or a point-in-time recovery"
+                );
+                self.registry
+                    .counter("bf4ps_database_rewinds_total", &[("what", "timeline")])
+                    .increment(1);
+            }
         }
-        if !reset && now.checkpoint < high {
+        self.check_checkpoint(now.checkpoint);
+    }
+
+    /// `checkpoint` (read from the database) against the highest this
+    /// process saw or wrote: behind it, events it counted are gone.
+    fn check_checkpoint(&self, checkpoint: Position) {
+        let high = {
+            let Ok(mut high) = self.high.lock() else {
+                return;
+            };
+            let was = *high;
+            *high = (*high).max(checkpoint);
+            was
+        };
+        if checkpoint < high {
             tracing::warn!(
-                checkpoint_event_id = now.checkpoint.event_id,
+                checkpoint_event_id = checkpoint.event_id,
                 seen_event_id = high.event_id,
-                gone_event_ids = high.event_id - now.checkpoint.event_id,
+                gone_event_ids = high.event_id - checkpoint.event_id,
                 "the database went back in time (a restore, or a failover that lost its tail): \
                  its projection checkpoint is behind what this process saw; the counters of \
                  projected events start again from zero \
                  (see docs/runbook.md#bf4psdatabasewentback)"
             );
-            rewind("checkpoint");
-            reset = true;
+            self.rewound("checkpoint", checkpoint);
         }
-        if reset {
-            self.registry.reset_projected();
-            super::batch::register_series(&self.registry, &[]);
-            self.progress.send_modify(|p| {
-                p.position = now.checkpoint;
-                p.projected = 0;
-            });
+    }
+
+    /// Counts a rewind and starts the projected counters again from zero at
+    /// `checkpoint`.
+    fn rewound(&self, what: &'static str, checkpoint: Position) {
+        self.registry
+            .counter("bf4ps_database_rewinds_total", &[("what", what)])
+            .increment(1);
+        self.registry.reset_projected();
+        super::batch::register_series(&self.registry, &[]);
+        if let Ok(mut high) = self.high.lock() {
+            *high = checkpoint;
         }
+        self.progress.send_modify(|p| {
+            p.position = checkpoint;
+            p.projected = 0;
+        });
     }
 
     /// Names the session that holds the projection horizon back (for
@@ -466,9 +493,8 @@ impl Projector {
         let mut held_delay = settings.held_retry;
         let mut renewed = std::time::Instant::now();
         let mut seen: Option<Seen> = None;
-        let mut looked = std::time::Instant::now()
-            .checked_sub(IDENTITY_EVERY)
-            .unwrap_or_else(std::time::Instant::now);
+        // The first look a second in: leadership first.
+        let mut looked = std::time::Instant::now();
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
