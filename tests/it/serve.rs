@@ -1166,7 +1166,10 @@ async fn readyz_says_when_projection_is_held_and_by_whom(_: PgPoolOptions, opts:
         "/readyz says projection is held",
         || async {
             let (code, v) = readyz(addr).await;
-            (code == 503 && v["projector_projecting"] == false).then_some(v)
+            (code == 503
+                && v["projector_projecting"] == false
+                && v["reasons"].to_string().contains("held back"))
+            .then_some(v)
         },
     )
     .await;
