@@ -1330,6 +1330,8 @@ CREATE FUNCTION public.bf4ps_record_outcome(p_soldier_id bigint, p_resource text
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
 BEGIN
+    PERFORM 1 FROM public.soldiers AS so WHERE so.soldier_id = p_soldier_id
+    FOR NO KEY UPDATE;
     FOR attempt IN 1..2 LOOP
         UPDATE public.collection_state AS s SET
             detailed_state = CASE WHEN p_resource = 'detailed' THEN p_state ELSE s.detailed_state END,
