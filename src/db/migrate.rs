@@ -233,7 +233,7 @@ async fn migrate_on(
     let err = |e: sqlx::Error| explain(e, addr, opts);
     // A current database needs no lock: `serve` starts whoever holds it
     // (any role can take an advisory lock). Reading `_sqlx_migrations` is
-    // safe beside a running migration: its rows commit with each migration.
+    // safe beside a running `migrate`: its rows commit with the whole run.
     if migrations_current(&mut *conn).await? {
         let plan = plan(conn).await?;
         let current = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
