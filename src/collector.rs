@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::backoff::{CLAIM_ERRORS, FINALIZE_RETRIES};
-use crate::db::{DbTarget, Pool, PoolConn};
+use crate::db::{self, DbTarget, Pool, PoolConn};
 use crate::domain::Lane;
 use crate::egress::{self, EgressError};
 use crate::listener::{Channel, Listener, ListenerOptions, WakeReason};
@@ -94,6 +94,9 @@ enum ClaimError {
     /// The claim statement failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The database did not answer the claim (its connection was closed).
+    #[error("claim: {0}")]
+    Unanswered(#[from] crate::db::Unanswered),
 }
 
 /// A finalization attempt failed; retried with [`FINALIZE_RETRIES`] while
@@ -106,6 +109,10 @@ enum FinalizeError {
     /// The finalization statement or transaction failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
+    /// The database did not answer the finalization (its connection was
+    /// closed; a fresh one retries it, fenced by the lease).
+    #[error("finalize: {0}")]
+    Unanswered(#[from] crate::db::Unanswered),
 }
 
 /// Counters and histograms a collector feeds (no-ops unless a registry
@@ -536,8 +543,21 @@ impl Collector {
         let mut waited = false;
         let mut logged_pause = false;
         loop {
-            let mut conn = self.pool.conn().await.map_err(ClaimError::Connection)?;
-            let wait = match queue::take(&mut conn, &self.id).await? {
+            let mut conn = db::answered(self.pool.conn())
+                .await?
+                .map_err(ClaimError::Connection)?;
+            let taken = match db::answered(queue::take(&mut conn, &self.id)).await {
+                Ok(Err(e)) if e.is_read_only() => {
+                    conn.discard();
+                    return Err(e.into());
+                }
+                Ok(taken) => taken,
+                Err(unanswered) => {
+                    conn.discard();
+                    return Err(unanswered.into());
+                }
+            };
+            let wait = match taken? {
                 Take::Job(job) => {
                     let gate_waited = if waited {
                         started.elapsed()
@@ -658,12 +678,26 @@ impl Collector {
         let mut retries: u32 = 0;
         let mut conn = Some(conn);
         loop {
-            let attempt = match conn.take() {
-                Some(mut c) => finish.run(&mut c, &self.id, lease).await,
-                None => match self.pool.conn().await {
-                    Ok(mut c) => finish.run(&mut c, &self.id, lease).await,
-                    Err(e) => Err(FinalizeError::Connection(e)),
+            let conn = match conn.take() {
+                Some(c) => Ok(c),
+                None => db::answered(self.pool.conn())
+                    .await
+                    .map_err(FinalizeError::from)
+                    .and_then(|c| c.map_err(FinalizeError::Connection)),
+            };
+            let attempt = match conn {
+                Ok(mut c) => match db::answered(finish.run(&mut c, &self.id, lease)).await {
+                    Ok(Err(FinalizeError::Queue(q))) if q.is_read_only() => {
+                        c.discard();
+                        Err(FinalizeError::Queue(q))
+                    }
+                    Ok(done) => done,
+                    Err(unanswered) => {
+                        c.discard();
+                        Err(unanswered.into())
+                    }
                 },
+                Err(e) => Err(e),
             };
             let e = match attempt {
                 Ok(outcome) => return Ok(Some(outcome)),
@@ -758,11 +792,12 @@ async fn renewing<F: std::future::Future>(
     loop {
         tokio::select! {
             out = &mut fetch => return Some(out),
-            _ = ticker.tick() => match queue::renew(pool, who, lease).await {
-                Ok(Fenced::Committed(until)) => debug!(%until, "lease renewed"),
-                Ok(Fenced::LeaseLost) => return None,
+            _ = ticker.tick() => match db::answered(queue::renew(pool, who, lease)).await {
+                Ok(Ok(Fenced::Committed(until))) => debug!(%until, "lease renewed"),
+                Ok(Ok(Fenced::LeaseLost)) => return None,
                 // A failed renewal is not a lost lease: try again next tick.
-                Err(e) => warn!(error = %error_chain(&e), "lease renewal failed"),
+                Ok(Err(e)) => warn!(error = %error_chain(&e), "lease renewal failed"),
+                Err(e) => warn!(error = %e, "lease renewal failed"),
             },
         }
     }
@@ -785,7 +820,13 @@ async fn heartbeat_loop(
             _ = stop.cancelled() => return,
             _ = ticker.tick() => {}
         }
-        match registry::heartbeat(&pool, &id).await {
+        let beat = db::answered(registry::heartbeat(&pool, &id)).await;
+        let Ok(beat) =
+            beat.map_err(|e| warn!(error = %e, "heartbeat failed; retrying next interval"))
+        else {
+            continue;
+        };
+        match beat {
             Ok(HeartbeatReply::Alive {
                 claimable: c,
                 restored,

@@ -102,6 +102,17 @@ impl GaugeRefresher {
     /// set last (tests wait for it to see a complete refresh).
     fn export(&self, s: &Status) {
         let at = s.generated_at;
+        // What they read: the primary, or a hot standby this far behind.
+        self.set(
+            "bf4ps_gauges_read_from_standby",
+            &[],
+            flag(s.database.standby),
+        );
+        self.set(
+            "bf4ps_gauges_replay_lag_seconds",
+            &[],
+            s.database.replay_lag_s.unwrap_or(0.0),
+        );
         for c in &s.collectors.list {
             // A key in use keeps its request counters; a retired key's go.
             self.registry.touch_key(&c.egress_key);

@@ -189,6 +189,7 @@ where
 pub struct Serve {
     target: DbTarget,
     direct: Option<DbTarget>,
+    reader: Option<DbTarget>,
     tuning: Tuning,
     settings: ServeSettings,
     tasks: Vec<(String, TaskFn)>,
@@ -202,6 +203,7 @@ impl Serve {
         Serve {
             target,
             direct: None,
+            reader: None,
             tuning,
             settings,
             tasks: Vec::new(),
@@ -292,6 +294,13 @@ impl Serve {
         self
     }
 
+    /// Where the table-backed gauges read (`BF4PS_READER_DATABASE_URL`): a
+    /// hot standby, whose replay lag they export. Default: `target`.
+    pub fn reader(mut self, reader: DbTarget) -> Serve {
+        self.reader = Some(reader);
+        self
+    }
+
     /// Migrates, binds the HTTP address and starts every task.
     pub async fn start(self) -> Result<Running, ServeError> {
         let direct = self.direct.unwrap_or_else(|| self.target.clone());
@@ -302,6 +311,10 @@ impl Serve {
             })
             .await?;
         let pool = self.target.open(10).await?;
+        let reader = match &self.reader {
+            Some(reader) => reader.open(2).await?,
+            None => pool.clone(),
+        };
         if !report.applied.is_empty() {
             tracing::info!(applied = ?report.applied, "migrations applied");
         }
@@ -375,12 +388,8 @@ impl Serve {
                 Ok(())
             }),
             periodic(move |ctx| {
-                GaugeRefresher::new(
-                    ctx.pool.clone(),
-                    ctx.registry.clone(),
-                    Some(projector_state),
-                )
-                .every(ctx.tuning.gauges.gauge_interval)
+                GaugeRefresher::new(reader, ctx.registry.clone(), Some(projector_state))
+                    .every(ctx.tuning.gauges.gauge_interval)
             }),
             // Freshness rollup compaction, on the gauge cadence.
             periodic(|ctx| Compaction {

@@ -81,6 +81,19 @@ pub struct Status {
     pub budget: BudgetStatus,
     /// How fresh the soldiers who play are (what the policy works for).
     pub activity: ActivityStatus,
+    /// The server read: the primary, or a hot standby and how far behind.
+    pub database: DatabaseStatus,
+}
+
+/// Which server `status` read. It can read a hot standby (its reads are one
+/// read-only snapshot); everything it shows is then as old as the replay.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DatabaseStatus {
+    /// A hot standby (`pg_is_in_recovery()`).
+    pub standby: bool,
+    /// On a standby: how far its replay is behind, in seconds (0 when it
+    /// has replayed all it received; `None` before it replayed anything).
+    pub replay_lag_s: Option<f64>,
 }
 
 /// The soldiers seen playing within the active window (a `bf4sw`
@@ -354,6 +367,7 @@ pub async fn gather(
     let retention = retention_status(&mut tx, at).await?;
     let budget = budget(&mut tx, at).await?;
     let activity = activity(&mut tx, at).await?;
+    let database = database(&mut tx).await?;
     tx.commit().await?;
     Ok(Status {
         format: FORMAT,
@@ -366,6 +380,25 @@ pub async fn gather(
         retention,
         budget,
         activity,
+        database,
+    })
+}
+
+/// Whether this is a hot standby and, if so, its replay lag.
+pub(crate) async fn database(conn: &mut PgConnection) -> Result<DatabaseStatus, sqlx::Error> {
+    let (standby, replay_lag_s): (bool, Option<f64>) = sqlx::query_as(
+        "SELECT pg_is_in_recovery(), \
+                CASE WHEN NOT pg_is_in_recovery() THEN NULL \
+                     WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
+                     ELSE greatest(extract(epoch FROM clock_timestamp() \
+                                                     - pg_last_xact_replay_timestamp()), 0)::float8 \
+                END",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(DatabaseStatus {
+        standby,
+        replay_lag_s,
     })
 }
 
@@ -605,6 +638,15 @@ impl Status {
             "bf4ps-ops status at {}",
             self.generated_at.format("%Y-%m-%d %H:%M:%S UTC")
         ));
+        if self.database.standby {
+            line(format!(
+                "read from a hot standby: replay lag {}",
+                self.database.replay_lag_s.map_or_else(
+                    || "unknown (nothing replayed yet)".to_owned(),
+                    |s| format!("{s:.1}s")
+                )
+            ));
+        }
         line(String::new());
 
         line(format!(

@@ -259,8 +259,11 @@ pub async fn serve(
     if target.pooling == Pooling::Session && db.direct_database_url.is_some() {
         target.check_own_sessions().await?;
     }
-    let running = crate::serve::Serve::standard(target, tuning, settings)
-        .direct(direct)
+    let mut serve = crate::serve::Serve::standard(target, tuning, settings).direct(direct);
+    if let Some(reader) = db.reader_target()? {
+        serve = serve.reader(reader);
+    }
+    let running = serve
         .migrate_lock_timeout(migrate.lock_timeout)
         .start()
         .await?;

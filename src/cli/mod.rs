@@ -78,6 +78,17 @@ pub struct DbArgs {
     )]
     pub(crate) direct_database_url: Option<String>,
 
+    /// PostgreSQL URL of a hot standby that serve's table-backed gauges read (their replay lag is
+    /// exported as bf4ps_gauges_replay_lag_seconds); default: DATABASE_URL. Same parameters and
+    /// password file. `status` reads a standby when given it as DATABASE_URL.
+    #[arg(
+        long,
+        env = "BF4PS_READER_DATABASE_URL",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) reader_database_url: Option<String>,
+
     /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
     /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
     /// serve's and collectors' statements are then pinned, each in a transaction of its own).
@@ -111,6 +122,10 @@ impl std::fmt::Debug for DbArgs {
                 "direct_database_url",
                 &self.direct_database_url.as_deref().map(db::redact),
             )
+            .field(
+                "reader_database_url",
+                &self.reader_database_url.as_deref().map(db::redact),
+            )
             .field("database_pooling", &self.database_pooling)
             .field("database_password_file", &self.database_password_file)
             .finish()
@@ -124,6 +139,29 @@ impl DbArgs {
     pub fn target(&self) -> Result<DbTarget, DbError> {
         DbTarget::parse_with_password(self.database_url.as_deref(), self.password()?.as_deref())?
             .with_pooling(self.database_pooling)
+    }
+
+    /// The hot standby serve's gauges read (`BF4PS_READER_DATABASE_URL`),
+    /// reached directly; `None` when not given.
+    pub(crate) fn reader_target(&self) -> Result<Option<DbTarget>, DbError> {
+        let Some(url) = self
+            .reader_database_url
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        else {
+            return Ok(None);
+        };
+        DbTarget::parse_with_password(Some(url), self.password()?.as_deref())
+            .map(Some)
+            .map_err(|e| match e {
+                DbError::InvalidUrl { url, reason, .. } => DbError::InvalidUrl {
+                    setting: "BF4PS_READER_DATABASE_URL",
+                    url,
+                    reason,
+                },
+                other => other,
+            })
     }
 
     /// The direct target, for `needs` (named in the error when there is
@@ -398,8 +436,27 @@ pub enum ProjectorCommand {
     },
 }
 
-/// Runs a parsed command. Errors are returned with context for `main` to print.
+/// Runs a parsed command. Errors are returned with context for `main` to
+/// print; a write refused by a read-only server (SQLSTATE 25006, wherever it
+/// arose) says so in our words.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    run_command(cli).await.map_err(|e| {
+        let read_only = e.chain().any(|c| {
+            c.downcast_ref::<sqlx::Error>()
+                .is_some_and(crate::db::is_read_only)
+        });
+        if read_only && !e.chain().any(|c| c.is::<crate::db::DbError>()) {
+            e.context(
+                "the database is read-only (a hot standby or a primary being demoted): commands \
+                 that write need the primary; status can read a standby",
+            )
+        } else {
+            e
+        }
+    })
+}
+
+async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let db = &cli.db;
     match cli.command {
         Command::Migrate {

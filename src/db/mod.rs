@@ -10,7 +10,13 @@
 //!   password redacted;
 //! - a pooled connection idle for longer than [`PING_AFTER_IDLE`] is pinged
 //!   before it is handed out (a dead one is replaced transparently); a busy
-//!   connection is not, so the hot path pays no extra round trip per query.
+//!   connection is not, so the hot path pays no extra round trip per query;
+//! - a long-lived loop's statement that gets no answer within
+//!   [`ANSWER_DEADLINE`] (a frozen server: connections open, nothing
+//!   answers, which TCP keepalives cannot see) is abandoned and its
+//!   connection closed ([`answered`], [`PoolConn::discard`]); so is a
+//!   connection that finds itself on a read-only server ([`is_read_only`]);
+//!   the caller retries with its bounded backoff.
 
 pub mod locks;
 mod migrate;
@@ -34,6 +40,40 @@ pub(crate) use time::DbTime;
 
 /// Pooled connections idle longer than this are checked with a ping before use.
 pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// How long a statement of a long-lived loop (a claim, a finalization, a
+/// projector step, a lease renewal) may go unanswered before it is
+/// abandoned and its connection closed. Far above any statement of ours
+/// (milliseconds; the monitor ends client sessions that hold our locks for
+/// 5 s), and with the LISTEN connection's ping (5 s, then 5 s to answer)
+/// it makes a frozen server noticed within 15 s. Neither driver can see a
+/// frozen server: sqlx has no TCP keepalive option and keepalives only
+/// notice a host that stopped ACKing, not a server process that stopped
+/// reading; so this is an application-level deadline.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A statement abandoned at [`ANSWER_DEADLINE`].
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "the database did not answer within {}s (a frozen or overloaded server); the connection \
+     was closed",
+    ANSWER_DEADLINE.as_secs()
+)]
+pub struct Unanswered;
+
+/// Runs `statement` with the [`ANSWER_DEADLINE`].
+pub async fn answered<T>(statement: impl std::future::Future<Output = T>) -> Result<T, Unanswered> {
+    tokio::time::timeout(ANSWER_DEADLINE, statement)
+        .await
+        .map_err(|_| Unanswered)
+}
+
+/// Whether `error` says the server is read-only (SQLSTATE 25006: a hot
+/// standby, a primary being demoted, `default_transaction_read_only`): the
+/// connection must be replaced, not retried on.
+pub fn is_read_only(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("25006"))
+}
 
 /// A database failure translated into something an operator can act on.
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +220,17 @@ pub enum DbError {
         /// The server process both connections reported.
         pid: i32,
     },
+    /// The server is read-only (a hot standby): this command writes.
+    #[error(
+        "the database at {addr} is read-only ({reason}): it is a hot standby or a primary being \
+         demoted; commands that write need the primary (status and the gauges can read a standby)"
+    )]
+    ReadOnly {
+        /// host:port.
+        addr: String,
+        /// PostgreSQL's message.
+        reason: String,
+    },
     /// Any other database error.
     #[error("database error: {0}")]
     Other(#[source] sqlx::Error),
@@ -227,6 +278,10 @@ pub(crate) fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -
                     reason,
                 },
                 "42501" => DbError::PermissionDenied { reason },
+                "25006" => DbError::ReadOnly {
+                    addr: addr.to_owned(),
+                    reason,
+                },
                 _ => DbError::Other(sqlx::Error::Database(db)),
             }
         }

@@ -173,6 +173,15 @@ pub struct PoolConn {
     pinned: bool,
 }
 
+impl PoolConn {
+    /// Closes this connection instead of returning it to the pool (within
+    /// 5 s even if the server does not answer): after a statement was
+    /// abandoned at [`super::ANSWER_DEADLINE`], or on a read-only server.
+    pub fn discard(mut self) {
+        self.conn.close_on_drop();
+    }
+}
+
 impl fmt::Debug for PoolConn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PoolConn")

@@ -298,6 +298,20 @@ pub const CATALOG: &[MetricDef] = &[
         exporter: Serve,
     },
     MetricDef {
+        name: "bf4ps_gauges_read_from_standby",
+        kind: Gauge,
+        labels: &[],
+        help: "1 when the table-backed gauges read a hot standby (BF4PS_READER_DATABASE_URL), 0 when they read the primary.",
+        exporter: Serve,
+    },
+    MetricDef {
+        name: "bf4ps_gauges_replay_lag_seconds",
+        kind: Gauge,
+        labels: &[],
+        help: "How far behind the primary the table-backed gauges' source is: the replay lag of the hot standby they read (0 on the primary, or when it has replayed all it received).",
+        exporter: Serve,
+    },
+    MetricDef {
         name: "bf4ps_notify_queue_usage_ratio",
         kind: Gauge,
         labels: &[],

@@ -70,6 +70,10 @@ pub enum ProjectorError {
     /// A query failed (the batch, if any, was rolled back).
     #[error("projector query failed: {0}")]
     Db(#[from] sqlx::Error),
+    /// The database did not answer within [`crate::db::ANSWER_DEADLINE`]
+    /// (the batch, if any, was abandoned and its connection closed).
+    #[error("projector: {0}")]
+    Unanswered(#[from] crate::db::Unanswered),
     /// The checkpoint row is missing.
     #[error("projector checkpoint {CHECKPOINT:?} is missing (is migration 0003 applied?)")]
     MissingCheckpoint,

@@ -13,17 +13,24 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::PROJECTOR_ERRORS;
 use crate::backoff::jittered;
-use crate::db::Pool;
 use crate::db::locks::{Lease, LeaseName};
+use crate::db::{self, Pool};
 use crate::metrics::Registry;
 
 use super::{
     Position, Progress, ProjectorError, Step,
     batch::Batch,
-    checkpoint,
     store::{self, held_back, upsert_rollups},
     unix_seconds,
 };
+
+/// `statement` within [`db::ANSWER_DEADLINE`]: the loop never hangs on a
+/// server that stopped answering.
+async fn within_deadline<T, E: Into<ProjectorError>>(
+    statement: impl Future<Output = Result<T, E>>,
+) -> Result<T, ProjectorError> {
+    db::answered(statement).await?.map_err(Into::into)
+}
 
 /// How the projector's lease holder describes itself.
 pub(super) const LEASE_HOLDER: &str = "bf4ps-ops serve (projector)";
@@ -100,6 +107,9 @@ pub struct Projector {
     progress: watch::Sender<Progress>,
     state: ProjectorState,
     hook: Option<BeforeCommitHook>,
+    /// A batch sent to commit whose answer has not come (see
+    /// [`Projector::settle_in_doubt`]).
+    in_doubt: Mutex<Option<InDoubt>>,
     /// The highest projection checkpoint this process read or wrote: one
     /// read behind it means the database went back in time.
     high: Mutex<Position>,
@@ -107,6 +117,12 @@ pub struct Projector {
 
 /// How often the loop checks that the database is the one it left.
 const IDENTITY_EVERY: Duration = Duration::from_secs(1);
+
+/// A batch whose commit was sent, and the stamp its checkpoint move wrote.
+struct InDoubt {
+    batch: Batch,
+    stamp: chrono::DateTime<Utc>,
+}
 
 /// What this process saw of the database: its identity and how far
 /// projection had come, to notice a database that is not the one it left.
@@ -237,6 +253,7 @@ impl Projector {
                 held: Arc::new(Mutex::new(None)),
             },
             hook: None,
+            in_doubt: Mutex::new(None),
             high: Mutex::new(Position::default()),
         }
     }
@@ -265,10 +282,39 @@ impl Projector {
         self.step(None).await
     }
 
+    /// One step on a connection of its own, abandoned (and the connection
+    /// closed) when the database does not answer within
+    /// [`db::ANSWER_DEADLINE`] or turns out to be read-only.
     async fn step(&self, lease: Option<&Lease>) -> Result<Step, ProjectorError> {
-        let mut tx = self.pool.begin().await?;
-        let from = checkpoint(&mut *tx).await?;
+        let mut conn = db::answered(self.pool.conn()).await??;
+        let stepped = if self.hook.is_some() {
+            // A test's hook may hold the batch open as long as it likes.
+            Ok(self.step_on(&mut conn, lease).await)
+        } else {
+            db::answered(self.step_on(&mut conn, lease)).await
+        };
+        match stepped {
+            Ok(Err(ProjectorError::Db(e))) if db::is_read_only(&e) => {
+                conn.discard();
+                Err(ProjectorError::Db(e))
+            }
+            Ok(r) => r,
+            Err(unanswered) => {
+                conn.discard();
+                Err(unanswered.into())
+            }
+        }
+    }
+
+    async fn step_on(
+        &self,
+        conn: &mut db::PoolConn,
+        lease: Option<&Lease>,
+    ) -> Result<Step, ProjectorError> {
+        let mut tx = sqlx::Acquire::begin(conn).await?;
+        let (from, stamp) = store::checkpoint_stamp(&mut tx).await?;
         self.check_checkpoint(from);
+        self.settle_in_doubt(from, stamp);
         let rows = store::read_batch(&mut tx, from, self.batch, None).await?;
         if rows.is_empty() {
             let held = held_back(&mut *tx).await?;
@@ -299,7 +345,11 @@ impl Projector {
             batch.max_occurred_at,
         )
         .await?;
-        let Some(last_event_at) = moved else {
+        let Some(store::Moved {
+            last_event_at,
+            stamp,
+        }) = moved
+        else {
             tx.rollback().await?;
             return Err(ProjectorError::CheckpointMoved);
         };
@@ -317,7 +367,35 @@ impl Projector {
             tx.rollback().await?;
             return Err(ProjectorError::LeadershipLost);
         }
+        // From the commit on, until it answers, the batch is in doubt: a
+        // commit whose answer is lost (a connection cut by a failover, the
+        // answer deadline) may have happened. The next step settles it.
+        let (count, last) = (batch.count, batch.last);
+        if let Ok(mut d) = self.in_doubt.lock() {
+            *d = Some(InDoubt { batch, stamp });
+        }
         tx.commit().await?;
+        // Committed: now, and only now, the Prometheus series.
+        let batch = self.in_doubt.lock().ok().and_then(|mut d| d.take());
+        if let Some(InDoubt { batch, .. }) = batch {
+            self.counted(batch);
+        }
+        if let Some(at) = last_event_at {
+            self.registry
+                .gauge("bf4ps_projector_last_event_timestamp_seconds", &[])
+                .set(unix_seconds(at));
+        }
+        Ok(Step {
+            projected: count,
+            full,
+            held_back: held,
+            position: last,
+        })
+    }
+
+    /// Counts a committed batch: its quarantine warnings, its Prometheus
+    /// series, the high-water mark and the progress.
+    fn counted(&self, batch: Batch) {
         for q in &batch.quarantined {
             tracing::warn!(
                 event_id = q.event_id,
@@ -325,7 +403,6 @@ impl Projector {
                 "event quarantined: it cannot be projected (see projector_quarantine)"
             );
         }
-        // Committed: now, and only now, the Prometheus series.
         batch.apply(&self.registry);
         self.registry.upkeep();
         if let Ok(mut high) = self.high.lock() {
@@ -338,22 +415,34 @@ impl Projector {
                 p.last_event_at = batch.max_occurred_at;
             }
         });
-        if let Some(at) = last_event_at {
-            self.registry
-                .gauge("bf4ps_projector_last_event_timestamp_seconds", &[])
-                .set(unix_seconds(at));
+    }
+
+    /// Settles a batch whose commit's answer was lost, against the
+    /// checkpoint read now (`at`, moved last at `stamp`): where that batch
+    /// would have put it, by that batch's own transaction, it committed and
+    /// is counted now; anywhere else it did not, and its events are read
+    /// again. Either way each event is counted once.
+    fn settle_in_doubt(&self, at: Position, stamp: chrono::DateTime<Utc>) {
+        let Some(d) = self.in_doubt.lock().ok().and_then(|mut d| d.take()) else {
+            return;
+        };
+        if d.batch.last == at && d.stamp == stamp {
+            tracing::info!(
+                events = d.batch.count,
+                "a batch whose commit was not answered had committed: counted now"
+            );
+            self.counted(d.batch);
+        } else {
+            tracing::info!(
+                events = d.batch.count,
+                "a batch whose commit was not answered had not committed: read again"
+            );
         }
-        Ok(Step {
-            projected: batch.count,
-            full,
-            held_back: held,
-            position: batch.last,
-        })
     }
 
     /// The database's identity and projection checkpoint now.
     async fn look(&self) -> Result<Seen, ProjectorError> {
-        let (system, timeline, checkpoint) = store::identity(&self.pool).await?;
+        let (system, timeline, checkpoint) = within_deadline(store::identity(&self.pool)).await?;
         Ok(Seen {
             system,
             timeline,
@@ -440,12 +529,12 @@ impl Projector {
     /// Names the session that holds the projection horizon back (for
     /// `/readyz`), once per held episode.
     async fn name_horizon_holder(&self) {
-        let named = async {
+        let named = within_deadline(async {
             let mut tx = self.pool.begin().await?;
             let h = super::lag::horizon(&mut tx, None).await?;
             tx.rollback().await?;
             Ok::<_, ProjectorError>(h.holder)
-        }
+        })
         .await;
         let what = match named {
             Ok(Some(h)) => format!(
@@ -500,15 +589,19 @@ impl Projector {
             self.touch();
             if looked.elapsed() >= IDENTITY_EVERY {
                 looked = std::time::Instant::now();
-                if let Ok(now) = self.look().await {
-                    self.compare(seen, now);
-                    seen = Some(now);
+                match self.look().await {
+                    Ok(now) => {
+                        self.compare(seen, now);
+                        seen = Some(now);
+                    }
+                    // The step says so (a warning, /readyz) if it persists.
+                    Err(e) => tracing::debug!("projector: reading the database's identity: {e}"),
                 }
             }
             if !leading {
                 // Only the leader projects: held back is its verdict.
                 self.state.set_held(false);
-                match lease.acquire(&self.pool).await {
+                match within_deadline(lease.acquire(&self.pool)).await {
                     Ok(true) => {
                         tracing::info!("projector lease taken; this process leads projection");
                         leading = true;
@@ -519,6 +612,7 @@ impl Projector {
                     }
                     Ok(false) => self.state.set_problem(None),
                     Err(e) => {
+                        let e = crate::telemetry::error_chain(&e);
                         tracing::warn!("projector: taking the lease failed: {e}");
                         self.state
                             .set_problem(Some(format!("cannot take the projector lease: {e}")));
@@ -564,7 +658,7 @@ impl Projector {
                     // often than that must not let it lapse).
                     if renewed.elapsed() >= renew_every {
                         renewed = std::time::Instant::now();
-                        match lease.renew(&self.pool).await {
+                        match within_deadline(lease.renew(&self.pool)).await {
                             Ok(true) => {}
                             Ok(false) => {
                                 tracing::warn!("projector lease expired; leadership given up");
@@ -572,6 +666,7 @@ impl Projector {
                                 self.set_leader(false);
                             }
                             Err(e) => {
+                                let e = crate::telemetry::error_chain(&e);
                                 tracing::warn!("projector: renewing the lease failed: {e}");
                                 self.state.set_problem(Some(format!(
                                     "cannot renew the projector lease: {e}"
@@ -600,7 +695,7 @@ impl Projector {
         }
         if leading {
             // A standby takes over at once instead of after the lease's expiry.
-            if let Err(e) = lease.release(&self.pool).await {
+            if let Err(e) = within_deadline(lease.release(&self.pool)).await {
                 tracing::debug!("projector: releasing the lease failed: {e}");
             }
         }

@@ -67,7 +67,7 @@ const CAS_CHECKPOINT: &str = concat!(
     "projected_events = projected_events + $5, ",
     "last_event_at = greatest(last_event_at, $6), updated_at = now() ",
     "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2 ",
-    "RETURNING last_event_at"
+    "RETURNING last_event_at, updated_at"
 );
 
 /// The next `limit` events after `from` in commit order, below `horizon`
@@ -96,8 +96,8 @@ pub(super) async fn advance_checkpoint(
     to: Position,
     events: u64,
     max_occurred_at: Option<DateTime<Utc>>,
-) -> Result<Option<Option<DateTime<Utc>>>, sqlx::Error> {
-    let moved: Option<(Option<DateTime<Utc>>,)> = sqlx::query_as(CAS_CHECKPOINT)
+) -> Result<Option<Moved>, sqlx::Error> {
+    let moved: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(CAS_CHECKPOINT)
         .bind(from.tx_id.to_string())
         .bind(from.event_id)
         .bind(to.tx_id.to_string())
@@ -107,7 +107,39 @@ pub(super) async fn advance_checkpoint(
         .bind(CHECKPOINT)
         .fetch_optional(conn)
         .await?;
-    Ok(moved.map(|(at,)| at))
+    Ok(moved.map(|(last_event_at, stamp)| Moved {
+        last_event_at,
+        stamp,
+    }))
+}
+
+/// A checkpoint moved by [`advance_checkpoint`] (not yet committed).
+pub(super) struct Moved {
+    /// The checkpoint's newest event time over every projector.
+    pub(super) last_event_at: Option<DateTime<Utc>>,
+    /// Its `updated_at`: this transaction's start time, which tells this
+    /// move from any other to the same position.
+    pub(super) stamp: DateTime<Utc>,
+}
+
+/// The checkpoint's position and `updated_at` (who moved it there last).
+pub(super) async fn checkpoint_stamp(
+    conn: &mut PgConnection,
+) -> Result<(Position, DateTime<Utc>), ProjectorError> {
+    let row: Option<(String, i64, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT tx_id::text, event_id, updated_at FROM projector_checkpoint WHERE projector = $1",
+    )
+    .bind(CHECKPOINT)
+    .fetch_optional(conn)
+    .await?;
+    let (tx, event_id, stamp) = row.ok_or(ProjectorError::MissingCheckpoint)?;
+    Ok((
+        Position {
+            tx_id: parse_tx(&tx)?,
+            event_id,
+        },
+        stamp,
+    ))
 }
 
 /// The horizon of this transaction's snapshot, as text (a rebuild reads

@@ -1,7 +1,8 @@
 //! Issue 28: the failover drill. A two-node Patroni cluster (Debian's
 //! `patroni` with one `etcd`, `synchronous_mode: true`, `use_pg_rewind:
 //! true`) behind HAProxy (`option httpchk HEAD /primary`,
-//! `on-marked-down shutdown-sessions`), all on loopback and run as the
+//! `on-marked-down shutdown-sessions`), configured by the files of
+//! `deploy/ha/` that docs/operations.md recommends, all on loopback and run as the
 //! `postgres` OS user; two `serve`, three collectors and a website request
 //! every second through HAProxy. The primary's host is lost (its Patroni and
 //! its postmaster are SIGKILLed: killing only postgres makes Patroni restart
@@ -94,6 +95,21 @@ fn pg_bindir() -> PathBuf {
     PathBuf::from(format!("/usr/lib/postgresql/{v}/bin"))
 }
 
+/// `template` (a file of `deploy/ha/`) with every `@NAME@` replaced; a
+/// placeholder left over is a test bug.
+fn render(template: &str, values: &[(&str, String)]) -> String {
+    let mut text = template.to_owned();
+    for (name, value) in values {
+        text = text.replace(&format!("@{name}@"), value);
+    }
+    let left: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains('@'))
+        .collect();
+    assert!(left.is_empty(), "placeholders left: {left:?}");
+    text
+}
+
 /// One Patroni node: its ports and directories.
 struct Node {
     name: &'static str,
@@ -165,57 +181,19 @@ impl Ha {
                 data: dir.join(name),
                 patroni: None,
             };
-            let yml = format!(
-                "scope: bf4ps-it-{pid}
-name: {name}
-restapi:
-  listen: 127.0.0.1:{rest}
-  connect_address: 127.0.0.1:{rest}
-etcd3:
-  hosts: 127.0.0.1:{etcd_client}
-bootstrap:
-  dcs:
-    ttl: {TTL_S}
-    loop_wait: 1
-    retry_timeout: 4
-    synchronous_mode: true
-    postgresql:
-      use_pg_rewind: true
-      parameters:
-        wal_log_hints: 'on'
-        max_connections: 100
-  initdb:
-    - encoding: UTF8
-    - auth: trust
-  pg_hba:
-    - local all all trust
-    - host all all 127.0.0.1/32 trust
-    - host replication all 127.0.0.1/32 trust
-postgresql:
-  listen: 127.0.0.1:{pg}
-  connect_address: 127.0.0.1:{pg}
-  data_dir: {data}
-  bin_dir: {bindir}
-  pgpass: {dir}/pgpass-{name}
-  authentication:
-    superuser:
-      username: postgres
-      password: pw
-    replication:
-      username: replicator
-      password: pw
-    rewind:
-      username: postgres
-      password: pw
-  parameters:
-    unix_socket_directories: {dir}
-",
-                pid = std::process::id(),
-                rest = node.rest_port,
-                pg = node.pg_port,
-                data = node.data.display(),
-                bindir = bindir.display(),
-                dir = dir.display(),
+            let yml = render(
+                include_str!("../../deploy/ha/patroni.yml"),
+                &[
+                    ("SCOPE", format!("bf4ps-it-{}", std::process::id())),
+                    ("NAME", name.to_owned()),
+                    ("REST_PORT", node.rest_port.to_string()),
+                    ("ETCD_PORT", etcd_client.to_string()),
+                    ("TTL_S", TTL_S.to_string()),
+                    ("PG_PORT", node.pg_port.to_string()),
+                    ("DATA_DIR", node.data.display().to_string()),
+                    ("BIN_DIR", bindir.display().to_string()),
+                    ("DIR", dir.display().to_string()),
+                ],
             );
             std::fs::write(dir.join(format!("{name}.yml")), yml).unwrap();
             ha.nodes.push(node);
@@ -226,28 +204,15 @@ postgresql:
         ha.wait_role(0, "primary", Duration::from_secs(60)).await;
         ha.start_node(1);
         ha.wait_role(1, "sync", Duration::from_secs(90)).await;
-        let cfg = format!(
-            "global
-    maxconn 400
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 30m
-    timeout server 30m
-    timeout check 1s
-listen primary
-    bind 127.0.0.1:{port}
-    option httpchk HEAD /primary
-    http-check expect status 200
-    default-server inter 500ms fall 2 rise 1 on-marked-down shutdown-sessions
-    server n1 127.0.0.1:{p1} maxconn 200 check port {r1}
-    server n2 127.0.0.1:{p2} maxconn 200 check port {r2}
-",
-            port = ha.port,
-            p1 = ha.nodes[0].pg_port,
-            r1 = ha.nodes[0].rest_port,
-            p2 = ha.nodes[1].pg_port,
-            r2 = ha.nodes[1].rest_port,
+        let cfg = render(
+            include_str!("../../deploy/ha/haproxy.cfg"),
+            &[
+                ("PORT", ha.port.to_string()),
+                ("PG_PORT_1", ha.nodes[0].pg_port.to_string()),
+                ("REST_PORT_1", ha.nodes[0].rest_port.to_string()),
+                ("PG_PORT_2", ha.nodes[1].pg_port.to_string()),
+                ("REST_PORT_2", ha.nodes[1].rest_port.to_string()),
+            ],
         );
         std::fs::write(dir.join("haproxy.cfg"), cfg).unwrap();
         let mut cmd = Command::new(haproxy_bin);
@@ -569,6 +534,21 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
     let lost_at = Utc::now();
     let lost_instant = Instant::now();
     ha.lose_host(primary).await;
+    // When the other node is promoted (Patroni's /primary answers 200).
+    let promotion = {
+        let url = format!(
+            "http://127.0.0.1:{}/primary",
+            ha.nodes[1 - primary].rest_port
+        );
+        tokio::spawn(async move {
+            loop {
+                if matches!(http().get(&url).send().await, Ok(r) if r.status().as_u16() == 200) {
+                    return lost_instant.elapsed();
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     let db = PgPoolOptions::new()
         .max_connections(2)
         .acquire_timeout(Duration::from_secs(2))
@@ -621,9 +601,14 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
         "no interactive claim after the failover"
     );
     let p50 = interactive[interactive.len() / 2];
+    let promoted = tokio::time::timeout(Duration::from_secs(5), promotion)
+        .await
+        .ok()
+        .and_then(Result::ok);
     eprintln!(
-        "failover drill: first success {:.1} s after the host was lost; interactive request → \
-         claim after the reconnect p50 {p50:.1} ms over {} request(s)",
+        "failover drill: promoted {:.1} s and first success {:.1} s after the host was lost; \
+         interactive request → claim after the reconnect p50 {p50:.1} ms over {} request(s)",
+        promoted.map_or(f64::NAN, |d| d.as_secs_f64()),
         to_success.as_secs_f64(),
         interactive.len()
     );
@@ -767,6 +752,19 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
     .unwrap();
     assert_eq!((recovery, ours), (true, 0));
     old.close().await;
+    // The drill's figures, one JSON line (docs/benchmarks.md).
+    eprintln!(
+        "drill-json: {}",
+        serde_json::json!({
+            "drill": "patroni_failover",
+            "loss_to_promotion_s": promoted.map(|d| d.as_secs_f64()),
+            "loss_to_first_success_s": to_success.as_secs_f64(),
+            "interactive_wake_p50_ms_after": p50,
+            "jobs_lost": missing.len(),
+            "duplicates": twice.len(),
+            "counter_error": summed.map_or(f64::NAN, |s| s - events as f64),
+        })
+    );
     for s in &mut serves {
         stop(s).await;
     }
@@ -798,7 +796,8 @@ impl Standalone {
         );
     }
 
-    fn init() -> Standalone {
+    /// A directory of its own (owned by the server's OS user), no data yet.
+    fn empty() -> Standalone {
         let dir = std::env::temp_dir().join(format!(
             "bf4ps-restore-{}-{}",
             std::process::id(),
@@ -810,11 +809,41 @@ impl Standalone {
             std::os::unix::fs::chown(&dir, Some(user.uid.as_raw()), Some(user.gid.as_raw()))
                 .unwrap();
         }
-        let s = Standalone {
+        Standalone {
             dir,
             bindir: pg_bindir(),
             port: free_port(),
-        };
+        }
+    }
+
+    /// A hot standby of `primary` (`pg_basebackup -R`: it streams from
+    /// it, asynchronously), on a port of its own; not started.
+    fn standby_of(primary: &Standalone) -> Standalone {
+        let s = Standalone::empty();
+        let data = s.data();
+        s.run(
+            "pg_basebackup",
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary.port.to_string(),
+                "-U",
+                "postgres",
+                "-D",
+                data.to_str().unwrap(),
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-R",
+            ],
+        );
+        s
+    }
+
+    fn init() -> Standalone {
+        let s = Standalone::empty();
         let data = s.data();
         s.run(
             "initdb",
@@ -831,8 +860,13 @@ impl Standalone {
     }
 
     fn start(&self) {
+        self.start_with("");
+    }
+
+    /// Starts it with `extra` server options (`-c name=value …`).
+    fn start_with(&self, extra: &str) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 {extra}",
             self.port,
             self.dir.display()
         );
@@ -865,6 +899,14 @@ impl Standalone {
                 "-D",
                 data.to_str().unwrap(),
             ],
+        );
+    }
+
+    fn stop_fast(&self) {
+        let data = self.data();
+        self.run(
+            "pg_ctl",
+            &["stop", "-m", "fast", "-w", "-D", data.to_str().unwrap()],
         );
     }
 
@@ -1117,6 +1159,14 @@ async fn a_restore_from_a_base_backup_is_noticed_and_the_fleet_collects_again() 
         "restore drill: the fleet collected again {:.1} s after the restore",
         back_in.as_secs_f64()
     );
+    eprintln!(
+        "drill-json: {}",
+        serde_json::json!({
+            "drill": "restore",
+            "restore_to_first_success_s": back_in.as_secs_f64(),
+            "events_gone": before - checkpoint as f64,
+        })
+    );
     assert!(
         back_in <= Duration::from_secs(10),
         "the fleet collected again {back_in:?} after the restore"
@@ -1165,9 +1215,11 @@ fn server_processes(postmaster: i32) -> Vec<i32> {
 
 /// A server that stops answering without closing its connections (its
 /// postmaster and every backend SIGSTOPped): within 15 s `/readyz` says the
-/// database is unreachable and the LISTEN connections of `serve` and of a
-/// collector are given up; when it answers again, everything recovers:
-/// ready, a new LISTEN connection, new successes.
+/// database is unreachable, the LISTEN connections of `serve` and of a
+/// collector are given up, and the projector's and the collector's
+/// statements (a claim or a finalization) are abandoned at the answer
+/// deadline with their connections closed; when it answers again,
+/// everything recovers: ready, a new LISTEN connection, new successes.
 #[tokio::test]
 async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
     let server = Standalone::init();
@@ -1218,7 +1270,18 @@ async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
         let not_ready = matches!(readyz(addr).await, Some((false, r)) if r.contains("unreachable"));
         let serve_listen = !serve.log_lines("LISTEN connection ping").is_empty();
         let collector_listen = !collector.log_lines("LISTEN connection ping").is_empty();
-        (not_ready && serve_listen && collector_listen).then_some(())
+        // The projector's statement and the collector's (a claim or a
+        // finalization) abandoned at the answer deadline, their
+        // connections closed.
+        let projector = serve
+            .log_lines("did not answer within")
+            .iter()
+            .any(|l| l.contains("projector"));
+        let collector_db = collector
+            .log_lines("did not answer within")
+            .iter()
+            .any(|l| l.contains("claim") || l.contains("finalize"));
+        (not_ready && serve_listen && collector_listen && projector && collector_db).then_some(())
     })
     .await;
     let took = frozen.elapsed();
@@ -1229,14 +1292,24 @@ async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
         noticed.is_some(),
         "within 15 s: /readyz {:?}; serve {:?}; collector {:?}",
         readyz(addr).await,
-        serve.log_lines("LISTEN"),
-        collector.log_lines("LISTEN")
+        serve.log_lines("WARN"),
+        collector.log_lines("WARN")
     );
     eprintln!(
-        "frozen server: noticed by /readyz and both LISTEN connections in {:.1} s",
+        "frozen server: noticed by /readyz, both LISTEN connections, the projector and the \
+         collector ({}) in {:.1} s",
+        collector
+            .log_lines("did not answer within")
+            .first()
+            .map_or("?", |l| if l.contains("finalize") {
+                "a finalization"
+            } else {
+                "a claim"
+            }),
         took.as_secs_f64()
     );
     // It answers again: everything recovers.
+    let thawed = Instant::now();
     let before = successes().await.unwrap_or(0);
     eventually(Duration::from_secs(30), "recovered", || async {
         let ready = matches!(readyz(addr).await, Some((true, _)));
@@ -1246,5 +1319,308 @@ async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
         (ready && relisten && more).then_some(())
     })
     .await;
+    eprintln!(
+        "drill-json: {}",
+        serde_json::json!({
+            "drill": "frozen_server",
+            "noticed_by_all_s": took.as_secs_f64(),
+            "answering_to_recovered_s": thawed.elapsed().as_secs_f64(),
+        })
+    );
     fleet.stop().await;
+}
+
+/// `serve`'s `/metrics` body, if it answers.
+async fn scrape(addr: SocketAddr) -> Option<String> {
+    http()
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
+/// Counts `succeeded` events at `url` (a connection of its own: the server
+/// may be gone).
+async fn successes_at(url: &str) -> Option<i64> {
+    let mut conn = tokio::time::timeout(Duration::from_secs(2), sqlx::PgConnection::connect(url))
+        .await
+        .ok()?
+        .ok()?;
+    let n =
+        sqlx::query_scalar("SELECT count(*) FROM collection_events WHERE event_type = 'succeeded'")
+            .fetch_one(&mut conn)
+            .await
+            .ok();
+    let _ = conn.close().await;
+    n
+}
+
+/// An asynchronous failover that loses its tail, through a read-only phase.
+/// A hot standby streams from the primary; a second `serve` reads its
+/// gauges there (`BF4PS_READER_DATABASE_URL`) and exports the replay lag.
+/// The standby stops (its copy ends there) while the fleet works on; then
+/// the primary's host is lost and the standby comes up at the primary's
+/// address, still in recovery: the fleet finds a read-only server.
+/// - `/readyz` says `database is read-only`; the fleet's connections to it
+///   are replaced with a bounded backoff, never a storm;
+/// - `status` reads the standby and prints its replay lag; a command that
+///   writes is refused with a clear error.
+///
+/// Then it is promoted (a new timeline, without the tail):
+/// - `serve` logs one "went back in time" warning and counts the new
+///   timeline, `/metrics` is never above the events again;
+/// - the fleet collects again within 10 s of the promotion, and no job
+///   has two successes.
+#[tokio::test]
+async fn an_asynchronous_failover_that_lost_its_tail_is_noticed_and_survived() {
+    let server = Standalone::init();
+    server.start();
+    let url = server.url();
+    let fleet = SmallFleet::start(&url, 730_001, &["tl-1", "tl-2"]).await;
+    let addr = fleet.addr;
+    eventually(Duration::from_secs(60), "the fleet collects", || async {
+        successes_at(&url).await.filter(|n| *n >= 20).map(|_| ())
+    })
+    .await;
+
+    // A hot standby, and a serve whose gauges read it.
+    let mut standby = Standalone::standby_of(&server);
+    standby.start_with("-c log_connections=on");
+    let standby_url = standby.url();
+    let reader_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let mut reader_cmd = fleet_cmd(&url, &["serve", "--listen", &reader_addr.to_string()]);
+    reader_cmd.env("BF4PS_READER_DATABASE_URL", &standby_url);
+    let mut reader = Proc::spawn("serve-reader", reader_cmd);
+    let (from_standby, lag) = eventually(
+        Duration::from_secs(30),
+        "gauges read from the standby",
+        || async {
+            let text = scrape(reader_addr).await?;
+            let standby = crate::projector::sample(&text, "bf4ps_gauges_read_from_standby", &[])?;
+            let lag = crate::projector::sample(&text, "bf4ps_gauges_replay_lag_seconds", &[])?;
+            (standby == 1.0).then_some((standby, lag))
+        },
+    )
+    .await;
+    assert!(
+        (0.0..60.0).contains(&lag),
+        "replay lag {lag} (from standby {from_standby})"
+    );
+    let primary_gauge = crate::projector::sample(
+        &scrape(addr).await.unwrap(),
+        "bf4ps_gauges_read_from_standby",
+        &[],
+    );
+    assert_eq!(
+        primary_gauge,
+        Some(0.0),
+        "the first serve reads the primary"
+    );
+    stop(&mut reader).await;
+    // The standby has what the primary had a moment ago; then it stops.
+    let copied = eventually(Duration::from_secs(30), "the standby replays", || async {
+        let primary = successes_at(&url).await?;
+        let standby = successes_at(&standby_url).await?;
+        (standby >= primary.min(20)).then_some(standby)
+    })
+    .await;
+    standby.stop_fast();
+    // The tail it will not have.
+    eventually(
+        Duration::from_secs(60),
+        "work after the standby stopped",
+        || async {
+            successes_at(&url)
+                .await
+                .filter(|n| *n >= copied + 30)
+                .map(|_| ())
+        },
+    )
+    .await;
+    let before = eventually(
+        Duration::from_secs(30),
+        "the projection catches up",
+        || async {
+            let db = successes_at(&url).await?;
+            let text = scrape(addr).await?;
+            let m = crate::projector::sample(&text, "bf4ps_projector_projected_events_total", &[])?;
+            (m >= db as f64).then_some(m)
+        },
+    )
+    .await;
+    let at_loss = successes_at(&url).await.unwrap();
+
+    // The primary's host is lost; the standby comes up at its address,
+    // still in recovery, streaming from nobody.
+    server.stop_immediate();
+    let auto_conf = standby.data().join("postgresql.auto.conf");
+    let conf = std::fs::read_to_string(&auto_conf).unwrap();
+    let conf: String = conf
+        .lines()
+        .filter(|l| !l.starts_with("primary_conninfo"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&auto_conf, conf).unwrap();
+    standby.port = server.port;
+    standby.start_with("-c log_connections=on");
+    let read_only_from = Instant::now();
+    let said = within(Duration::from_secs(15), || async {
+        matches!(readyz(addr).await, Some((false, r)) if r.contains("database is read-only"))
+            .then_some(())
+    })
+    .await;
+    let noticed_in = read_only_from.elapsed();
+    assert!(
+        said.is_some(),
+        "/readyz on a read-only server: {:?}",
+        readyz(addr).await
+    );
+    // status reads the standby and says so; a write is refused clearly.
+    let out = run_bin(&["status", "--json"], Some(&url));
+    assert!(
+        out.status.success(),
+        "status on a standby: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["database"]["standby"], true,
+        "{}",
+        status["database"]
+    );
+    let out = run_bin(&["status"], Some(&url));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("read from a hot standby: replay lag"),
+        "{text}"
+    );
+    let out = run_bin(&["collectors", "drain", "tl-1"], Some(&url));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("read-only") && err.contains("primary"),
+        "a write on a standby: {err}"
+    );
+    // The fleet's connections to it: replaced with a bounded backoff.
+    let log = standby.dir.join("server.log");
+    let connections = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .matches("connection authorized")
+            .count()
+    };
+    let counted_from = (Instant::now(), connections());
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let per_s = (connections() - counted_from.1) as f64 / counted_from.0.elapsed().as_secs_f64();
+    eprintln!(
+        "read-only phase: {per_s:.1} new connections/s from serve and two collectors \
+         (/readyz said read-only {:.1} s after the server came up)",
+        noticed_in.as_secs_f64()
+    );
+    assert!(
+        per_s <= 10.0,
+        "{per_s:.1} connections/s to a read-only server: a retry storm"
+    );
+
+    // Promoted: a new timeline, without the tail.
+    standby.run(
+        "pg_ctl",
+        &["promote", "-w", "-D", standby.data().to_str().unwrap()],
+    );
+    let promoted = Instant::now();
+    let after = successes_at(&url).await.unwrap();
+    assert!(
+        after < at_loss,
+        "the promoted standby lost the tail ({after} successes, the primary had {at_loss})"
+    );
+    let next = eventually(
+        Duration::from_secs(30),
+        "a success after the promotion",
+        || async {
+            successes_at(&url)
+                .await
+                .filter(|n| *n > after)
+                .map(|_| Instant::now())
+        },
+    )
+    .await;
+    let back_in = next - promoted;
+    eprintln!(
+        "asynchronous failover: {} successes lost with the tail; the fleet collected again \
+         {:.1} s after the promotion",
+        at_loss - after,
+        back_in.as_secs_f64()
+    );
+    eprintln!(
+        "drill-json: {}",
+        serde_json::json!({
+            "drill": "async_failover_lost_tail",
+            "promotion_to_first_success_s": back_in.as_secs_f64(),
+            "successes_lost_with_the_tail": at_loss - after,
+            "read_only_noticed_s": noticed_in.as_secs_f64(),
+            "read_only_connections_per_s": per_s,
+        })
+    );
+    assert!(
+        back_in <= Duration::from_secs(10),
+        "the fleet collected again {back_in:?} after the promotion"
+    );
+    // serve noticed, once, and counted the new timeline.
+    eventually(
+        Duration::from_secs(30),
+        "the new timeline counted",
+        || async {
+            let text = scrape(addr).await?;
+            let timeline = crate::projector::sample(
+                &text,
+                "bf4ps_database_rewinds_total",
+                &[("what", "timeline")],
+            )?;
+            let checkpoint = crate::projector::sample(
+                &text,
+                "bf4ps_database_rewinds_total",
+                &[("what", "checkpoint")],
+            )?;
+            (timeline >= 1.0 && checkpoint == 1.0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        fleet.serve.log_lines("went back in time").len(),
+        1,
+        "{:?}",
+        fleet.serve.log_lines("WARN")
+    );
+    let db = pool(&url).await;
+    eventually(
+        Duration::from_secs(30),
+        "/metrics never above the events",
+        || async {
+            let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+                .fetch_one(&db)
+                .await
+                .ok()?;
+            let m = crate::projector::sample(
+                &scrape(addr).await?,
+                "bf4ps_projector_projected_events_total",
+                &[],
+            )?;
+            (m <= all as f64 && m > 0.0).then_some(())
+        },
+    )
+    .await;
+    assert!(before > 0.0);
+    let twice: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT job_id FROM collection_events \
+         WHERE event_type = 'succeeded' GROUP BY job_id HAVING count(*) > 1) AS t",
+    )
+    .fetch_one(&db)
+    .await
+    .unwrap();
+    assert_eq!(twice, 0, "jobs with two successes");
+    db.close().await;
+    fleet.stop().await;
+    drop(standby);
 }

@@ -404,6 +404,117 @@ async fn crash_between_rollup_write_and_commit_loses_and_doubles_nothing(
     assert_eq!(checkpoint_count(&db.pool).await, 10);
 }
 
+/// A TCP proxy to the PostgreSQL at `upstream` that, while `armed`, passes
+/// the next `COMMIT` on and then drops the client's connection instead of
+/// the answer: a commit that happened, whose answer was lost (a connection
+/// cut by a failover at that moment). Returns its port.
+async fn answer_losing_proxy(upstream: std::net::SocketAddr, armed: Arc<AtomicBool>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let armed = armed.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let swallow = Arc::new(AtomicBool::new(false));
+                let up = {
+                    let swallow = swallow.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0_u8; 64 * 1024];
+                        while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                            let commit = buf[..n].windows(7).any(|w| w == b"COMMIT\0");
+                            if commit && armed.swap(false, Ordering::SeqCst) {
+                                swallow.store(true, Ordering::SeqCst);
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    })
+                };
+                let mut buf = vec![0_u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                    if swallow.load(Ordering::SeqCst) {
+                        // The answer to COMMIT: never delivered.
+                        break;
+                    }
+                    if to_client.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    port
+}
+
+/// A commit that happened but whose answer was lost (the connection cut
+/// right after it): the step fails, and the next step finds the checkpoint
+/// where that batch put it, by that batch's transaction, and counts it then:
+/// `/metrics` equals the events, neither below (lost) nor above (twice).
+#[sqlx::test]
+async fn a_commit_whose_answer_was_lost_is_counted_once(_: PgPoolOptions, opts: PgConnectOptions) {
+    let db = TestDb::new(opts).await;
+    for i in 0..10 {
+        insert(&db.pool, &Ev::succeeded(10 * (i + 1))).await;
+    }
+    let armed = Arc::new(AtomicBool::new(true));
+    let upstream = format!(
+        "{}:{}",
+        db.target.options.get_host(),
+        db.target.options.get_port()
+    );
+    let upstream = tokio::net::lookup_host(upstream)
+        .await
+        .unwrap()
+        .next()
+        .unwrap();
+    let port = answer_losing_proxy(upstream, armed.clone()).await;
+    let proxied = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(
+            db.target
+                .options
+                .clone()
+                .host("127.0.0.1")
+                .port(port)
+                .ssl_mode(sqlx::postgres::PgSslMode::Disable),
+        )
+        .await
+        .unwrap();
+    let registry = Registry::new();
+    let p = Projector::new(proxied, registry.clone(), 1000);
+    let first = p.run_once().await;
+    assert!(first.is_err(), "the answer to COMMIT was lost: {first:?}");
+    assert!(!armed.load(Ordering::SeqCst));
+    // It committed: the database has the batch.
+    assert_eq!(checkpoint_count(&db.pool).await, 10);
+    let projected = || {
+        sample(
+            &registry.render(),
+            "bf4ps_projector_projected_events_total",
+            &[],
+        )
+        .unwrap_or(0.0)
+    };
+    assert_eq!(projected(), 0.0, "counted before its commit was known");
+    // The next step settles it: counted once.
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+    assert_eq!(projected(), 10.0);
+    assert_eq!(events_total(&registry.render(), "succeeded"), 10.0);
+    // And a step whose commit never happened is read again, counted once.
+    insert(&db.pool, &Ev::succeeded(5)).await;
+    project_until(&p, 1).await;
+    assert_eq!(projected(), 11.0);
+    assert_eq!(checkpoint_count(&db.pool).await, 11);
+}
+
 fn fast_loop() -> LoopOptions {
     LoopOptions {
         lock_retry: Duration::from_millis(200),

@@ -122,6 +122,20 @@ const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
     ),
     (
         "projector.json",
+        "Gauges' source: standby replay lag",
+        "A",
+        Zero::Allowed,
+        "the gauges of this run read the primary (no replay lag)",
+    ),
+    (
+        "projector.json",
+        "Gauges' source: standby replay lag",
+        "B",
+        Zero::Allowed,
+        "the gauges of this run read the primary",
+    ),
+    (
+        "projector.json",
         "Client sessions ended by the monitor",
         "A",
         Zero::Allowed,

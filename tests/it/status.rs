@@ -196,7 +196,8 @@ fn expected(at: DateTime<Utc>) -> Value {
             "counted_age_s": 0.0,
             "active_soldiers": 2,
             "fresh": {"detailed": 2, "profile": 2, "weapons": 0, "vehicles": 1}
-        }
+        },
+        "database": {"standby": false, "replay_lag_s": null}
     })
 }
 

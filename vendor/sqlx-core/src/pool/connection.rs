@@ -311,7 +311,19 @@ impl<DB: Database> Floating<DB, Live<DB>> {
         // returned to the pool; also of course, if it was dropped due to an error
         // this is simply a band-aid as SQLx-next connections should be able
         // to recover from cancellations
-        if let Err(error) = self.raw.ping().await {
+        //
+        // bf4ps-ops: the test is bounded (CLOSE_ON_DROP_TIMEOUT, as the close
+        // on drop). A server that accepts and stays silent (a frozen host, a
+        // SIGSTOPped postmaster) never answers it, so the connection of every
+        // future dropped at a deadline held a slot of the pool until the
+        // server answered again, forever if it never does.
+        let tested = crate::rt::timeout(CLOSE_ON_DROP_TIMEOUT, self.raw.ping()).await;
+        if let Err(error) = tested.unwrap_or_else(|_| {
+            Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the server did not answer the on-release test",
+            )))
+        }) {
             tracing::warn!(
                 %error,
                 "error occurred while testing the connection on-release",
