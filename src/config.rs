@@ -54,6 +54,7 @@ setting_value_from_str!(
     ResourceWeights,
     Ladder,
     SchedulingPolicy,
+    ActiveOrder,
     ExtraWork,
     Resources
 );
@@ -278,6 +279,41 @@ impl fmt::Display for SchedulingPolicy {
         f.write_str(match self {
             SchedulingPolicy::Sightings => "sightings",
             SchedulingPolicy::Age => "age",
+        })
+    }
+}
+
+/// In which order the sightings policy spends active work
+/// (`--active-order`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActiveOrder {
+    /// BF4PS's: soldier by soldier, the latest seen first, each with all its
+    /// due resources (heaviest first).
+    Soldier,
+    /// Resource by resource, heaviest first (`detailed` with the default
+    /// weights), each the latest seen first: every due detailed of a soldier
+    /// who played before any weekly list (`bench schedule` measures it).
+    Resource,
+}
+
+impl FromStr for ActiveOrder {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim() {
+            "soldier" => Ok(ActiveOrder::Soldier),
+            "resource" => Ok(ActiveOrder::Resource),
+            other => Err(format!(
+                "{other:?} is not an order (expected soldier or resource)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for ActiveOrder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ActiveOrder::Soldier => "soldier",
+            ActiveOrder::Resource => "resource",
         })
     }
 }

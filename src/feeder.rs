@@ -103,6 +103,12 @@ crate::config::settings! {
         /// or `age` (every due pair oldest first, the policy of 0.1).
         scheduling_policy: crate::config::SchedulingPolicy = "sightings", "scheduling-policy", "BF4PS_SCHEDULING_POLICY", "Scheduling";
 
+        /// How the sightings policy orders active work: `soldier` (BF4PS's: the
+        /// latest seen soldier first, with all its due resources) or `resource`
+        /// (every due resource of the heaviest weight first, e.g. every detailed
+        /// before any weekly list).
+        active_order: crate::config::ActiveOrder = "soldier", "active-order", "BF4PS_ACTIVE_ORDER", "Scheduling";
+
         /// The resources the feeder schedules (BF4PS schedules no `profile`:
         /// it comes from interactive requests).
         background_resources: crate::config::Resources = "detailed,weapons,vehicles", "background-resources", "BF4PS_BACKGROUND_RESOURCES", "Scheduling",
@@ -232,7 +238,8 @@ pub struct CycleReport {
 /// insert. Binds: $1 now, $2 active window (s), $3 recent window (s), $4
 /// resources, $5..$7 room of bootstrap, retry and active, $8 total room,
 /// $9 aging weight, $10..$13 weights of detailed, profile, weapons,
-/// vehicles, $14 recent work on, $15 inactive work on.
+/// vehicles, $14 recent work on, $15 inactive work on, $16 active work
+/// resource by resource (`--active-order resource`).
 macro_rules! sightings_candidates {
     () => {
         "WITH boot AS (
@@ -255,7 +262,11 @@ macro_rules! sightings_candidates {
         ), act AS (
             SELECT a.soldier_id, a.resource, 'active', 'bf4sw_active_refresh', a.due_at,
                    NULL::text, NULL::timestamptz,
-                   row_number() OVER (ORDER BY a.seen_at DESC, a.soldier_id,
+                   row_number() OVER (ORDER BY
+                       (CASE WHEN $16::boolean THEN (CASE a.resource
+                            WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
+                            WHEN 'weapons' THEN $12::integer ELSE $13::integer END) END) DESC,
+                       a.seen_at DESC, a.soldier_id,
                        (CASE a.resource WHEN 'detailed' THEN $10::integer
                             WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
                             ELSE $13::integer END) DESC)
@@ -272,7 +283,10 @@ macro_rules! sightings_candidates {
                 ORDER BY f.seen_at DESC, f.soldier_id
                 LIMIT $7
             ) AS a
-            ORDER BY a.seen_at DESC, a.soldier_id,
+            ORDER BY (CASE WHEN $16::boolean THEN (CASE a.resource
+                          WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
+                          WHEN 'weapons' THEN $12::integer ELSE $13::integer END) END) DESC,
+                     a.seen_at DESC, a.soldier_id,
                      (CASE a.resource WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
                       WHEN 'weapons' THEN $12::integer ELSE $13::integer END) DESC
             LIMIT $7
@@ -608,7 +622,7 @@ const PRUNE_USAGE_SQL: &str = "DELETE FROM budget_usage \
 
 /// Binds the feed statement's parameters.
 macro_rules! bind_feed {
-    ($query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
+    ($sql:expr, $query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
         let w = $cfg.resource_weights;
         let resources: Vec<&str> = $cfg
             .background_resources
@@ -616,7 +630,7 @@ macro_rules! bind_feed {
             .iter()
             .map(|r| r.as_str())
             .collect();
-        $query
+        let q = $query
             .bind($now)
             .bind($cfg.active_window.as_secs_f64())
             .bind($cfg.recent_window.as_secs_f64())
@@ -631,7 +645,14 @@ macro_rules! bind_feed {
             .bind(w.get(Resource::Weapons))
             .bind(w.get(Resource::Vehicles))
             .bind($cfg.recent_work == ExtraWork::Due)
-            .bind($cfg.inactive_work == ExtraWork::Due)
+            .bind($cfg.inactive_work == ExtraWork::Due);
+        // $16, the sightings policy's active order: only its statement has it
+        // (the age policy's and the reference statements do not).
+        if $sql.contains("$16::boolean") {
+            q.bind($cfg.active_order == crate::config::ActiveOrder::Resource)
+        } else {
+            q
+        }
     }};
 }
 
@@ -742,7 +763,7 @@ impl Feeder {
                     break;
                 }
                 let (b, r, a): (i64, i64, i64) =
-                    bind_feed!(sqlx::query_as(sql), self.settings, now, room, left)
+                    bind_feed!(sql, sqlx::query_as(sql), self.settings, now, room, left)
                         .fetch_one(&mut *tx)
                         .await?;
                 report.bootstrap += b as u64;
@@ -825,7 +846,7 @@ impl Feeder {
     ) -> Result<Vec<(i64, String, String, String)>, FeederError> {
         let mut tx = self.pool.begin().await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        let rows = bind_feed!(sqlx::query_as(sql), self.settings, now, room, total)
+        let rows = bind_feed!(sql, sqlx::query_as(sql), self.settings, now, room, total)
             .fetch_all(&mut *tx)
             .await?;
         tx.rollback().await?;
@@ -859,6 +880,7 @@ impl Feeder {
         }
         lines.extend(
             bind_feed!(
+                sql,
                 sqlx::query_scalar::<_, String>(sql),
                 self.settings,
                 now,

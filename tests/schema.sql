@@ -969,9 +969,10 @@ ALTER FUNCTION public.bf4ps_feeder_rows_changed() OWNER TO bf4ps_definer;
 --
 
 CREATE FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
+BEGIN
     -- (Each id probes the indexes, never `= ANY (p_ids)` against every row:
     -- a bulk statement passes thousands.)
     DELETE FROM public.feeder_pairs AS f
@@ -1013,6 +1014,7 @@ CREATE FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) RETURNS void
     WHERE (f.kind, f.due_at, f.live_at, f.seen_at, f.first_seen_at)
           IS DISTINCT FROM (EXCLUDED.kind, EXCLUDED.due_at, EXCLUDED.live_at,
                             EXCLUDED.seen_at, EXCLUDED.first_seen_at);
+END;
 $$;
 
 

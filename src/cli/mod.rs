@@ -283,6 +283,10 @@ pub enum Command {
         /// `--keys 8,12,16,24`.
         #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1000))]
         keys: Vec<u32>,
+        /// `schedule`: the sightings policy's order of active work (`soldier`, BF4PS's, or
+        /// `resource`: every due detailed first; see BF4PS_ACTIVE_ORDER).
+        #[arg(long, default_value = "soldier")]
+        active_order: crate::config::ActiveOrder,
     },
     /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
     /// fake Battlelog, and watch it work.
@@ -483,6 +487,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
             days,
             scale,
             keys,
+            active_order,
         } => {
             let ctx = crate::dev::bench::Ctx {
                 target: db.target()?,
@@ -491,6 +496,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
                 days,
                 scale,
                 keys,
+                active_order,
             };
             commands::bench(&ctx, &name, json).await
         }

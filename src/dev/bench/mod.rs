@@ -114,6 +114,8 @@ pub struct Ctx {
     /// `schedule --keys`: full-scale key counts to run the sightings policy
     /// with (empty: both policies with 8).
     pub keys: Vec<u32>,
+    /// `schedule`: the sightings policy's order of active work.
+    pub active_order: crate::config::ActiveOrder,
 }
 
 impl Ctx {

@@ -62,7 +62,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::config::SchedulingPolicy;
+use crate::config::{ActiveOrder, SchedulingPolicy};
 use crate::egress::EgressSettings;
 use crate::feeder::{Feeder, FeederSettings};
 use crate::listener::PollSettings;
@@ -135,7 +135,15 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 let world = World::new(ctx.quick, ctx.days, ctx.scale, k);
                 async move {
                     ScratchDb::with(&ctx.target, 4, async |db| {
-                        simulate(db, &world, SchedulingPolicy::Sightings, ctx.scale, k).await
+                        simulate(
+                            db,
+                            &world,
+                            SchedulingPolicy::Sightings,
+                            ctx.active_order,
+                            ctx.scale,
+                            k,
+                        )
+                        .await
                     })
                     .await
                 }
@@ -149,13 +157,22 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
     let world = World::new(ctx.quick, ctx.days, ctx.scale, FULL_KEYS);
     let (age, sightings) = tokio::join!(
         ScratchDb::with(&ctx.target, 4, async |db| {
-            simulate(db, &world, SchedulingPolicy::Age, ctx.scale, FULL_KEYS).await
+            simulate(
+                db,
+                &world,
+                SchedulingPolicy::Age,
+                ctx.active_order,
+                ctx.scale,
+                FULL_KEYS,
+            )
+            .await
         }),
         ScratchDb::with(&ctx.target, 4, async |db| {
             simulate(
                 db,
                 &world,
                 SchedulingPolicy::Sightings,
+                ctx.active_order,
                 ctx.scale,
                 FULL_KEYS,
             )
@@ -211,6 +228,7 @@ struct Tally {
     sighting_delays: Vec<f64>,
     bootstrap_delays: Vec<f64>,
     fresh_samples: Vec<f64>,
+    weekly_samples: Vec<f64>,
     bound_samples: Vec<f64>,
 }
 
@@ -226,6 +244,7 @@ async fn simulate(
     db: &ScratchDb,
     world: &World,
     policy: SchedulingPolicy,
+    active_order: ActiveOrder,
     scale: f64,
     full_keys: u32,
 ) -> Result<Report, BenchError> {
@@ -270,6 +289,7 @@ async fn simulate(
         pool.clone(),
         &FeederSettings {
             scheduling_policy: policy,
+            active_order,
             feeder_target_depth: world.depth,
             feeder_low_watermark: world.depth / 2,
             ..FeederSettings::default()
@@ -307,6 +327,9 @@ async fn simulate(
                     day += 1;
                     if day >= 2 {
                         tally.fresh_samples.push(fresh_ratio(&soldiers, day * DAY));
+                        tally
+                            .weekly_samples
+                            .push(weekly_fresh_ratio(&soldiers, day * DAY));
                         tally
                             .bound_samples
                             .push(fresh_bound(&soldiers, day * DAY, world));
@@ -512,6 +535,7 @@ async fn simulate(
         "schedule",
         json!({
             "policy": match policy { SchedulingPolicy::Age => "age", SchedulingPolicy::Sightings => "sightings" },
+            "active_order": match policy { SchedulingPolicy::Age => None, SchedulingPolicy::Sightings => Some(active_order.to_string()) },
             "soldiers": world.soldiers,
             "new_per_day": world.new_per_day,
             "days": world.days,
@@ -535,6 +559,8 @@ async fn simulate(
     // The last three days' (the steady state of a long run).
     .figure("active_detailed_fresh_final_ratio", mean(last3(&tally.fresh_samples)))
     .figure("active_detailed_fresh_bound_final_ratio", mean(last3(&tally.bound_samples)))
+    .figure("active_weekly_fresh_ratio", mean(&tally.weekly_samples))
+    .figure("active_weekly_fresh_final_ratio", mean(last3(&tally.weekly_samples)))
     .figure("sighting_served_ratio", served(&tally.sighting_delays))
     .figure("bootstrap_served_ratio", served(&tally.bootstrap_delays))
     .figure("requests_count", tally.requests as f64)
@@ -589,6 +615,25 @@ fn fresh_ratio(soldiers: &[Soldier], t: i64) -> f64 {
     let fresh = active
         .iter()
         .filter(|s| s.success[0].is_some_and(|d| d > t - DAY))
+        .count();
+    fresh as f64 / active.len().max(1) as f64
+}
+
+/// The share of soldiers seen in the 24 h before `t` whose weekly lists
+/// (weapons and vehicles) are both younger than 7 days: what an order that
+/// puts detailed first may cost.
+fn weekly_fresh_ratio(soldiers: &[Soldier], t: i64) -> f64 {
+    let active: Vec<&Soldier> = soldiers
+        .iter()
+        .filter(|s| s.seen > t - DAY && s.seen <= t)
+        .collect();
+    let fresh = active
+        .iter()
+        .filter(|s| {
+            s.success[1..]
+                .iter()
+                .all(|r| r.is_some_and(|d| d > t - 7 * DAY))
+        })
         .count();
     fresh as f64 / active.len().max(1) as f64
 }
