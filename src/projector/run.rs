@@ -118,10 +118,10 @@ pub struct Projector {
 /// How often the loop checks that the database is the one it left.
 const IDENTITY_EVERY: Duration = Duration::from_secs(1);
 
-/// A batch whose commit was sent, and the stamp its checkpoint move wrote.
+/// A batch whose commit was sent, and its transaction's id.
 struct InDoubt {
     batch: Batch,
-    stamp: chrono::DateTime<Utc>,
+    xid: String,
 }
 
 /// What this process saw of the database: its identity and how far
@@ -312,9 +312,9 @@ impl Projector {
         lease: Option<&Lease>,
     ) -> Result<Step, ProjectorError> {
         let mut tx = sqlx::Acquire::begin(conn).await?;
-        let (from, stamp) = store::checkpoint_stamp(&mut tx).await?;
+        self.settle_in_doubt(&mut tx).await?;
+        let from = super::checkpoint(&mut *tx).await?;
         self.check_checkpoint(from);
-        self.settle_in_doubt(from, stamp);
         let rows = store::read_batch(&mut tx, from, self.batch, None).await?;
         if rows.is_empty() {
             let held = held_back(&mut *tx).await?;
@@ -345,11 +345,7 @@ impl Projector {
             batch.max_occurred_at,
         )
         .await?;
-        let Some(store::Moved {
-            last_event_at,
-            stamp,
-        }) = moved
-        else {
+        let Some(store::Moved { last_event_at, xid }) = moved else {
             tx.rollback().await?;
             return Err(ProjectorError::CheckpointMoved);
         };
@@ -372,7 +368,7 @@ impl Projector {
         // answer deadline) may have happened. The next step settles it.
         let (count, last) = (batch.count, batch.last);
         if let Ok(mut d) = self.in_doubt.lock() {
-            *d = Some(InDoubt { batch, stamp });
+            *d = Some(InDoubt { batch, xid });
         }
         tx.commit().await?;
         // Committed: now, and only now, the Prometheus series.
@@ -417,16 +413,23 @@ impl Projector {
         });
     }
 
-    /// Settles a batch whose commit's answer was lost, against the
-    /// checkpoint read now (`at`, moved last at `stamp`): where that batch
-    /// would have put it, by that batch's own transaction, it committed and
-    /// is counted now; anywhere else it did not, and its events are read
-    /// again. Either way each event is counted once.
-    fn settle_in_doubt(&self, at: Position, stamp: chrono::DateTime<Utc>) {
-        let Some(d) = self.in_doubt.lock().ok().and_then(|mut d| d.take()) else {
-            return;
+    /// Settles a batch whose commit's answer was lost: PostgreSQL says
+    /// whether its transaction committed (`pg_xact_status`); if it did, it
+    /// is counted now, else its events are read again. Either way each event
+    /// is counted once, whoever projected since.
+    async fn settle_in_doubt(&self, conn: &mut sqlx::PgConnection) -> Result<(), ProjectorError> {
+        let xid = match self.in_doubt.lock() {
+            Ok(d) => match d.as_ref() {
+                Some(d) => d.xid.clone(),
+                None => return Ok(()),
+            },
+            Err(_) => return Ok(()),
         };
-        if d.batch.last == at && d.stamp == stamp {
+        let committed = store::committed(conn, &xid).await?;
+        let Some(d) = self.in_doubt.lock().ok().and_then(|mut d| d.take()) else {
+            return Ok(());
+        };
+        if committed == Some(true) {
             tracing::info!(
                 events = d.batch.count,
                 "a batch whose commit was not answered had committed: counted now"
@@ -438,6 +441,7 @@ impl Projector {
                 "a batch whose commit was not answered had not committed: read again"
             );
         }
+        Ok(())
     }
 
     /// The database's identity and projection checkpoint now.
@@ -587,6 +591,21 @@ impl Projector {
         self.set_leader(false);
         while !cancel.is_cancelled() {
             self.touch();
+            // A batch in doubt is settled as soon as the database answers,
+            // leading or not (a step settles it too).
+            let in_doubt = self.in_doubt.lock().is_ok_and(|d| d.is_some());
+            if in_doubt {
+                let settled = within_deadline(async {
+                    let mut tx = self.pool.begin().await?;
+                    self.settle_in_doubt(&mut tx).await?;
+                    tx.rollback().await?;
+                    Ok::<_, ProjectorError>(())
+                })
+                .await;
+                if let Err(e) = settled {
+                    tracing::debug!("projector: settling a batch in doubt: {e}");
+                }
+            }
             if looked.elapsed() >= IDENTITY_EVERY {
                 looked = std::time::Instant::now();
                 match self.look().await {

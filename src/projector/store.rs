@@ -67,7 +67,7 @@ const CAS_CHECKPOINT: &str = concat!(
     "projected_events = projected_events + $5, ",
     "last_event_at = greatest(last_event_at, $6), updated_at = now() ",
     "WHERE projector = $7 AND tx_id = $1::text::xid8 AND event_id = $2 ",
-    "RETURNING last_event_at, updated_at"
+    "RETURNING last_event_at, pg_current_xact_id()::text"
 );
 
 /// The next `limit` events after `from` in commit order, below `horizon`
@@ -97,7 +97,7 @@ pub(super) async fn advance_checkpoint(
     events: u64,
     max_occurred_at: Option<DateTime<Utc>>,
 ) -> Result<Option<Moved>, sqlx::Error> {
-    let moved: Option<(Option<DateTime<Utc>>, DateTime<Utc>)> = sqlx::query_as(CAS_CHECKPOINT)
+    let moved: Option<(Option<DateTime<Utc>>, String)> = sqlx::query_as(CAS_CHECKPOINT)
         .bind(from.tx_id.to_string())
         .bind(from.event_id)
         .bind(to.tx_id.to_string())
@@ -107,39 +107,39 @@ pub(super) async fn advance_checkpoint(
         .bind(CHECKPOINT)
         .fetch_optional(conn)
         .await?;
-    Ok(moved.map(|(last_event_at, stamp)| Moved {
-        last_event_at,
-        stamp,
-    }))
+    Ok(moved.map(|(last_event_at, xid)| Moved { last_event_at, xid }))
 }
 
 /// A checkpoint moved by [`advance_checkpoint`] (not yet committed).
 pub(super) struct Moved {
     /// The checkpoint's newest event time over every projector.
     pub(super) last_event_at: Option<DateTime<Utc>>,
-    /// Its `updated_at`: this transaction's start time, which tells this
-    /// move from any other to the same position.
-    pub(super) stamp: DateTime<Utc>,
+    /// This transaction's id (`xid8` as text): whether it committed can be
+    /// asked later ([`committed`]), whoever moved the checkpoint since.
+    pub(super) xid: String,
 }
 
-/// The checkpoint's position and `updated_at` (who moved it there last).
-pub(super) async fn checkpoint_stamp(
+/// Whether transaction `xid` (from [`Moved`]) committed:
+/// `pg_xact_status`, which PostgreSQL keeps for exactly this (a commit
+/// whose answer was lost), on a promoted standby too. `Ok(None)` when the
+/// database does not know it (older than its status horizon, or a database
+/// that went back and never saw it).
+pub(super) async fn committed(
     conn: &mut PgConnection,
-) -> Result<(Position, DateTime<Utc>), ProjectorError> {
-    let row: Option<(String, i64, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT tx_id::text, event_id, updated_at FROM projector_checkpoint WHERE projector = $1",
-    )
-    .bind(CHECKPOINT)
-    .fetch_optional(conn)
-    .await?;
-    let (tx, event_id, stamp) = row.ok_or(ProjectorError::MissingCheckpoint)?;
-    Ok((
-        Position {
-            tx_id: parse_tx(&tx)?,
-            event_id,
-        },
-        stamp,
-    ))
+    xid: &str,
+) -> Result<Option<bool>, sqlx::Error> {
+    let status: Result<Option<String>, sqlx::Error> =
+        sqlx::query_scalar("SELECT pg_xact_status($1::text::xid8)")
+            .bind(xid)
+            .fetch_one(&mut *conn)
+            .await;
+    match status {
+        Ok(Some(s)) => Ok(Some(s == "committed")),
+        Ok(None) => Ok(None),
+        // 22023: "transaction ID … is in the future" (the database went back).
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("22023") => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The horizon of this transaction's snapshot, as text (a rebuild reads

@@ -1701,3 +1701,85 @@ async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: Pg
         now += hours(rng.i64(1..12));
     }
 }
+
+/// Migration 0017 fills `feeder_pairs` with one statement of its own, and
+/// `bf4ps_feeder_sync` (0017, in PL/pgSQL since 0020) keeps it: both must
+/// compute the same pairs. Soldiers in every shape (each state, due times
+/// past and future, `bf4sw` and `manual` sightings, none, old ones) are
+/// written at migration 16, migrated (the fill), and then every pair is
+/// computed again by the sync: the same rows.
+#[sqlx::test(migrations = false)]
+async fn the_fill_of_0017_and_the_sync_compute_the_same_pairs(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use sqlx::Connection;
+    let db = TestDb::new(opts).await;
+    {
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        bf4ps_ops::db::MIGRATOR.run_to(16, &mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+    soldiers(&db.pool, 1, 120).await;
+    exec(
+        &db.pool,
+        "-- States: by soldier id modulo 6.
+         UPDATE collection_state SET
+             detailed_state = (ARRAY['never_attempted', 'success', 'success',
+                                     'temporary_failure', 'unavailable', 'success'])[soldier_id % 6 + 1],
+             detailed_next_due_at = now() + (soldier_id % 5 - 2) * interval '1 hour',
+             weapons_state = (ARRAY['success', 'never_attempted', 'temporary_failure'])[soldier_id % 3 + 1],
+             weapons_next_due_at = now() - (soldier_id % 4) * interval '1 day',
+             vehicles_state = CASE WHEN soldier_id % 7 = 0 THEN 'unavailable' ELSE 'success' END,
+             vehicles_next_due_at = CASE WHEN soldier_id % 7 = 0 THEN NULL
+                                         ELSE now() + interval '3 days' END;
+         -- Sightings: a manual source too for some, old for others, none for a few.
+         INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
+         SELECT soldier_id, 'manual', now() - interval '2 days', now() - interval '1 hour'
+         FROM soldiers WHERE soldier_id % 4 = 0;
+         UPDATE soldier_sources SET last_seen_at = now() - interval '9 days'
+         WHERE source_type = 'bf4sw' AND soldier_id % 5 = 0;
+         DELETE FROM soldier_sources WHERE source_type = 'bf4sw' AND soldier_id % 11 = 0;",
+    )
+    .await
+    .unwrap();
+    let report = db.target.migrate().await.unwrap();
+    assert!(report.applied.contains(&17), "{:?}", report.applied);
+    let pairs = || async {
+        sqlx::query_as::<
+            _,
+            (
+                i64,
+                String,
+                i16,
+                i16,
+                Option<DateTime<Utc>>,
+                Option<DateTime<Utc>>,
+                Option<DateTime<Utc>>,
+                Option<DateTime<Utc>>,
+            ),
+        >(
+            "SELECT soldier_id, resource, kind, phase, due_at, live_at, seen_at, first_seen_at
+             FROM feeder_pairs ORDER BY soldier_id, resource",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let filled = pairs().await;
+    assert_eq!(filled.len(), 480, "four pairs per soldier");
+    let kinds: BTreeSet<i16> = filled.iter().map(|p| p.2).collect();
+    assert_eq!(kinds, BTreeSet::from([0, 1, 2]), "every kind is present");
+    assert!(
+        filled.iter().any(|p| p.5.is_none()),
+        "a pair without a live sighting"
+    );
+    exec(
+        &db.pool,
+        "DELETE FROM feeder_pairs;
+         SELECT bf4ps_feeder_sync(ARRAY(SELECT soldier_id FROM soldiers ORDER BY 1));",
+    )
+    .await
+    .unwrap();
+    assert_eq!(pairs().await, filled);
+}

@@ -455,9 +455,10 @@ async fn answer_losing_proxy(upstream: std::net::SocketAddr, armed: Arc<AtomicBo
 }
 
 /// A commit that happened but whose answer was lost (the connection cut
-/// right after it): the step fails, and the next step finds the checkpoint
-/// where that batch put it, by that batch's transaction, and counts it then:
-/// `/metrics` equals the events, neither below (lost) nor above (twice).
+/// right after it): the step fails; meanwhile another projector moves the
+/// checkpoint on; then PostgreSQL says the lost one's transaction committed
+/// and its batch is counted: summed over the projectors, the counters equal
+/// the events, neither below (lost) nor above (twice).
 #[sqlx::test]
 async fn a_commit_whose_answer_was_lost_is_counted_once(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
@@ -504,15 +505,24 @@ async fn a_commit_whose_answer_was_lost_is_counted_once(_: PgPoolOptions, opts: 
         .unwrap_or(0.0)
     };
     assert_eq!(projected(), 0.0, "counted before its commit was known");
-    // The next step settles it: counted once.
+    // Another projector (another serve that took over) projects on.
+    for i in 0..3 {
+        insert(&db.pool, &Ev::succeeded(20 + i)).await;
+    }
+    let other_registry = Registry::new();
+    let other = Projector::new(db.pool.clone(), other_registry.clone(), 1000);
+    assert_eq!(other.run_once().await.unwrap().projected, 3);
+    // The next step settles the lost one: counted once, nothing else.
     assert_eq!(p.run_once().await.unwrap().projected, 0);
     assert_eq!(projected(), 10.0);
     assert_eq!(events_total(&registry.render(), "succeeded"), 10.0);
-    // And a step whose commit never happened is read again, counted once.
+    assert_eq!(events_total(&other_registry.render(), "succeeded"), 3.0);
+    // Projection goes on from there (a batch whose commit never happened is
+    // read again: crash_between_rollup_write_and_commit_loses_and_doubles_nothing).
     insert(&db.pool, &Ev::succeeded(5)).await;
     project_until(&p, 1).await;
     assert_eq!(projected(), 11.0);
-    assert_eq!(checkpoint_count(&db.pool).await, 11);
+    assert_eq!(checkpoint_count(&db.pool).await, 14);
 }
 
 fn fast_loop() -> LoopOptions {
