@@ -1171,21 +1171,31 @@ async fn a_restore_from_a_base_backup_is_noticed_and_the_fleet_collects_again() 
         back_in <= Duration::from_secs(10),
         "the fleet collected again {back_in:?} after the restore"
     );
+    metrics_not_above_events(addr, &db).await;
+    fleet.stop().await;
+    db.close().await;
+}
+
+/// Waits until `serve`'s projected-events counter at `addr` is above zero
+/// and not above the events in `db`.
+async fn metrics_not_above_events(addr: SocketAddr, db: &PgPool) {
     eventually(
         Duration::from_secs(30),
         "/metrics never above the events",
         || async {
             let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
-                .fetch_one(&db)
+                .fetch_one(db)
                 .await
                 .ok()?;
-            let m = metrics_total().await?;
+            let m = crate::projector::sample(
+                &scrape(addr).await?,
+                "bf4ps_projector_projected_events_total",
+                &[],
+            )?;
             (m <= all as f64 && m > 0.0).then_some(())
         },
     )
     .await;
-    fleet.stop().await;
-    db.close().await;
 }
 
 /// The server's processes: the postmaster and its children.
@@ -1594,23 +1604,7 @@ async fn an_asynchronous_failover_that_lost_its_tail_is_noticed_and_survived() {
         fleet.serve.log_lines("WARN")
     );
     let db = pool(&url).await;
-    eventually(
-        Duration::from_secs(30),
-        "/metrics never above the events",
-        || async {
-            let all: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
-                .fetch_one(&db)
-                .await
-                .ok()?;
-            let m = crate::projector::sample(
-                &scrape(addr).await?,
-                "bf4ps_projector_projected_events_total",
-                &[],
-            )?;
-            (m <= all as f64 && m > 0.0).then_some(())
-        },
-    )
-    .await;
+    metrics_not_above_events(addr, &db).await;
     assert!(before > 0.0);
     let twice: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT job_id FROM collection_events \

@@ -638,34 +638,28 @@ fn fresh_bound(soldiers: &[Soldier], t: i64, world: &World) -> f64 {
 /// The share of soldiers seen in the 24 h before `t` whose detailed is
 /// younger than 24 h.
 fn fresh_ratio(soldiers: &[Soldier], t: i64) -> f64 {
-    let active: Vec<&Soldier> = soldiers
-        .iter()
-        .filter(|s| s.seen > t - DAY && s.seen <= t)
-        .collect();
-    let fresh = active
-        .iter()
-        .filter(|s| s.success[0].is_some_and(|d| d > t - DAY))
-        .count();
-    fresh as f64 / active.len().max(1) as f64
+    active_share(soldiers, t, |s| s.success[0].is_some_and(|d| d > t - DAY))
 }
 
 /// The share of soldiers seen in the 24 h before `t` whose weekly lists
 /// (weapons and vehicles) are both younger than 7 days: what an order that
 /// puts detailed first may cost.
 fn weekly_fresh_ratio(soldiers: &[Soldier], t: i64) -> f64 {
-    let active: Vec<&Soldier> = soldiers
-        .iter()
-        .filter(|s| s.seen > t - DAY && s.seen <= t)
-        .collect();
-    let fresh = active
-        .iter()
-        .filter(|s| {
-            s.success[1..]
-                .iter()
-                .all(|r| r.is_some_and(|d| d > t - 7 * DAY))
-        })
-        .count();
-    fresh as f64 / active.len().max(1) as f64
+    active_share(soldiers, t, |s| {
+        s.success[1..]
+            .iter()
+            .all(|r| r.is_some_and(|d| d > t - 7 * DAY))
+    })
+}
+
+/// The share of soldiers seen in the 24 h before `t` for whom `fresh` holds.
+fn active_share(soldiers: &[Soldier], t: i64, fresh: impl Fn(&Soldier) -> bool) -> f64 {
+    let (mut active, mut yes) = (0_usize, 0_usize);
+    for s in soldiers.iter().filter(|s| s.seen > t - DAY && s.seen <= t) {
+        active += 1;
+        yes += usize::from(fresh(s));
+    }
+    yes as f64 / active.max(1) as f64
 }
 
 /// One gate pass and the claim it allows: granted, the wait (µs) when
