@@ -76,13 +76,28 @@ pub enum CollectorError {
     Protocol(#[source] sqlx::Error),
 }
 
-/// A job claimed and started, with its connection and what the egress gate
-/// said.
-struct Claimed {
-    job: ClaimedJob,
-    conn: PoolConn,
-    /// How long the gate made the claim wait (0: at once).
-    gate_waited: Duration,
+/// What a claim came back with.
+enum Claim {
+    /// A job claimed and started, with its connection and what the egress
+    /// gate said.
+    Job {
+        job: ClaimedJob,
+        conn: PoolConn,
+        /// How long the gate made the claim wait (0: at once).
+        gate_waited: Duration,
+    },
+    /// Nothing claimable now (or shutdown while the gate said wait); when
+    /// this collector's next backed-off job becomes eligible, if it has
+    /// one.
+    Idle {
+        next_eligible: Option<DateTime<Utc>>,
+    },
+}
+
+impl db::MaybeReadOnly for FinalizeError {
+    fn is_read_only(&self) -> bool {
+        matches!(self, FinalizeError::Queue(q) if db::MaybeReadOnly::is_read_only(q))
+    }
 }
 
 /// A claim failed; the loop logs it and retries with [`CLAIM_ERRORS`].
@@ -456,11 +471,11 @@ impl Collector {
             let mut sleep = self.tuning.poll.poll_interval;
             if self.claimable.load(Ordering::Acquire) {
                 match self.claim_one(drain).await {
-                    Ok(Some(Claimed {
+                    Ok(Claim::Job {
                         job,
                         conn,
                         gate_waited,
-                    })) => {
+                    }) => {
                         errors = 0;
                         waiter.pass_on();
                         if notified {
@@ -483,13 +498,13 @@ impl Collector {
                         notified = false;
                         continue;
                     }
-                    Ok(None) => {
+                    Ok(Claim::Idle { next_eligible }) => {
                         errors = 0;
                         // Nothing claimable now. A job already eligible is
                         // being claimed by another collector (or this one may
                         // not claim yet): that is what wakes and polls are for,
                         // not a busy retry.
-                        if let Ok(Some(at)) = queue::next_eligible_at(&self.pool, &self.id).await
+                        if let Some(at) = next_eligible
                             && let Ok(until) = (at - Utc::now()).to_std()
                         {
                             sleep = sleep.min(until.max(Duration::from_millis(10)));
@@ -530,15 +545,16 @@ impl Collector {
         }
     }
 
-    /// Claims and starts one job with its egress grant, in one statement
-    /// (`None`: nothing to do, or shutdown while the gate said wait): the
-    /// request may go at once, so the job never waits in `claimed`, and a
-    /// grant is never spent without a job. While the gate says wait (the
-    /// key's rate, its throttle pause, the budget or the key's share of
-    /// it) it sleeps and asks again. The claim's connection is returned
+    /// Claims and starts one job with its egress grant, in one statement:
+    /// the request may go at once, so the job never waits in `claimed`,
+    /// and a grant is never spent without a job. While the gate says wait
+    /// (the key's rate, its throttle pause, the budget or the key's share
+    /// of it) it sleeps and asks again. The claim's connection is returned
     /// with the job: the finalization runs on it too (one pool checkout per
-    /// job).
-    async fn claim_one(&self, drain: &CancellationToken) -> Result<Option<Claimed>, ClaimError> {
+    /// job). With nothing to claim, the same connection asks when the next
+    /// backed-off job becomes eligible. Every statement has the answer
+    /// deadline: a frozen server never holds the loop.
+    async fn claim_one(&self, drain: &CancellationToken) -> Result<Claim, ClaimError> {
         let started = Instant::now();
         let mut waited = false;
         let mut logged_pause = false;
@@ -546,18 +562,10 @@ impl Collector {
             let mut conn = db::answered(self.pool.conn())
                 .await?
                 .map_err(ClaimError::Connection)?;
-            let taken = match db::answered(queue::take(&mut conn, &self.id)).await {
-                Ok(Err(e)) if e.is_read_only() => {
-                    conn.discard();
-                    return Err(e.into());
-                }
-                Ok(taken) => taken,
-                Err(unanswered) => {
-                    conn.discard();
-                    return Err(unanswered.into());
-                }
-            };
-            let wait = match taken? {
+            let taken = conn
+                .answered(async |c| queue::take(c, &self.id).await)
+                .await??;
+            let wait = match taken {
                 Take::Job(job) => {
                     let gate_waited = if waited {
                         started.elapsed()
@@ -565,13 +573,18 @@ impl Collector {
                         Duration::ZERO
                     };
                     self.metrics.egress_wait.record(gate_waited.as_secs_f64());
-                    return Ok(Some(Claimed {
+                    return Ok(Claim::Job {
                         job,
                         conn,
                         gate_waited,
-                    }));
+                    });
                 }
-                Take::Nothing => return Ok(None),
+                Take::Nothing => {
+                    let next_eligible = conn
+                        .answered(async |c| queue::next_eligible_at(c, &self.id).await)
+                        .await??;
+                    return Ok(Claim::Idle { next_eligible });
+                }
                 Take::Wait { wait, paused } => {
                     if paused && !logged_pause {
                         logged_pause = true;
@@ -585,7 +598,7 @@ impl Collector {
             waited = true;
             tokio::select! {
                 _ = tokio::time::sleep(wait.clamp(Duration::from_millis(1), egress::MAX_WAIT_STEP)) => {}
-                _ = drain.cancelled() => return Ok(None),
+                _ = drain.cancelled() => return Ok(Claim::Idle { next_eligible: None }),
             }
         }
     }
@@ -686,16 +699,12 @@ impl Collector {
                     .and_then(|c| c.map_err(FinalizeError::Connection)),
             };
             let attempt = match conn {
-                Ok(mut c) => match db::answered(finish.run(&mut c, &self.id, lease)).await {
-                    Ok(Err(FinalizeError::Queue(q))) if q.is_read_only() => {
-                        c.discard();
-                        Err(FinalizeError::Queue(q))
-                    }
+                Ok(mut c) => match c
+                    .answered(async |c| finish.run(c, &self.id, lease).await)
+                    .await
+                {
                     Ok(done) => done,
-                    Err(unanswered) => {
-                        c.discard();
-                        Err(unanswered.into())
-                    }
+                    Err(unanswered) => Err(unanswered.into()),
                 },
                 Err(e) => Err(e),
             };

@@ -450,10 +450,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .is_some_and(crate::db::is_read_only)
         });
         if read_only && !e.chain().any(|c| c.is::<crate::db::DbError>()) {
-            e.context(
-                "the database is read-only (a hot standby or a primary being demoted): commands \
-                 that write need the primary; status can read a standby",
-            )
+            e.context(format!(
+                "the database is read-only: {}",
+                crate::db::READ_ONLY_ADVICE
+            ))
         } else {
             e
         }

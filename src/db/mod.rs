@@ -14,9 +14,10 @@
 //! - a long-lived loop's statement that gets no answer within
 //!   [`ANSWER_DEADLINE`] (a frozen server: connections open, nothing
 //!   answers, which TCP keepalives cannot see) is abandoned and its
-//!   connection closed ([`answered`], [`PoolConn::discard`]); so is a
-//!   connection that finds itself on a read-only server ([`is_read_only`]);
-//!   the caller retries with its bounded backoff.
+//!   connection closed ([`PoolConn::answered`], or [`answered`] for a
+//!   statement on the pool); so is a connection that finds itself on a
+//!   read-only server ([`is_read_only`]); the caller retries with its
+//!   bounded backoff.
 
 pub mod locks;
 mod migrate;
@@ -73,6 +74,24 @@ pub async fn answered<T>(statement: impl std::future::Future<Output = T>) -> Res
 /// connection must be replaced, not retried on.
 pub fn is_read_only(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("25006"))
+}
+
+/// What an operator reads when a command that writes meets a read-only
+/// server ([`DbError::ReadOnly`], or wherever else the refusal arose).
+pub(crate) const READ_ONLY_ADVICE: &str = "it is a hot standby or a primary being demoted; \
+     commands that write need the primary (status and the gauges can read a standby)";
+
+/// An error that can say the server turned out to be read-only
+/// ([`is_read_only`]): [`PoolConn::answered`] closes the connection then.
+pub trait MaybeReadOnly {
+    /// Whether the server answered with SQLSTATE 25006.
+    fn is_read_only(&self) -> bool;
+}
+
+impl MaybeReadOnly for sqlx::Error {
+    fn is_read_only(&self) -> bool {
+        is_read_only(self)
+    }
 }
 
 /// A database failure translated into something an operator can act on.
@@ -221,10 +240,7 @@ pub enum DbError {
         pid: i32,
     },
     /// The server is read-only (a hot standby): this command writes.
-    #[error(
-        "the database at {addr} is read-only ({reason}): it is a hot standby or a primary being \
-         demoted; commands that write need the primary (status and the gauges can read a standby)"
-    )]
+    #[error("the database at {addr} is read-only ({reason}): {READ_ONLY_ADVICE}")]
     ReadOnly {
         /// host:port.
         addr: String,

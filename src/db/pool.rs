@@ -174,11 +174,24 @@ pub struct PoolConn {
 }
 
 impl PoolConn {
-    /// Closes this connection instead of returning it to the pool (within
-    /// 5 s even if the server does not answer): after a statement was
-    /// abandoned at [`super::ANSWER_DEADLINE`], or on a read-only server.
-    pub fn discard(mut self) {
-        self.conn.close_on_drop();
+    /// Runs `statement` on this connection within
+    /// [`super::ANSWER_DEADLINE`]. When it gets no answer in time (it is
+    /// abandoned), or the server says it is read-only, this connection is
+    /// marked to be closed instead of returned to the pool (within 5 s
+    /// even if the server does not answer): the next checkout gets a new
+    /// one, which may reach the new primary.
+    pub async fn answered<T, E: super::MaybeReadOnly>(
+        &mut self,
+        statement: impl AsyncFnOnce(&mut PoolConn) -> Result<T, E>,
+    ) -> Result<Result<T, E>, super::Unanswered> {
+        let answer = super::answered(statement(self)).await;
+        if answer
+            .as_ref()
+            .map_or(true, |r| r.as_ref().is_err_and(E::is_read_only))
+        {
+            self.conn.close_on_drop();
+        }
+        answer
     }
 }
 

@@ -103,6 +103,12 @@ pub enum ProjectorError {
     BadValue(String),
 }
 
+impl crate::db::MaybeReadOnly for ProjectorError {
+    fn is_read_only(&self) -> bool {
+        matches!(self, ProjectorError::Db(e) if crate::db::is_read_only(e))
+    }
+}
+
 /// A position in projection order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, serde::Serialize)]
 pub struct Position {

@@ -287,23 +287,12 @@ impl Projector {
     /// [`db::ANSWER_DEADLINE`] or turns out to be read-only.
     async fn step(&self, lease: Option<&Lease>) -> Result<Step, ProjectorError> {
         let mut conn = db::answered(self.pool.conn()).await??;
-        let stepped = if self.hook.is_some() {
+        if self.hook.is_some() {
             // A test's hook may hold the batch open as long as it likes.
-            Ok(self.step_on(&mut conn, lease).await)
-        } else {
-            db::answered(self.step_on(&mut conn, lease)).await
-        };
-        match stepped {
-            Ok(Err(ProjectorError::Db(e))) if db::is_read_only(&e) => {
-                conn.discard();
-                Err(ProjectorError::Db(e))
-            }
-            Ok(r) => r,
-            Err(unanswered) => {
-                conn.discard();
-                Err(unanswered.into())
-            }
+            return self.step_on(&mut conn, lease).await;
         }
+        conn.answered(async |c| self.step_on(c, lease).await)
+            .await?
     }
 
     async fn step_on(

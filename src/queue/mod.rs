@@ -161,13 +161,13 @@ pub enum QueueError {
     },
 }
 
-impl QueueError {
-    /// Whether the server turned out to be read-only (SQLSTATE 25006): the
-    /// connection must be replaced.
-    pub fn is_read_only(&self) -> bool {
+impl crate::db::MaybeReadOnly for QueueError {
+    fn is_read_only(&self) -> bool {
         matches!(self, QueueError::Database { source, .. } if crate::db::is_read_only(source))
     }
+}
 
+impl QueueError {
     /// Whether the database refused the input itself (a data exception,
     /// SQLSTATE class 22: 22023 from our checks, 22P02 or 22003 from a
     /// value's type; or 53400, a bound such as the catalogs' new entries):
