@@ -263,16 +263,14 @@ macro_rules! sightings_candidates {
             SELECT a.soldier_id, a.resource, 'active', 'bf4sw_active_refresh', a.due_at,
                    NULL::text, NULL::timestamptz,
                    row_number() OVER (ORDER BY
-                       (CASE WHEN $16::boolean THEN (CASE a.resource
-                            WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
-                            WHEN 'weapons' THEN $12::integer ELSE $13::integer END) END) DESC,
-                       a.seen_at DESC, a.soldier_id,
-                       (CASE a.resource WHEN 'detailed' THEN $10::integer
-                            WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
-                            ELSE $13::integer END) DESC)
+                       (CASE WHEN $16::boolean THEN a.weight END) DESC,
+                       a.seen_at DESC, a.soldier_id, a.weight DESC)
             FROM unnest($4::text[]) AS r(resource)
             CROSS JOIN LATERAL (
-                SELECT f.soldier_id, f.resource, f.seen_at, f.due_at
+                SELECT f.soldier_id, f.resource, f.seen_at, f.due_at,
+                       CASE f.resource WHEN 'detailed' THEN $10::integer
+                            WHEN 'profile' THEN $11::integer WHEN 'weapons' THEN $12::integer
+                            ELSE $13::integer END AS weight
                 FROM feeder_pairs AS f
                 -- (ready: due when it was woken or promoted, and a new due
                 -- time parks it)
@@ -283,12 +281,8 @@ macro_rules! sightings_candidates {
                 ORDER BY f.seen_at DESC, f.soldier_id
                 LIMIT $7
             ) AS a
-            ORDER BY (CASE WHEN $16::boolean THEN (CASE a.resource
-                          WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
-                          WHEN 'weapons' THEN $12::integer ELSE $13::integer END) END) DESC,
-                     a.seen_at DESC, a.soldier_id,
-                     (CASE a.resource WHEN 'detailed' THEN $10::integer WHEN 'profile' THEN $11::integer
-                      WHEN 'weapons' THEN $12::integer ELSE $13::integer END) DESC
+            ORDER BY (CASE WHEN $16::boolean THEN a.weight END) DESC,
+                     a.seen_at DESC, a.soldier_id, a.weight DESC
             LIMIT $7
         ), retry AS (
             SELECT r.soldier_id, r.resource, 'active', 'retry', r.due_at, r.error_class,
@@ -508,18 +502,54 @@ macro_rules! insert_jobs {
     };
 }
 
-const FEED_SIGHTINGS_SQL: &str = concat!(sightings_candidates!(), insert_jobs!());
+/// A statement run with the feeder's binds ([`bind_feed!`]): its text,
+/// and whether it takes the sightings policy's active order as `$16` (the
+/// age policy's statement and migration 0016's choice have 15 binds).
+#[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
+pub struct FeedStatement {
+    sql: &'static str,
+    active_order: bool,
+}
+
+impl FeedStatement {
+    /// A choice statement of migration 0016's shape (binds $1..$15, no
+    /// active order): the reference the tests and the bench compare with.
+    pub const fn without_active_order(sql: &'static str) -> FeedStatement {
+        FeedStatement {
+            sql,
+            active_order: false,
+        }
+    }
+}
+
+const FEED_SIGHTINGS: FeedStatement = FeedStatement {
+    sql: concat!(sightings_candidates!(), insert_jobs!()),
+    active_order: true,
+};
 /// The sightings policy's choice without the insert (soldier, resource,
 /// class, reason in feed order; the feeder's binds): the tests compare it
 /// with the statement it replaced.
 #[doc(hidden)]
-pub const SIGHTINGS_CHOICE_SQL: &str = concat!(
-    sightings_candidates!(),
-    " SELECT soldier_id, resource, class, reason FROM chosen ORDER BY n"
-);
-const FEED_AGE_SQL: &str = concat!(age_candidates!(), insert_jobs!());
-const EXPLAIN_SIGHTINGS_SQL: &str = concat!("EXPLAIN ", sightings_candidates!(), insert_jobs!());
-const EXPLAIN_AGE_SQL: &str = concat!("EXPLAIN ", age_candidates!(), insert_jobs!());
+pub const SIGHTINGS_CHOICE: FeedStatement = FeedStatement {
+    sql: concat!(
+        sightings_candidates!(),
+        " SELECT soldier_id, resource, class, reason FROM chosen ORDER BY n"
+    ),
+    active_order: true,
+};
+const FEED_AGE: FeedStatement = FeedStatement {
+    sql: concat!(age_candidates!(), insert_jobs!()),
+    active_order: false,
+};
+const EXPLAIN_SIGHTINGS: FeedStatement = FeedStatement {
+    sql: concat!("EXPLAIN ", sightings_candidates!(), insert_jobs!()),
+    active_order: true,
+};
+const EXPLAIN_AGE: FeedStatement = FeedStatement {
+    sql: concat!("EXPLAIN ", age_candidates!(), insert_jobs!()),
+    active_order: false,
+};
 
 /// Planner settings of a cycle's transaction. The cycle's cost must not
 /// depend on statistics: right after a burst the planner may still believe
@@ -620,9 +650,10 @@ const PENDING_DEPTH_SQL: &str =
 const PRUNE_USAGE_SQL: &str = "DELETE FROM budget_usage \
      WHERE minute + interval '1 minute' < $1 - 2 * make_interval(secs => $2::float8)";
 
-/// Binds the feed statement's parameters.
+/// Binds the parameters of `$statement` (a [`FeedStatement`]) to `$query`,
+/// made from its text.
 macro_rules! bind_feed {
-    ($sql:expr, $query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
+    ($statement:expr, $query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
         let w = $cfg.resource_weights;
         let resources: Vec<&str> = $cfg
             .background_resources
@@ -646,9 +677,7 @@ macro_rules! bind_feed {
             .bind(w.get(Resource::Vehicles))
             .bind($cfg.recent_work == ExtraWork::Due)
             .bind($cfg.inactive_work == ExtraWork::Due);
-        // $16, the sightings policy's active order: only its statement has it
-        // (the age policy's and the reference statements do not).
-        if $sql.contains("$16::boolean") {
+        if $statement.active_order {
             q.bind($cfg.active_order == crate::config::ActiveOrder::Resource)
         } else {
             q
@@ -746,9 +775,9 @@ impl Feeder {
         report.pending_before = pending.max(0) as u64;
         let total = i64::from(self.settings.feeder_target_depth) - pending;
         if total > 0 {
-            let sql = match self.settings.scheduling_policy {
-                SchedulingPolicy::Sightings => FEED_SIGHTINGS_SQL,
-                SchedulingPolicy::Age => FEED_AGE_SQL,
+            let statement = match self.settings.scheduling_policy {
+                SchedulingPolicy::Sightings => FEED_SIGHTINGS,
+                SchedulingPolicy::Age => FEED_AGE,
             };
             // First each class up to its share of the depth, then whatever
             // room is left to any class that has more.
@@ -762,10 +791,16 @@ impl Feeder {
                 if left <= 0 {
                     break;
                 }
-                let (b, r, a): (i64, i64, i64) =
-                    bind_feed!(sql, sqlx::query_as(sql), self.settings, now, room, left)
-                        .fetch_one(&mut *tx)
-                        .await?;
+                let (b, r, a): (i64, i64, i64) = bind_feed!(
+                    statement,
+                    sqlx::query_as(statement.sql),
+                    self.settings,
+                    now,
+                    room,
+                    left
+                )
+                .fetch_one(&mut *tx)
+                .await?;
                 report.bootstrap += b as u64;
                 report.retry += r as u64;
                 report.active += a as u64;
@@ -831,24 +866,31 @@ impl Feeder {
         }
     }
 
-    /// Runs a choice statement ([`SIGHTINGS_CHOICE_SQL`], or migration
-    /// 0016's it replaced) with this feeder's binds as of `now`, `room` per
-    /// class and `total`, in a cycle's settings, and rolls back: the pairs
+    /// Runs a choice statement ([`SIGHTINGS_CHOICE`], or migration 0016's
+    /// it replaced) with this feeder's binds as of `now`, `room` per class
+    /// and `total`, in a cycle's settings, and rolls back: the pairs
     /// (soldier, resource, class, reason) in feed order. For the tests and
     /// the bench.
     #[doc(hidden)]
     pub async fn choose(
         &self,
-        sql: &'static str,
+        statement: FeedStatement,
         now: DateTime<Utc>,
         room: [i64; 3],
         total: i64,
     ) -> Result<Vec<(i64, String, String, String)>, FeederError> {
         let mut tx = self.pool.begin().await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        let rows = bind_feed!(sql, sqlx::query_as(sql), self.settings, now, room, total)
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = bind_feed!(
+            statement,
+            sqlx::query_as(statement.sql),
+            self.settings,
+            now,
+            room,
+            total
+        )
+        .fetch_all(&mut *tx)
+        .await?;
         tx.rollback().await?;
         Ok(rows)
     }
@@ -859,9 +901,9 @@ impl Feeder {
     pub async fn explain_cycle(&self, limit: i64) -> Result<String, FeederError> {
         let mut tx = self.pool.begin().await?;
         sqlx::raw_sql(CYCLE_SETTINGS_SQL).execute(&mut *tx).await?;
-        let sql = match self.settings.scheduling_policy {
-            SchedulingPolicy::Sightings => EXPLAIN_SIGHTINGS_SQL,
-            SchedulingPolicy::Age => EXPLAIN_AGE_SQL,
+        let statement = match self.settings.scheduling_policy {
+            SchedulingPolicy::Sightings => EXPLAIN_SIGHTINGS,
+            SchedulingPolicy::Age => EXPLAIN_AGE,
         };
         let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
             .fetch_one(&mut *tx)
@@ -880,8 +922,8 @@ impl Feeder {
         }
         lines.extend(
             bind_feed!(
-                sql,
-                sqlx::query_scalar::<_, String>(sql),
+                statement,
+                sqlx::query_scalar::<_, String>(statement.sql),
                 self.settings,
                 now,
                 [limit; 3],
@@ -1009,8 +1051,8 @@ mod tests {
             t.background_resources.0,
             [Resource::Detailed, Resource::Weapons, Resource::Vehicles]
         );
-        assert!(FEED_SIGHTINGS_SQL.contains(AGING_EPOCH));
-        assert!(FEED_AGE_SQL.contains(AGING_EPOCH));
+        assert!(FEED_SIGHTINGS.sql.contains(AGING_EPOCH));
+        assert!(FEED_AGE.sql.contains(AGING_EPOCH));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bf4ps_ops::config::{ExtraWork, Resources, SchedulingPolicy};
 
 use bf4ps_ops::domain::{Lane, Resource};
-use bf4ps_ops::feeder::{CycleReport, Feeder};
+use bf4ps_ops::feeder::{CycleReport, FeedStatement, Feeder};
 use bf4ps_ops::queue;
 use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::tuning::Tuning;
@@ -1681,11 +1681,16 @@ async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: Pg
         ] {
             let f = if recent { &f_recent } else { &f };
             let old = f
-                .choose(REFERENCE_CHOICE_SQL, now, room, total)
+                .choose(
+                    FeedStatement::without_active_order(REFERENCE_CHOICE_SQL),
+                    now,
+                    room,
+                    total,
+                )
                 .await
                 .unwrap();
             let new = f
-                .choose(bf4ps_ops::feeder::SIGHTINGS_CHOICE_SQL, now, room, total)
+                .choose(bf4ps_ops::feeder::SIGHTINGS_CHOICE, now, room, total)
                 .await
                 .unwrap();
             assert!(

@@ -31,7 +31,7 @@ use serde_json::json;
 use sqlx::ConnectOptions;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::feeder::Feeder;
+use crate::feeder::{FeedStatement, Feeder};
 use crate::import::{ImportOptions, import_file};
 use crate::tuning::Tuning;
 
@@ -197,10 +197,10 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     // from every soldier in the window), on the same rows.
     let (mut new, mut old) = (Vec::new(), Vec::new());
     for i in 0..samples {
-        new.push(choice_ms(&feeder, crate::feeder::SIGHTINGS_CHOICE_SQL, target).await?);
+        new.push(choice_ms(&feeder, crate::feeder::SIGHTINGS_CHOICE, target).await?);
         // (three of the old: 19 s each at 1,000,000)
         if i < 3 {
-            old.push(choice_ms(&feeder, CHOICE_0016_SQL, target).await?);
+            old.push(choice_ms(&feeder, CHOICE_0016, target).await?);
         }
     }
     reports.push(
@@ -260,16 +260,21 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
 }
 
 /// The sightings policy's choice before `feeder_pairs` (migration 0016).
-const CHOICE_0016_SQL: &str = include_str!("feeder_0016.sql");
+const CHOICE_0016: FeedStatement =
+    FeedStatement::without_active_order(include_str!("feeder_0016.sql"));
 
 /// One run of a choice statement as the feeder binds it (its first room:
 /// each class up to its share of the depth), in ms.
-async fn choice_ms(feeder: &Feeder, sql: &'static str, depth: u32) -> Result<f64, BenchError> {
+async fn choice_ms(
+    feeder: &Feeder,
+    statement: FeedStatement,
+    depth: u32,
+) -> Result<f64, BenchError> {
     let depth = i64::from(depth);
     let start = Instant::now();
     let rows = feeder
         .choose(
-            sql,
+            statement,
             chrono::Utc::now(),
             [depth / 5, depth / 20, depth * 3 / 4],
             depth,
