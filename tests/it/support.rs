@@ -210,9 +210,39 @@ impl Drop for ChildGuard {
     }
 }
 
-/// A child process whose stderr is kept (last lines) for diagnostics. It is
-/// killed (SIGKILL, through [`ChildGuard`]) when dropped, and its log tail
-/// is printed if the test is failing.
+/// How many stderr lines a [`Proc`] keeps: every line of any test's
+/// process (a drill's collector logs a few thousand), so a marker counted
+/// with [`Proc::log_lines`] is never pushed out by later lines.
+const LOG_LINES_KEPT: usize = 200_000;
+
+thread_local! {
+    /// The message of the panic this test thread is unwinding from.
+    static PANIC_MESSAGE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Remembers each panic's message (then reports it as before), so a
+/// failing test's [`Proc`]s can repeat it after their logs: CI shows the
+/// head and the tail of the output, and the tail is then the reason.
+fn remember_panic_messages() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = format!(
+                "{} at {}",
+                info.payload_as_str().unwrap_or("(no message)"),
+                info.location()
+                    .map_or_else(String::new, ToString::to_string)
+            );
+            PANIC_MESSAGE.with(|m| *m.borrow_mut() = Some(message));
+            previous(info);
+        }));
+    });
+}
+
+/// A child process whose stderr is kept for diagnostics. It is killed
+/// (SIGKILL, through [`ChildGuard`]) when dropped; if the test is failing,
+/// its last lines are printed, then the panic's message again.
 pub struct Proc {
     name: String,
     log: Arc<Mutex<VecDeque<String>>>,
@@ -221,6 +251,7 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        remember_panic_messages();
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -234,7 +265,7 @@ impl Proc {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Ok(mut l) = sink.lock() {
-                    if l.len() >= 400 {
+                    if l.len() >= LOG_LINES_KEPT {
                         l.pop_front();
                     }
                     l.push_back(line);
@@ -317,8 +348,15 @@ impl Drop for Proc {
                     l.iter().skip(skip).cloned().collect::<Vec<_>>().join("\n")
                 })
                 .unwrap_or_default();
+            let message: String = PANIC_MESSAGE
+                .with(|m| m.borrow().clone())
+                .unwrap_or_default()
+                .chars()
+                .take(3000)
+                .collect();
             eprintln!(
-                "---- {} (pid {}), last stderr lines ----\n{tail}",
+                "---- {} (pid {}), last stderr lines ----\n{tail}\n\
+                 ---- (the test failed: {message})",
                 self.name,
                 self.child.id()
             );
