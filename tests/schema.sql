@@ -35,12 +35,7 @@ COMMENT ON EXTENSION pgcrypto IS 'cryptographic functions';
 
 CREATE FUNCTION public.bf4ps_budget_class(priority_class text, last_error_at timestamp with time zone) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT CASE WHEN last_error_at IS NOT NULL OR priority_class = 'recent' THEN 'retry'
-                WHEN priority_class = 'bootstrap' THEN 'bootstrap'
-                ELSE 'active' END
-$$;
+    RETURN CASE WHEN ((last_error_at IS NOT NULL) OR (priority_class = 'recent'::text)) THEN 'retry'::text WHEN (priority_class = 'bootstrap'::text) THEN 'bootstrap'::text ELSE 'active'::text END;
 
 
 ALTER FUNCTION public.bf4ps_budget_class(priority_class text, last_error_at timestamp with time zone) OWNER TO <migrator>;
@@ -1169,12 +1164,7 @@ ALTER FUNCTION public.bf4ps_freshness_moved() OWNER TO bf4ps_definer;
 
 CREATE FUNCTION public.bf4ps_freshness_slot(t timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT CASE WHEN t IS NULL THEN '-infinity'::timestamptz
-                WHEN NOT isfinite(t) THEN t
-                ELSE date_bin('5 minutes', t, '2000-01-01 00:00:00+00') END
-$$;
+    RETURN CASE WHEN (t IS NULL) THEN '-infinity'::timestamp with time zone WHEN (NOT isfinite(t)) THEN t ELSE date_bin('00:05:00'::interval, t, '2000-01-01 00:00:00+00'::timestamp with time zone) END;
 
 
 ALTER FUNCTION public.bf4ps_freshness_slot(t timestamp with time zone) OWNER TO <migrator>;
@@ -1693,12 +1683,8 @@ ALTER FUNCTION public.bf4ps_round_half_even(x numeric, scale integer) OWNER TO <
 --
 
 CREATE FUNCTION public.bf4ps_sane_time(t timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT least(greatest(t, timestamptz '1970-01-01 00:00:00+00'),
-                 timestamptz '9999-12-31 00:00:00+00')
-$$;
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN CASE WHEN (t IS NOT NULL) THEN LEAST(GREATEST(t, '1970-01-01 00:00:00+00'::timestamp with time zone), '9999-12-31 00:00:00+00'::timestamp with time zone) ELSE NULL::timestamp with time zone END;
 
 
 ALTER FUNCTION public.bf4ps_sane_time(t timestamp with time zone) OWNER TO <migrator>;

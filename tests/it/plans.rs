@@ -793,3 +793,75 @@ async fn the_claim_and_freshness_plans_are_ordered_index_reads(
         );
     }
 }
+
+/// Migration 0021: the hot helpers are inlined into the statements that call
+/// them (no call of theirs is left in a plan), and the claim of one budget
+/// class still reads `ix_collection_jobs_budget_claim_order`, an index on
+/// one of them, in order.
+#[sqlx::test]
+async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    crate::fixtures::soldiers(p, 1, 5_000).await;
+    exec(
+        p,
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
+                                      priority_value, eligible_at, last_error_at)
+         SELECT g, (ARRAY['detailed', 'weapons', 'vehicles'])[1 + g % 3], 'background',
+                (ARRAY['active', 'recent', 'bootstrap'])[1 + g % 3], 'test', g % 100,
+                now() - g * interval '1 second',
+                CASE WHEN g % 7 = 0 THEN now() - interval '1 hour' END
+         FROM generate_series(1, 2000) g;
+         ANALYZE collection_jobs",
+    )
+    .await
+    .unwrap();
+    let verbose: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN (VERBOSE, COSTS OFF)
+         SELECT bf4ps_budget_class(j.priority_class, j.last_error_at),
+                bf4ps_sane_time(j.eligible_at), bf4ps_freshness_slot(j.created_at)
+         FROM collection_jobs AS j",
+    )
+    .fetch_all(p)
+    .await
+    .unwrap();
+    let verbose = verbose.join("\n");
+    for helper in [
+        "bf4ps_budget_class",
+        "bf4ps_sane_time",
+        "bf4ps_freshness_slot",
+    ] {
+        assert!(!verbose.contains(helper), "{helper} is called: {verbose}");
+    }
+    assert!(verbose.contains("date_bin"), "{verbose}");
+
+    // bf4ps_claim_job's class candidate: its text, its variables as
+    // parameters, as plpgsql runs it after a few calls.
+    let plan = generic_plan(
+        p,
+        "PREPARE class_candidate(timestamptz, text) AS
+         SELECT j.job_id
+         FROM collection_jobs AS j
+         WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= $1
+           AND bf4ps_budget_class(j.priority_class, j.last_error_at) = $2
+         ORDER BY CASE j.priority_class
+                      WHEN 'interactive' THEN 1
+                      WHEN 'active' THEN 2
+                      WHEN 'recent' THEN 3
+                      WHEN 'bootstrap' THEN 4
+                  END,
+                  j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
+         FOR UPDATE SKIP LOCKED
+         LIMIT 1",
+        "EXECUTE class_candidate(now(), 'active')",
+    )
+    .await;
+    assert!(
+        plan.contains("Index Scan using ix_collection_jobs_budget_claim_order on collection_jobs"),
+        "{plan}"
+    );
+    assert!(!plan.contains("Sort"), "the class claim sorts: {plan}");
+}

@@ -403,17 +403,20 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
 /// Issue 20, point 5: every function of ours — definers, plain helpers and
 /// trigger functions alike — pins its search_path with pg_catalog first and
 /// pg_temp last; the definers are owned by a NOLOGIN role. (Extension
-/// members, pgcrypto's, are not ours.)
+/// members, pgcrypto's, are not ours.) The one exception: the hot helpers
+/// of migration 0021, which have a SQL-standard body instead (bound when
+/// created, so no search_path reaches them, and inlined by the planner,
+/// which a SET clause forbids); none of them is a definer.
 #[sqlx::test]
 async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
     _: PgPoolOptions,
     opts: PgConnectOptions,
 ) {
     let db = TestDb::new(opts).await;
-    let rows: Vec<(String, Option<String>, bool, bool)> = sqlx::query_as(
+    let rows: Vec<(String, Option<String>, bool, bool, bool)> = sqlx::query_as(
         "SELECT p.proname::text,
                 (SELECT c FROM unnest(p.proconfig) AS c WHERE c LIKE 'search_path=%'),
-                p.prosecdef, r.rolcanlogin
+                p.prosecdef, r.rolcanlogin, p.prosqlbody IS NOT NULL
          FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner
          WHERE p.pronamespace = current_schema()::regnamespace
            AND NOT EXISTS (SELECT 1 FROM pg_depend d
@@ -426,8 +429,8 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
     .unwrap();
     let definers: Vec<&str> = rows
         .iter()
-        .filter(|(_, _, definer, _)| *definer)
-        .map(|(n, _, _, _)| n.as_str())
+        .filter(|(_, _, definer, ..)| *definer)
+        .map(|(n, ..)| n.as_str())
         .collect();
     assert_eq!(
         definers,
@@ -463,7 +466,25 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
     ] {
         assert!(rows.iter().any(|(n, ..)| n == name), "{name} is not listed");
     }
-    for (name, search_path, definer, owner_can_login) in rows {
+    let bound_when_created: Vec<&str> = rows
+        .iter()
+        .filter(|(.., sql_body)| *sql_body)
+        .map(|(n, ..)| n.as_str())
+        .collect();
+    assert_eq!(
+        bound_when_created,
+        [
+            "bf4ps_budget_class",
+            "bf4ps_freshness_slot",
+            "bf4ps_sane_time"
+        ]
+    );
+    for (name, search_path, definer, owner_can_login, sql_body) in rows {
+        if sql_body {
+            assert!(!definer, "{name}: a definer with a SQL-standard body");
+            assert_eq!(search_path, None, "{name}: a SET clause forbids inlining");
+            continue;
+        }
         let search_path = search_path.unwrap_or_else(|| panic!("{name} has no search_path"));
         let last = search_path.rsplit([',', '=']).next().unwrap().trim();
         assert_eq!(last, "pg_temp", "{name}: {search_path}");
