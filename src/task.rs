@@ -8,13 +8,24 @@
 //!   tick, never fatal: a periodic service outlives any database outage;
 //! - cancellation is seen within one step: the runner stops waiting at once
 //!   and abandons a step in flight (each step is one transaction or a
-//!   sequence of them, so an abandoned step commits whole or not at all).
+//!   sequence of them, so an abandoned step commits whole or not at all);
+//! - a step never holds the loop for longer than its
+//!   [`Periodic::step_deadline`]: a server that stopped answering (frozen,
+//!   or left behind by a failover while its connections stay open) costs a
+//!   step, not the service. The abandoned step's connections are closed on
+//!   their way back to the pool when they do not answer.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+/// The default [`Periodic::step_deadline`]: far above any step of ours
+/// (the feeder's cycle, the monitor's sweep and the gauges' reads take
+/// milliseconds to a second at a million soldiers), so only a server that
+/// does not answer meets it.
+pub const STEP_DEADLINE: Duration = Duration::from_secs(60);
 
 /// A service that does one bounded step at a time, on a cadence.
 pub trait Periodic: Send + Sync + 'static {
@@ -31,6 +42,12 @@ pub trait Periodic: Send + Sync + 'static {
     /// The wait after a step (jittered where a fleet of them must not
     /// align).
     fn next_wait(&self) -> Duration;
+
+    /// How long one step may run before it is abandoned and retried at the
+    /// next tick (default [`STEP_DEADLINE`]).
+    fn step_deadline(&self) -> Duration {
+        STEP_DEADLINE
+    }
 
     /// The wait before the first step (default: none).
     fn first_wait(&self) -> Duration {
@@ -70,16 +87,23 @@ pub async fn run<P: Periodic>(task: P, cancel: CancellationToken) {
         let due =
             Instant::now() >= next || (task.early_check().is_some() && task.run_early().await);
         if due {
+            let deadline = task.step_deadline();
             let step = tokio::select! {
                 _ = cancel.cancelled() => return,
-                step = task.run_once() => step,
+                step = tokio::time::timeout(deadline, task.run_once()) => step,
             };
             match step {
-                Ok(report) => task.report(&report),
-                Err(e) => tracing::warn!(
+                Ok(Ok(report)) => task.report(&report),
+                Ok(Err(e)) => tracing::warn!(
                     task = P::NAME,
                     "step failed, retrying at the next tick: {}",
                     crate::telemetry::error_chain(&e)
+                ),
+                Err(_) => tracing::warn!(
+                    task = P::NAME,
+                    deadline_s = deadline.as_secs_f64(),
+                    "step did not finish within its deadline (a frozen or overloaded \
+                     database): abandoned, retrying at the next tick"
                 ),
             }
             next = Instant::now() + task.next_wait();
@@ -93,5 +117,61 @@ pub async fn run<P: Periodic>(task: P, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// Its first step never ends (a frozen server); the later ones do.
+    struct Hangs {
+        steps: Arc<AtomicU32>,
+        done: Arc<tokio::sync::Notify>,
+    }
+
+    impl Periodic for Hangs {
+        const NAME: &'static str = "hangs";
+        type Report = ();
+        type Error = std::io::Error;
+
+        async fn run_once(&self) -> Result<(), std::io::Error> {
+            if self.steps.fetch_add(1, Ordering::SeqCst) == 0 {
+                std::future::pending::<()>().await;
+            }
+            self.done.notify_one();
+            Ok(())
+        }
+
+        fn next_wait(&self) -> Duration {
+            Duration::from_millis(10)
+        }
+
+        fn step_deadline(&self) -> Duration {
+            Duration::from_millis(100)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_step_that_never_ends_is_abandoned_at_its_deadline() {
+        let steps = Arc::new(AtomicU32::new(0));
+        let done = Arc::new(tokio::sync::Notify::new());
+        let cancel = CancellationToken::new();
+        let runner = tokio::spawn(
+            Hangs {
+                steps: steps.clone(),
+                done: done.clone(),
+            }
+            .run(cancel.clone()),
+        );
+        tokio::time::timeout(Duration::from_secs(10), done.notified())
+            .await
+            .expect("a step after the one that hung");
+        assert!(steps.load(Ordering::SeqCst) >= 2);
+        cancel.cancel();
+        runner.await.unwrap();
     }
 }
