@@ -94,12 +94,6 @@ enum Claim {
     },
 }
 
-impl db::MaybeReadOnly for FinalizeError {
-    fn is_read_only(&self) -> bool {
-        matches!(self, FinalizeError::Queue(q) if db::MaybeReadOnly::is_read_only(q))
-    }
-}
-
 /// A claim failed; the loop logs it and retries with [`CLAIM_ERRORS`].
 #[derive(Debug, thiserror::Error)]
 enum ClaimError {
@@ -128,6 +122,12 @@ enum FinalizeError {
     /// closed; a fresh one retries it, fenced by the lease).
     #[error("finalize: {0}")]
     Unanswered(#[from] crate::db::Unanswered),
+}
+
+impl db::MaybeReadOnly for FinalizeError {
+    fn is_read_only(&self) -> bool {
+        matches!(self, FinalizeError::Queue(q) if db::MaybeReadOnly::is_read_only(q))
+    }
 }
 
 /// Counters and histograms a collector feeds (no-ops unless a registry

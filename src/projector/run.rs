@@ -591,8 +591,12 @@ impl Projector {
                     Ok::<_, ProjectorError>(())
                 })
                 .await;
-                if let Err(e) = settled {
-                    tracing::debug!("projector: settling a batch in doubt: {e}");
+                match settled {
+                    Ok(()) => {}
+                    Err(e @ ProjectorError::Unanswered(_)) => {
+                        tracing::warn!("projector: settling a batch in doubt: {e}");
+                    }
+                    Err(e) => tracing::debug!("projector: settling a batch in doubt: {e}"),
                 }
             }
             if looked.elapsed() >= IDENTITY_EVERY {
@@ -602,7 +606,12 @@ impl Projector {
                         self.compare(seen, now);
                         seen = Some(now);
                     }
-                    // The step says so (a warning, /readyz) if it persists.
+                    // A frozen server is said at once (the look was
+                    // abandoned); other errors the step says (a warning,
+                    // /readyz) if they persist.
+                    Err(e @ ProjectorError::Unanswered(_)) => {
+                        tracing::warn!("projector: reading the database's identity: {e}");
+                    }
                     Err(e) => tracing::debug!("projector: reading the database's identity: {e}"),
                 }
             }
