@@ -1205,17 +1205,23 @@ $$;
 ALTER FUNCTION public.bf4ps_freshness_truncated() OWNER TO bf4ps_definer;
 
 --
+-- Name: bf4ps_text_ok(text, integer); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_text_ok(t text, max_length integer) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    RETURN ((t IS NULL) OR ((length(t) <= max_length) AND (t !~ '[\x01-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]'::text)));
+
+
+ALTER FUNCTION public.bf4ps_text_ok(t text, max_length integer) OWNER TO <migrator>;
+
+--
 -- Name: bf4ps_name_ok(text, integer); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
 CREATE FUNCTION public.bf4ps_name_ok(t text, max_length integer) RETURNS boolean
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT t IS NOT NULL
-       AND length(btrim(t)) BETWEEN 1 AND max_length
-       AND public.bf4ps_text_ok(t, max_length)
-$$;
+    RETURN ((t IS NOT NULL) AND ((length(btrim(t)) >= 1) AND (length(btrim(t)) <= max_length)) AND public.bf4ps_text_ok(t, max_length));
 
 
 ALTER FUNCTION public.bf4ps_name_ok(t text, max_length integer) OWNER TO <migrator>;
@@ -2175,22 +2181,6 @@ $$;
 
 
 ALTER FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) OWNER TO <migrator>;
-
---
--- Name: bf4ps_text_ok(text, integer); Type: FUNCTION; Schema: public; Owner: <migrator>
---
-
-CREATE FUNCTION public.bf4ps_text_ok(t text, max_length integer) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-    SELECT t IS NULL
-        OR (length(t) <= max_length
-            AND t !~ '[\x01-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]')
-$$;
-
-
-ALTER FUNCTION public.bf4ps_text_ok(t text, max_length integer) OWNER TO <migrator>;
 
 SET default_tablespace = '';
 

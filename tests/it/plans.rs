@@ -822,7 +822,8 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
     let verbose: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (VERBOSE, COSTS OFF)
          SELECT bf4ps_budget_class(j.priority_class, j.last_error_at),
-                bf4ps_sane_time(j.eligible_at), bf4ps_freshness_slot(j.created_at)
+                bf4ps_sane_time(j.eligible_at), bf4ps_freshness_slot(j.created_at),
+                bf4ps_name_ok(j.reason, 200), bf4ps_text_ok(j.resource, 200)
          FROM collection_jobs AS j",
     )
     .fetch_all(p)
@@ -833,6 +834,8 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
         "bf4ps_budget_class",
         "bf4ps_sane_time",
         "bf4ps_freshness_slot",
+        "bf4ps_name_ok",
+        "bf4ps_text_ok",
     ] {
         assert!(!verbose.contains(helper), "{helper} is called: {verbose}");
     }

@@ -476,7 +476,9 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
         [
             "bf4ps_budget_class",
             "bf4ps_freshness_slot",
-            "bf4ps_sane_time"
+            "bf4ps_name_ok",
+            "bf4ps_sane_time",
+            "bf4ps_text_ok"
         ]
     );
     for (name, search_path, definer, owner_can_login, sql_body) in rows {
