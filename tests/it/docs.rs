@@ -452,3 +452,15 @@ fn scanners_see_what_they_should() {
     );
     assert_eq!(d["BF4PS_X"], "detailed=40,profile=30");
 }
+
+/// The README is a front page (issue 29): the two commands, what the
+/// product is, where to read on; under 15,000 characters. What outgrows it
+/// belongs in `docs/`.
+#[test]
+fn the_readme_stays_a_front_page() {
+    let chars = readme().chars().count();
+    assert!(
+        chars < 15_000,
+        "README.md has {chars} characters: move detail to docs/"
+    );
+}
