@@ -698,6 +698,35 @@ async fn hot_statements_never_scan_the_large_tables(_: PgPoolOptions, opts: PgCo
     }
 }
 
+/// 1,000 pending background jobs of every class (one in seven a retry)
+/// on soldiers 1 to 1,000.
+async fn pending_background_jobs(p: &PgPool) {
+    exec(
+        p,
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
+                                      priority_value, eligible_at, last_error_at)
+         SELECT g, (ARRAY['detailed', 'weapons', 'vehicles'])[1 + g % 3], 'background',
+                (ARRAY['active', 'recent', 'bootstrap'])[1 + g % 3], 'test', g % 100,
+                now() - g * interval '1 second',
+                CASE WHEN g % 7 = 0 THEN now() - interval '1 hour' END
+         FROM generate_series(1, 1000) g",
+    )
+    .await
+    .unwrap();
+}
+
+/// The order and lock of `bf4ps_claim_job`'s candidate queries, as it
+/// writes them.
+const CLAIM_ORDER: &str = "ORDER BY CASE j.priority_class
+                      WHEN 'interactive' THEN 1
+                      WHEN 'active' THEN 2
+                      WHEN 'recent' THEN 3
+                      WHEN 'bootstrap' THEN 4
+                  END,
+                  j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
+         FOR UPDATE SKIP LOCKED
+         LIMIT 1";
+
 /// `EXPLAIN` of a prepared statement with its generic plan (what plpgsql
 /// runs after a few calls), as text.
 async fn generic_plan(pool: &PgPool, prepare: &str, execute: &str) -> String {
@@ -726,16 +755,10 @@ async fn the_claim_and_freshness_plans_are_ordered_index_reads(
     // A full working set: 1,000 pending background jobs of every class,
     // 1,000 pending interactive ones, on 20,000 soldiers, half collected.
     crate::fixtures::soldiers(p, 1, 20_000).await;
+    pending_background_jobs(p).await;
     exec(
         p,
-        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
-                                      priority_value, eligible_at, last_error_at)
-         SELECT g, (ARRAY['detailed', 'weapons', 'vehicles'])[1 + g % 3], 'background',
-                (ARRAY['active', 'recent', 'bootstrap'])[1 + g % 3], 'test', g % 100,
-                now() - g * interval '1 second',
-                CASE WHEN g % 7 = 0 THEN now() - interval '1 hour' END
-         FROM generate_series(1, 1000) g;
-         INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
+        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
          SELECT g, 'profile', 'interactive', 'interactive', 'requested'
          FROM generate_series(1001, 2000) g;
          UPDATE collection_state SET detailed_last_success_at = now() - soldier_id * interval '1 minute',
@@ -751,20 +774,14 @@ async fn the_claim_and_freshness_plans_are_ordered_index_reads(
     // bf4ps_claim_job's candidate: its text, its variables as parameters.
     let plan = generic_plan(
         p,
-        "PREPARE claim_candidate(text, timestamptz, text) AS
-         SELECT j.job_id
-         FROM collection_jobs AS j
-         WHERE j.status = 'pending' AND j.lane = $1 AND j.eligible_at <= $2
-           AND ($3 = 'any' OR bf4ps_budget_class(j.priority_class, j.last_error_at) = $3)
-         ORDER BY CASE j.priority_class
-                      WHEN 'interactive' THEN 1
-                      WHEN 'active' THEN 2
-                      WHEN 'recent' THEN 3
-                      WHEN 'bootstrap' THEN 4
-                  END,
-                  j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
-         FOR UPDATE SKIP LOCKED
-         LIMIT 1",
+        &format!(
+            "PREPARE claim_candidate(text, timestamptz, text) AS
+             SELECT j.job_id
+             FROM collection_jobs AS j
+             WHERE j.status = 'pending' AND j.lane = $1 AND j.eligible_at <= $2
+               AND ($3 = 'any' OR bf4ps_budget_class(j.priority_class, j.last_error_at) = $3)
+             {CLAIM_ORDER}"
+        ),
         "EXECUTE claim_candidate('background', now(), 'bootstrap')",
     )
     .await;
@@ -805,20 +822,9 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
 ) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
-    crate::fixtures::soldiers(p, 1, 5_000).await;
-    exec(
-        p,
-        "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason,
-                                      priority_value, eligible_at, last_error_at)
-         SELECT g, (ARRAY['detailed', 'weapons', 'vehicles'])[1 + g % 3], 'background',
-                (ARRAY['active', 'recent', 'bootstrap'])[1 + g % 3], 'test', g % 100,
-                now() - g * interval '1 second',
-                CASE WHEN g % 7 = 0 THEN now() - interval '1 hour' END
-         FROM generate_series(1, 2000) g;
-         ANALYZE collection_jobs",
-    )
-    .await
-    .unwrap();
+    crate::fixtures::soldiers(p, 1, 1_000).await;
+    pending_background_jobs(p).await;
+    exec(p, "ANALYZE collection_jobs").await.unwrap();
     let verbose: Vec<String> = sqlx::query_scalar(
         "EXPLAIN (VERBOSE, COSTS OFF)
          SELECT bf4ps_budget_class(j.priority_class, j.last_error_at),
@@ -845,20 +851,14 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
     // parameters, as plpgsql runs it after a few calls.
     let plan = generic_plan(
         p,
-        "PREPARE class_candidate(timestamptz, text) AS
-         SELECT j.job_id
-         FROM collection_jobs AS j
-         WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= $1
-           AND bf4ps_budget_class(j.priority_class, j.last_error_at) = $2
-         ORDER BY CASE j.priority_class
-                      WHEN 'interactive' THEN 1
-                      WHEN 'active' THEN 2
-                      WHEN 'recent' THEN 3
-                      WHEN 'bootstrap' THEN 4
-                  END,
-                  j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
-         FOR UPDATE SKIP LOCKED
-         LIMIT 1",
+        &format!(
+            "PREPARE class_candidate(timestamptz, text) AS
+             SELECT j.job_id
+             FROM collection_jobs AS j
+             WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= $1
+               AND bf4ps_budget_class(j.priority_class, j.last_error_at) = $2
+             {CLAIM_ORDER}"
+        ),
         "EXECUTE class_candidate(now(), 'active')",
     )
     .await;
