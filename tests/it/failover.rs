@@ -70,6 +70,11 @@ fn as_server_user(mut cmd: Command) -> Command {
         let (uid, gid) = (user.uid.as_raw(), user.gid.as_raw());
         // (std drops the supplementary groups when it sets the uid as root.)
         cmd.uid(uid).gid(gid);
+        // Our working directory may be closed to that user (a clone under
+        // /root, mode 0700): HAProxy refuses to start in one.
+        if cmd.get_current_dir().is_none() {
+            cmd.current_dir("/");
+        }
     }
     cmd
 }
