@@ -2289,6 +2289,36 @@ CREATE TABLE public.bf4ps_locks (
 ALTER TABLE public.bf4ps_locks OWNER TO <migrator>;
 
 --
+-- Name: bf4ps_schema_source_sets; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.bf4ps_schema_source_sets (
+    digest bytea NOT NULL,
+    first_applied_at timestamp with time zone DEFAULT now() NOT NULL,
+    applied_by text NOT NULL,
+    CONSTRAINT ck_bf4ps_schema_source_sets_digest CHECK ((octet_length(digest) = 32))
+);
+
+
+ALTER TABLE public.bf4ps_schema_source_sets OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_schema_sources; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.bf4ps_schema_sources (
+    path text NOT NULL,
+    checksum bytea NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL,
+    applied_by text NOT NULL,
+    CONSTRAINT ck_bf4ps_schema_sources_checksum CHECK ((octet_length(checksum) = 32)),
+    CONSTRAINT ck_bf4ps_schema_sources_path CHECK ((path ~ '^[a-z_]+/[a-z0-9_]+\.sql$'::text))
+);
+
+
+ALTER TABLE public.bf4ps_schema_sources OWNER TO <migrator>;
+
+--
 -- Name: budget_usage; Type: TABLE; Schema: public; Owner: <migrator>
 --
 
@@ -3207,6 +3237,22 @@ ALTER TABLE ONLY public.bf4ps_leases
 
 ALTER TABLE ONLY public.bf4ps_locks
     ADD CONSTRAINT bf4ps_locks_pkey PRIMARY KEY (lock_name);
+
+
+--
+-- Name: bf4ps_schema_source_sets bf4ps_schema_source_sets_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
+--
+
+ALTER TABLE ONLY public.bf4ps_schema_source_sets
+    ADD CONSTRAINT bf4ps_schema_source_sets_pkey PRIMARY KEY (digest);
+
+
+--
+-- Name: bf4ps_schema_sources bf4ps_schema_sources_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
+--
+
+ALTER TABLE ONLY public.bf4ps_schema_sources
+    ADD CONSTRAINT bf4ps_schema_sources_pkey PRIMARY KEY (path);
 
 
 --
@@ -4303,6 +4349,21 @@ GRANT SELECT ON TABLE public.battlelog_profiles TO bf4ps_reader;
 --
 
 GRANT SELECT,UPDATE ON TABLE public.bf4ps_locks TO bf4ps_definer;
+
+
+--
+-- Name: TABLE bf4ps_schema_source_sets; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT ON TABLE public.bf4ps_schema_source_sets TO bf4ps_reader;
+
+
+--
+-- Name: TABLE bf4ps_schema_sources; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT ON TABLE public.bf4ps_schema_sources TO bf4ps_collector;
+GRANT SELECT ON TABLE public.bf4ps_schema_sources TO bf4ps_reader;
 
 
 --

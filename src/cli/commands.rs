@@ -42,6 +42,7 @@ pub async fn migrate(
                 "dry_run": dry_run,
                 "plan": report.plan,
                 "applied": report.applied,
+                "sources_applied": report.sources_applied,
                 "current": report.current,
             }))?
         );
@@ -74,6 +75,12 @@ pub async fn migrate(
                 crate::outln!("  {version:04} {}", crate::output::escape(description));
             }
         }
+        if !plan.sources.is_empty() {
+            crate::outln!("would apply {} schema source file(s):", plan.sources.len());
+            for path in &plan.sources {
+                crate::outln!("  schema/{path}");
+            }
+        }
         if !plan.disabled_collectors.is_empty() {
             crate::outln!("would disable the collectors registered before this release:");
             for c in &plan.disabled_collectors {
@@ -86,12 +93,21 @@ pub async fn migrate(
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if report.applied.is_empty() {
+    let sources = match report.sources_applied.len() {
+        0 => String::new(),
+        n => format!("; applied {n} schema source file(s)"),
+    };
+    if report.applied.is_empty() && report.sources_applied.is_empty() {
         crate::outln!("database is up to date (migration {})", report.current);
+    } else if report.applied.is_empty() {
+        crate::outln!(
+            "{start}{sources}; database is at migration {}",
+            report.current
+        );
     } else {
         let list: Vec<String> = report.applied.iter().map(|v| format!("{v:04}")).collect();
         crate::outln!(
-            "{start}: applied migration(s) {}; database is at migration {}",
+            "{start}: applied migration(s) {}{sources}; database is at migration {}",
             list.join(", "),
             report.current
         );
@@ -341,7 +357,7 @@ pub fn config(tuning: &Tuning, json: bool) -> anyhow::Result<ExitCode> {
 /// Commands that only read and write through the current schema refuse an
 /// older (or newer) one instead of migrating it behind the operator's back.
 async fn require_migrated(
-    pool: impl sqlx::PgExecutor<'_>,
+    pool: impl sqlx::PgExecutor<'_> + Copy,
     target: &DbTarget,
 ) -> anyhow::Result<()> {
     if !db::migrations_current(pool).await? {

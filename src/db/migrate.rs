@@ -117,6 +117,26 @@ async fn lock_writer_tables(conn: &mut PgConnection) -> Result<(), sqlx::Error> 
     Ok(())
 }
 
+/// How one run of the migrations failed.
+enum Attempt {
+    /// sqlx's migrator (or the transaction around it).
+    Migrate(MigrateError),
+    /// A schema source file.
+    Source(DbError),
+}
+
+impl From<MigrateError> for Attempt {
+    fn from(e: MigrateError) -> Self {
+        Attempt::Migrate(e)
+    }
+}
+
+impl From<sqlx::Error> for Attempt {
+    fn from(e: sqlx::Error) -> Self {
+        Attempt::Migrate(MigrateError::Execute(e))
+    }
+}
+
 /// Whether a migration failed on a lock (timeout or deadlock): worth another go.
 fn lock_conflict(error: &MigrateError) -> bool {
     let e = match error {
@@ -160,6 +180,8 @@ pub struct MigratePlan {
     /// Collectors registered before this release, which the cutover
     /// (migration 0015) disables.
     pub disabled_collectors: Vec<String>,
+    /// Schema source files to apply (new or changed), under `schema/`.
+    pub sources: Vec<&'static str>,
 }
 
 /// What [`DbTarget::migrate`] did.
@@ -171,6 +193,8 @@ pub struct MigrateReport {
     pub applied: Vec<i64>,
     /// The latest version now in the database.
     pub current: i64,
+    /// Schema source files applied by this run, under `schema/`.
+    pub sources_applied: Vec<&'static str>,
 }
 
 crate::config::settings! {
@@ -234,13 +258,14 @@ async fn migrate_on(
     // A current database needs no lock: `serve` starts whoever holds it
     // (any role can take an advisory lock). Reading `_sqlx_migrations` is
     // safe beside a running `migrate`: its rows commit with the whole run.
-    if migrations_current(&mut *conn).await? {
+    if numbered_current(&mut *conn).await? && super::source::current(&mut *conn).await? {
         let plan = plan(conn).await?;
         let current = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
         return Ok(MigrateReport {
             plan,
             applied: Vec::new(),
             current,
+            sources_applied: Vec::new(),
         });
     }
     lock(conn, options.lock_timeout, addr, opts).await?;
@@ -255,6 +280,7 @@ async fn migrate_on(
                 plan,
                 applied: Vec::new(),
                 current,
+                sources_applied: Vec::new(),
             });
         }
         let wait = ddl_wait(conn).await.map_err(err)?;
@@ -275,7 +301,9 @@ async fn migrate_on(
         let deadline = Instant::now() + DDL_LOCK_TIMEOUT;
         let mut pause = Duration::from_millis(50);
         let mut retries = 0u32;
-        loop {
+        let sources_applied = loop {
+            // Then the schema source files that changed, in the same
+            // transaction (source.rs).
             let attempt = async {
                 let mut tx = conn.begin().await?;
                 lock_writer_tables(&mut tx).await?;
@@ -283,13 +311,19 @@ async fn migrate_on(
                     migrator.skip(&mut *tx, Some(BF4PS_BASELINE)).await?;
                 }
                 migrator.run(&mut *tx).await?;
+                let sources = super::source::apply(&mut tx)
+                    .await
+                    .map_err(Attempt::Source)?;
                 tx.commit().await?;
-                Ok::<(), MigrateError>(())
+                Ok::<_, Attempt>(sources)
             }
             .await;
             match attempt {
-                Ok(()) => break,
-                Err(e) if lock_conflict(&e) && Instant::now() + pause < deadline => {
+                Ok(sources) => break sources,
+                Err(Attempt::Source(e)) => return Err(e),
+                Err(Attempt::Migrate(e))
+                    if lock_conflict(&e) && Instant::now() + pause < deadline =>
+                {
                     retries += 1;
                     tracing::info!(
                         retries,
@@ -298,9 +332,9 @@ async fn migrate_on(
                     tokio::time::sleep(crate::backoff::jittered(pause)).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }
-                Err(e) => return Err(explain_migrate(e, addr, opts)),
+                Err(Attempt::Migrate(e)) => return Err(explain_migrate(e, addr, opts)),
             }
-        }
+        };
         let after = applied_versions(conn).await.map_err(err)?;
         Ok(MigrateReport {
             applied: after
@@ -310,6 +344,7 @@ async fn migrate_on(
                 .collect(),
             current: after.iter().copied().max().unwrap_or(0),
             plan,
+            sources_applied,
         })
     }
     .await;
@@ -456,12 +491,14 @@ async fn plan(conn: &mut PgConnection) -> Result<MigratePlan, DbError> {
     } else {
         Vec::new()
     };
+    let sources = super::source::pending(conn).await?;
     Ok(MigratePlan {
         start,
         pending,
         baseline,
         kept_rows,
         disabled_collectors,
+        sources,
     })
 }
 
@@ -567,8 +604,17 @@ async fn drop_invalid_indexes(conn: &mut PgConnection) -> Result<(), sqlx::Error
     Ok(())
 }
 
+/// Whether the database is at this release: every known migration applied
+/// with its original checksum, and every schema source file as this binary
+/// has it (source.rs).
+pub async fn migrations_current<'e>(
+    pool: impl sqlx::PgExecutor<'e> + Copy,
+) -> Result<bool, DbError> {
+    Ok(numbered_current(pool).await? && super::source::current(pool).await?)
+}
+
 /// Whether every known migration is applied with its original checksum.
-pub async fn migrations_current<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, DbError> {
+async fn numbered_current<'e>(pool: impl sqlx::PgExecutor<'e>) -> Result<bool, DbError> {
     let applied: Vec<(i64, Vec<u8>)> = match sqlx::query_as(
         "SELECT version, checksum FROM _sqlx_migrations WHERE success ORDER BY version",
     )

@@ -22,6 +22,7 @@
 pub mod locks;
 mod migrate;
 mod pool;
+pub mod source;
 mod target;
 mod time;
 
@@ -176,6 +177,24 @@ pub enum DbError {
     MigrationModified {
         /// The migration's version.
         version: i64,
+    },
+    /// A schema source file could not be applied.
+    #[error("schema source schema/{path} failed: {reason}")]
+    SourceFailed {
+        /// The file, under `schema/`.
+        path: String,
+        /// PostgreSQL's message.
+        reason: String,
+    },
+    /// The database's functions came from a newer bf4ps-ops than this one.
+    #[error(
+        "the database's functions were applied by a newer bf4ps-ops (this binary's set was \
+         applied at {applied_at} and has since been replaced); upgrade bf4ps-ops instead of \
+         putting older functions back"
+    )]
+    SourceSuperseded {
+        /// When this binary's set of source files was first applied.
+        applied_at: chrono::DateTime<chrono::Utc>,
     },
     /// The database has a migration this binary does not know.
     #[error(

@@ -34,5 +34,6 @@ mod retention;
 mod schema;
 mod security;
 mod serve;
+mod source;
 mod status;
 mod upstream;

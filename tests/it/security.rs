@@ -327,10 +327,14 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
             .collect()
     };
     // The collector role writes nothing directly (issue 20): it reads the
-    // migrations (to know the schema is current) and nothing else.
+    // migrations and the applied schema source (to know the schema is
+    // current) and nothing else.
     assert_eq!(
         table_privileges(p, "bf4ps_collector").await,
-        with(&[("_sqlx_migrations", "SELECT")])
+        with(&[
+            ("_sqlx_migrations", "SELECT"),
+            ("bf4ps_schema_sources", "SELECT")
+        ])
     );
     let columns: Vec<String> = sqlx::query_scalar(
         "SELECT table_name || '.' || column_name || ':' || privilege_type

@@ -61,6 +61,15 @@ impl TestDb {
             .connect_with(opts)
             .await
             .expect("connect to the test database");
+        // `#[sqlx::test]` ran the numbered migrations; `migrate` adds the
+        // schema source files (src/db/source.rs), as it does in production.
+        if sqlx::query_scalar::<_, bool>("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .expect("read the catalog")
+        {
+            target.migrate().await.expect("apply the schema source");
+        }
         // A claim takes its egress grant (0019): the published default
         // spaces one key's claims 5 s apart and the fleet's 2.8 s. Tests
         // claim at will unless they publish the spacing they test (`serve`

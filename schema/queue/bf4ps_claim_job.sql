@@ -1,0 +1,189 @@
+-- Claims, at `p_now`, the next eligible job of the lane of incarnation
+-- `p_uuid` (which must be enabled, undrained, unretired and hold no job),
+-- and starts it unless `p_start` is false: the job goes pending -> running
+-- (or claimed), current_job_id is set, `claimed` (then `started`) is
+-- written with the registry's identity snapshots. The lease is the
+-- published lease_duration.
+--
+-- Which job: the contract's order (FOR UPDATE SKIP LOCKED, served by
+-- ix_collection_jobs_claim_order). In the background lane, while the fleet
+-- budget is on, the budget's shares decide the class first, BF4PS's way:
+-- bootstrap while it used less than share_bootstrap_min of the budget in
+-- the budget window, then retries below share_retry_min, then active work
+-- below share_active_max, then (borrowing an unused share) bootstrap,
+-- retries, and active work last: active work exceeds its share only when
+-- nothing else waits. The
+-- shares are counted in budget_usage under the budget's row lock, so they
+-- hold across every host. (Collectors call bf4ps_collector_claim, on the
+-- database's clock; the scheduling simulation passes a virtual one.)
+--
+-- owner: migrator
+-- execute: bf4ps_definer
+CREATE OR REPLACE FUNCTION @schema@.bf4ps_claim_job(p_uuid uuid, p_start boolean, p_now timestamptz)
+RETURNS TABLE (
+    job_id bigint,
+    soldier_id bigint,
+    persona_id bigint,
+    platform text,
+    soldier_name text,
+    resource text,
+    lane text,
+    priority_class text,
+    attempt_count integer,
+    lease_token uuid,
+    lease_expires_at timestamptz,
+    claimed_at timestamptz,
+    created_at timestamptz,
+    eligible_at timestamptz,
+    budget_class text
+)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, @schema@, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    s record;
+    me record;
+    v_classes text[];
+    v_class text;
+    v_job bigint;
+    v_budgeted boolean;
+    v_active bigint;
+    v_bootstrap bigint;
+    v_retry bigint;
+BEGIN
+    SELECT x.lease_duration, x.budget_spacing, x.budget_requests, x.budget_window,
+           x.share_active_max, x.share_bootstrap_min, x.share_retry_min
+      INTO s
+    FROM @schema@.scheduling_settings AS x;
+    SELECT c.collector_uuid, c.collector_name, c.hostname, c.egress_key, c.lane INTO me
+    FROM @schema@.collectors AS c
+    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
+      AND c.current_job_id IS NULL;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    v_budgeted := me.lane = 'background' AND s.budget_spacing IS NOT NULL;
+    IF v_budgeted THEN
+        -- The shares are counted and used under one lock.
+        PERFORM 1 FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
+        SELECT coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'active'), 0),
+               coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'bootstrap'), 0),
+               coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'retry'), 0)
+          INTO v_active, v_bootstrap, v_retry
+        FROM @schema@.budget_usage AS u
+        -- Every minute whose span overlaps the window (the current one
+        -- included, whatever the window's length).
+        WHERE u.minute + interval '1 minute' > p_now - s.budget_window AND u.minute <= p_now;
+        v_classes := ARRAY[]::text[];
+        IF v_bootstrap < s.share_bootstrap_min * s.budget_requests THEN
+            v_classes := v_classes || 'bootstrap'::text;
+        END IF;
+        IF v_retry < s.share_retry_min * s.budget_requests THEN
+            v_classes := v_classes || 'retry'::text;
+        END IF;
+        IF v_active < s.share_active_max * s.budget_requests THEN
+            v_classes := v_classes || 'active'::text;
+        END IF;
+        -- Borrowing: an unused share goes to the other classes, active
+        -- last (its share is a cap: it exceeds it only when nothing else
+        -- waits).
+        FOREACH v_class IN ARRAY ARRAY['bootstrap', 'retry', 'active'] LOOP
+            IF NOT (v_class = ANY (v_classes)) THEN
+                v_classes := v_classes || v_class;
+            END IF;
+        END LOOP;
+    ELSE
+        v_classes := ARRAY['any'];
+    END IF;
+    FOREACH v_class IN ARRAY v_classes LOOP
+        IF v_class = 'any' THEN
+            -- Served by ix_collection_jobs_claim_order.
+            SELECT j.job_id INTO v_job
+            FROM @schema@.collection_jobs AS j
+            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= p_now
+            ORDER BY CASE j.priority_class
+                         WHEN 'interactive' THEN 1
+                         WHEN 'active' THEN 2
+                         WHEN 'recent' THEN 3
+                         WHEN 'bootstrap' THEN 4
+                     END,
+                     j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1;
+        ELSE
+            -- One class of the background lane, in the contract's order:
+            -- served by ix_collection_jobs_budget_claim_order (0016), whose
+            -- predicate the literal lane matches in a generic plan too.
+            SELECT j.job_id INTO v_job
+            FROM @schema@.collection_jobs AS j
+            WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= p_now
+              AND @schema@.bf4ps_budget_class(j.priority_class, j.last_error_at) = v_class
+            ORDER BY CASE j.priority_class
+                         WHEN 'interactive' THEN 1
+                         WHEN 'active' THEN 2
+                         WHEN 'recent' THEN 3
+                         WHEN 'bootstrap' THEN 4
+                     END,
+                     j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1;
+        END IF;
+        EXIT WHEN v_job IS NOT NULL;
+    END LOOP;
+    IF v_job IS NULL THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE @schema@.collection_jobs AS j
+        SET status = CASE WHEN p_start THEN 'running' ELSE 'claimed' END,
+            collector_uuid = p_uuid,
+            lease_token = gen_random_uuid(),
+            claimed_at = p_now,
+            started_at = CASE WHEN p_start THEN p_now END,
+            lease_expires_at = p_now + s.lease_duration,
+            attempt_count = j.attempt_count + 1,
+            updated_at = p_now
+        WHERE j.job_id = v_job
+        RETURNING j.*
+    ), job AS (
+        SELECT c.*, so.persona_id AS s_persona_id, so.platform AS s_platform,
+               so.current_name AS s_name,
+               @schema@.bf4ps_sane_time(c.eligible_at) AS sane_eligible_at,
+               CASE WHEN c.lane = 'background'
+                    THEN @schema@.bf4ps_budget_class(c.priority_class, c.last_error_at) END AS b_class
+        FROM claimed AS c JOIN @schema@.soldiers AS so ON so.soldier_id = c.soldier_id
+    ), holder AS (
+        UPDATE @schema@.collectors AS c
+        SET current_job_id = claimed.job_id, updated_at = p_now
+        FROM claimed
+        WHERE c.collector_uuid = p_uuid
+    ), usage AS (
+        INSERT INTO @schema@.budget_usage AS u (minute, budget_class, grants)
+        SELECT date_trunc('minute', p_now), job.b_class, 1 FROM job WHERE v_budgeted
+        ON CONFLICT (minute, budget_class) DO UPDATE SET grants = u.grants + 1
+    ), events AS (
+        INSERT INTO @schema@.collection_events
+            (occurred_at, collector_uuid, collector_name_snapshot, hostname_snapshot,
+             egress_key_snapshot, job_id, soldier_id, persona_id, platform, resource, lane,
+             event_type, attempt_number, lease_token, metadata)
+        SELECT p_now, me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
+               c.job_id, c.soldier_id, c.s_persona_id, c.s_platform, c.resource, c.lane,
+               e.event_type, c.attempt_count, c.lease_token, e.metadata
+        FROM job AS c CROSS JOIN LATERAL (VALUES
+            (1, 'claimed', jsonb_build_object(
+                'priority_class', c.priority_class, 'reason', c.reason,
+                'budget_class', c.b_class,
+                'queued_ms', floor(extract(epoch FROM p_now - c.sane_eligible_at) * 1000))),
+            (2, 'started', jsonb_build_object('claim_to_start_ms', 0))
+        ) AS e(ord, event_type, metadata)
+        WHERE e.ord = 1 OR p_start
+        ORDER BY e.ord
+    )
+    SELECT c.job_id, c.soldier_id, c.s_persona_id, c.s_platform, c.s_name, c.resource, c.lane,
+           c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at, c.claimed_at,
+           @schema@.bf4ps_sane_time(c.created_at), c.sane_eligible_at, c.b_class
+    FROM job AS c;
+END;
+$$;
