@@ -123,7 +123,7 @@ ALTER FUNCTION public.bf4ps_check_document(p_resource text, p_data jsonb, p_now 
 -- Name: bf4ps_claim_job(uuid, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
-CREATE FUNCTION public.bf4ps_claim_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text)
+CREATE FUNCTION public.bf4ps_claim_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text, granted boolean, wait_us bigint, paused boolean)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -131,6 +131,9 @@ CREATE FUNCTION public.bf4ps_claim_job(p_uuid uuid, p_start boolean, p_now times
 DECLARE
     s record;
     me record;
+    g record;
+    v_now timestamptz;
+    v_budget_spacing interval;
     v_classes text[];
     v_class text;
     v_job bigint;
@@ -139,21 +142,48 @@ DECLARE
     v_bootstrap bigint;
     v_retry bigint;
 BEGIN
-    SELECT x.lease_duration, x.budget_spacing, x.budget_requests, x.budget_window,
-           x.share_active_max, x.share_bootstrap_min, x.share_retry_min
-      INTO s
-    FROM public.scheduling_settings AS x;
-    SELECT c.collector_uuid, c.collector_name, c.hostname, c.egress_key, c.lane INTO me
+    SELECT c.collector_uuid, c.collector_name, c.hostname, c.egress_key, c.lane,
+           c.current_job_id
+      INTO me
     FROM public.collectors AS c
-    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL
-      AND c.current_job_id IS NULL;
+    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
     IF NOT FOUND THEN
         RETURN;
     END IF;
+    IF me.current_job_id IS NOT NULL THEN
+        -- A collector claims only when it holds nothing, so the job the
+        -- database says it holds is not held: the database went back in
+        -- time (a restore, a failover that lost its tail) or the answer to
+        -- an earlier claim was lost. That lease ends now (the monitor
+        -- returns the job with lease_expired + reclaimed) and the caller
+        -- claims at once.
+        UPDATE public.collection_jobs AS j
+        SET lease_expires_at = least(j.lease_expires_at, clock_timestamp()),
+            updated_at = clock_timestamp()
+        WHERE j.job_id = me.current_job_id AND j.collector_uuid = p_uuid
+          AND j.status IN ('claimed', 'running');
+        UPDATE public.collectors AS c SET current_job_id = NULL, updated_at = clock_timestamp()
+        WHERE c.collector_uuid = p_uuid AND c.current_job_id = me.current_job_id;
+    END IF;
+    SELECT x.egress_spacing, x.lease_duration, x.budget_spacing, x.budget_requests,
+           x.budget_window, x.share_active_max, x.share_bootstrap_min, x.share_retry_min
+      INTO s
+    FROM public.scheduling_settings AS x;
     v_budgeted := me.lane = 'background' AND s.budget_spacing IS NOT NULL;
+    v_budget_spacing := CASE WHEN v_budgeted THEN s.budget_spacing END;
+    SELECT x.claim_at, x.go_at, x.paused INTO g
+    FROM public.bf4ps_egress_gate(me.egress_key, v_budget_spacing, p_now) AS x;
+    v_now := g.claim_at;
+    IF g.go_at > v_now THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text,
+            NULL::text, NULL::text, NULL::text, NULL::integer, NULL::uuid, NULL::timestamptz,
+            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text, false,
+            CASE WHEN g.go_at >= v_now + interval '1 day' THEN 86400000000::bigint
+                 ELSE ceil(extract(epoch FROM g.go_at - v_now) * 1000000)::bigint END,
+            g.paused;
+        RETURN;
+    END IF;
     IF v_budgeted THEN
-        -- The shares are counted and used under one lock.
-        PERFORM 1 FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
         SELECT coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'active'), 0),
                coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'bootstrap'), 0),
                coalesce(sum(u.grants) FILTER (WHERE u.budget_class = 'retry'), 0)
@@ -161,7 +191,7 @@ BEGIN
         FROM public.budget_usage AS u
         -- Every minute whose span overlaps the window (the current one
         -- included, whatever the window's length).
-        WHERE u.minute + interval '1 minute' > p_now - s.budget_window AND u.minute <= p_now;
+        WHERE u.minute + interval '1 minute' > v_now - s.budget_window AND u.minute <= v_now;
         v_classes := ARRAY[]::text[];
         IF v_bootstrap < s.share_bootstrap_min * s.budget_requests THEN
             v_classes := v_classes || 'bootstrap'::text;
@@ -188,7 +218,7 @@ BEGIN
             -- Served by ix_collection_jobs_claim_order.
             SELECT j.job_id INTO v_job
             FROM public.collection_jobs AS j
-            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= p_now
+            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= v_now
             ORDER BY CASE j.priority_class
                          WHEN 'interactive' THEN 1
                          WHEN 'active' THEN 2
@@ -204,7 +234,7 @@ BEGIN
             -- predicate the literal lane matches in a generic plan too.
             SELECT j.job_id INTO v_job
             FROM public.collection_jobs AS j
-            WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= p_now
+            WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= v_now
               AND public.bf4ps_budget_class(j.priority_class, j.last_error_at) = v_class
             ORDER BY CASE j.priority_class
                          WHEN 'interactive' THEN 1
@@ -227,11 +257,11 @@ BEGIN
         SET status = CASE WHEN p_start THEN 'running' ELSE 'claimed' END,
             collector_uuid = p_uuid,
             lease_token = gen_random_uuid(),
-            claimed_at = p_now,
-            started_at = CASE WHEN p_start THEN p_now END,
-            lease_expires_at = p_now + s.lease_duration,
+            claimed_at = v_now,
+            started_at = CASE WHEN p_start THEN v_now END,
+            lease_expires_at = v_now + s.lease_duration,
             attempt_count = j.attempt_count + 1,
-            updated_at = p_now
+            updated_at = v_now
         WHERE j.job_id = v_job
         RETURNING j.*
     ), job AS (
@@ -243,26 +273,26 @@ BEGIN
         FROM claimed AS c JOIN public.soldiers AS so ON so.soldier_id = c.soldier_id
     ), holder AS (
         UPDATE public.collectors AS c
-        SET current_job_id = claimed.job_id, updated_at = p_now
+        SET current_job_id = claimed.job_id, updated_at = v_now
         FROM claimed
         WHERE c.collector_uuid = p_uuid
     ), usage AS (
         INSERT INTO public.budget_usage AS u (minute, budget_class, grants)
-        SELECT date_trunc('minute', p_now), job.b_class, 1 FROM job WHERE v_budgeted
+        SELECT date_trunc('minute', v_now), job.b_class, 1 FROM job WHERE v_budgeted
         ON CONFLICT (minute, budget_class) DO UPDATE SET grants = u.grants + 1
     ), events AS (
         INSERT INTO public.collection_events
             (occurred_at, collector_uuid, collector_name_snapshot, hostname_snapshot,
              egress_key_snapshot, job_id, soldier_id, persona_id, platform, resource, lane,
              event_type, attempt_number, lease_token, metadata)
-        SELECT p_now, me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
+        SELECT v_now, me.collector_uuid, me.collector_name, me.hostname, me.egress_key,
                c.job_id, c.soldier_id, c.s_persona_id, c.s_platform, c.resource, c.lane,
                e.event_type, c.attempt_count, c.lease_token, e.metadata
         FROM job AS c CROSS JOIN LATERAL (VALUES
             (1, 'claimed', jsonb_build_object(
                 'priority_class', c.priority_class, 'reason', c.reason,
                 'budget_class', c.b_class,
-                'queued_ms', floor(extract(epoch FROM p_now - c.sane_eligible_at) * 1000))),
+                'queued_ms', floor(extract(epoch FROM v_now - c.sane_eligible_at) * 1000))),
             (2, 'started', jsonb_build_object('claim_to_start_ms', 0))
         ) AS e(ord, event_type, metadata)
         WHERE e.ord = 1 OR p_start
@@ -270,8 +300,10 @@ BEGIN
     )
     SELECT c.job_id, c.soldier_id, c.s_persona_id, c.s_platform, c.s_name, c.resource, c.lane,
            c.priority_class, c.attempt_count, c.lease_token, c.lease_expires_at, c.claimed_at,
-           public.bf4ps_sane_time(c.created_at), c.sane_eligible_at, c.b_class
+           public.bf4ps_sane_time(c.created_at), c.sane_eligible_at, c.b_class,
+           true, 0::bigint, false
     FROM job AS c;
+    PERFORM public.bf4ps_egress_spend(me.egress_key, s.egress_spacing, v_budget_spacing, v_now);
 END;
 $$;
 
@@ -317,7 +349,7 @@ BEGIN
     END IF;
     PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
     PERFORM set_config('synchronous_commit', 'off', true);
-    RETURN QUERY SELECT * FROM public.bf4ps_take_job(p_uuid, p_start, NULL);
+    RETURN QUERY SELECT * FROM public.bf4ps_claim_job(p_uuid, p_start, NULL);
 END;
 $$;
 
@@ -710,6 +742,82 @@ $$;
 
 
 ALTER FUNCTION public.bf4ps_country_ok(code text) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_egress_gate(text, interval, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_budget timestamptz;
+    v_next timestamptz;
+    v_paused timestamptz;
+    v_own timestamptz;
+BEGIN
+    IF p_budget_spacing IS NOT NULL THEN
+        SELECT b.next_slot_at INTO v_budget
+        FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
+    END IF;
+    SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+    FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO public.egress_gates (egress_key, next_slot_at, passes)
+        VALUES (p_key, '-infinity', 0)
+        ON CONFLICT (egress_key) DO NOTHING;
+        SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+        FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+    END IF;
+    claim_at := coalesce(p_now, clock_timestamp());
+    IF p_budget_spacing IS NOT NULL THEN
+        -- This key wants the budget: it counts in everyone's fair share.
+        UPDATE public.egress_gates AS g SET budget_wanted_at = claim_at
+        WHERE g.egress_key = p_key;
+    ELSE
+        v_own := NULL;
+    END IF;
+    -- greatest() ignores NULLs (no pause, budget off).
+    go_at := greatest(v_next, v_paused, v_budget, v_own);
+    paused := coalesce(v_paused > claim_at, false);
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_egress_spend(text, interval, interval, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+DECLARE
+    v_keys bigint;
+BEGIN
+    IF p_budget_spacing IS NOT NULL THEN
+        -- (A paused key wants it but may not use it: not counted.)
+        SELECT count(*) INTO v_keys
+        FROM public.egress_gates AS g
+        WHERE g.budget_wanted_at > p_at - interval '1 minute'
+          AND (g.paused_until IS NULL OR g.paused_until <= p_at);
+        UPDATE public.egress_budget AS b
+        SET next_slot_at = p_at + p_budget_spacing, passes = b.passes + 1, updated_at = p_at
+        WHERE b.singleton;
+    END IF;
+    UPDATE public.egress_gates AS g
+    SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at,
+        budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
+                              ELSE p_at + p_budget_spacing * greatest(v_keys, 1) END
+    WHERE g.egress_key = p_key;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) OWNER TO <migrator>;
 
 --
 -- Name: bf4ps_eta_seconds(bigint, integer, double precision, double precision); Type: FUNCTION; Schema: public; Owner: <migrator>
@@ -1696,25 +1804,366 @@ CREATE FUNCTION public.bf4ps_sane_time(t timestamp with time zone) RETURNS times
 ALTER FUNCTION public.bf4ps_sane_time(t timestamp with time zone) OWNER TO <migrator>;
 
 --
+-- Name: bf4ps_store_detailed(bigint, bigint, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_store_detailed(p_soldier_id bigint, p_persona_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean, OUT history_appended boolean) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v detailed_stats_current;
+BEGIN
+    history_appended := false;
+    -- A detailed document: BF4PS's columns (and the persona it is for,
+    -- which must be the job's), at least one of them.
+    IF NOT ARRAY(SELECT jsonb_object_keys(p_data)) <@ (
+           SELECT array_agg(a.attname::text) || 'persona_id'::text
+           FROM pg_catalog.pg_attribute AS a
+           WHERE a.attrelid = 'public.detailed_stats_current'::regclass
+             AND a.attnum > 0 AND NOT a.attisdropped
+             AND a.attname NOT IN ('soldier_id', 'source_fetched_at', 'updated_at'))
+       OR NOT EXISTS (SELECT 1 FROM jsonb_object_keys(p_data) AS k(key)
+                      WHERE k.key <> 'persona_id')
+       OR (p_data ? 'persona_id'
+           AND (p_data->'persona_id') IS DISTINCT FROM to_jsonb(p_persona_id)) THEN
+        RAISE EXCEPTION 'detailed data must hold detailed_stats_current columns only (and the job''s persona_id)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v := jsonb_populate_record(NULL::detailed_stats_current,
+             p_data - 'soldier_id' - 'source_fetched_at' - 'updated_at');
+    IF EXISTS (SELECT 1 FROM jsonb_each(to_jsonb(v)) AS e
+               WHERE jsonb_typeof(e.value) = 'number' AND (e.value)::text::numeric < 0) THEN
+        RAISE EXCEPTION 'detailed counters must not be negative'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v.soldier_id := p_soldier_id;
+    v.quit_percentage := public.bf4ps_round_half_even((p_data->>'quit_percentage')::numeric, 6);
+    v.longest_headshot := public.bf4ps_round_half_even((p_data->>'longest_headshot')::numeric, 4);
+    IF v.quit_percentage = 'NaN'::numeric OR v.longest_headshot = 'NaN'::numeric THEN
+        RAISE EXCEPTION 'quit_percentage and longest_headshot must be numbers'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v.source_fetched_at := p_now;
+    v.updated_at := p_now;
+    -- History only when a retained (quantized) value differs from the
+    -- latest snapshot.
+    SELECT (to_jsonb(h) - 'snapshot_id' - 'soldier_id' - 'observed_at')
+           IS DISTINCT FROM (to_jsonb(v) - 'soldier_id' - 'source_fetched_at' - 'updated_at')
+      INTO changed
+    FROM public.detailed_stats_history AS h
+    WHERE h.soldier_id = p_soldier_id
+    ORDER BY h.observed_at DESC, h.snapshot_id DESC
+    LIMIT 1;
+    changed := coalesce(changed, true);
+    IF changed THEN
+        INSERT INTO public.detailed_stats_history (soldier_id,
+            rank, time_played_seconds, assault_score, engineer_score, support_score,
+            recon_score, commander_score, squad_score, vehicle_score, award_score,
+            unlock_score, total_score, combat_score, conquest_score, rush_score,
+            team_deathmatch_score, domination_score, obliteration_score, defuse_score,
+            capture_the_flag_score, air_superiority_score, carrier_assault_score,
+            chain_link_score, kills, deaths, kill_assists, wins, losses, shots_fired,
+            shots_hit, repairs, revives, heals, resupplies, avenger_kills, savior_kills,
+            suppression_assists, quit_percentage, flags_captured, flags_defended,
+            dogtags_taken, vehicles_destroyed, vehicle_damage, headshots,
+            longest_headshot, highest_kill_streak, nemesis_kills, highest_nemesis_streak,
+            observed_at)
+        VALUES (v.soldier_id,
+            v.rank, v.time_played_seconds, v.assault_score, v.engineer_score,
+            v.support_score, v.recon_score, v.commander_score, v.squad_score,
+            v.vehicle_score, v.award_score, v.unlock_score, v.total_score,
+            v.combat_score, v.conquest_score, v.rush_score, v.team_deathmatch_score,
+            v.domination_score, v.obliteration_score, v.defuse_score,
+            v.capture_the_flag_score, v.air_superiority_score, v.carrier_assault_score,
+            v.chain_link_score, v.kills, v.deaths, v.kill_assists, v.wins, v.losses,
+            v.shots_fired, v.shots_hit, v.repairs, v.revives, v.heals, v.resupplies,
+            v.avenger_kills, v.savior_kills, v.suppression_assists, v.quit_percentage,
+            v.flags_captured, v.flags_defended, v.dogtags_taken, v.vehicles_destroyed,
+            v.vehicle_damage, v.headshots, v.longest_headshot, v.highest_kill_streak,
+            v.nemesis_kills, v.highest_nemesis_streak,
+            p_now);
+        history_appended := true;
+    END IF;
+    INSERT INTO public.detailed_stats_current AS d
+    SELECT v.*
+    ON CONFLICT (soldier_id) DO UPDATE SET
+            rank = EXCLUDED.rank, time_played_seconds = EXCLUDED.time_played_seconds,
+            assault_score = EXCLUDED.assault_score,
+            engineer_score = EXCLUDED.engineer_score,
+            support_score = EXCLUDED.support_score, recon_score = EXCLUDED.recon_score,
+            commander_score = EXCLUDED.commander_score,
+            squad_score = EXCLUDED.squad_score, vehicle_score = EXCLUDED.vehicle_score,
+            award_score = EXCLUDED.award_score, unlock_score = EXCLUDED.unlock_score,
+            total_score = EXCLUDED.total_score, combat_score = EXCLUDED.combat_score,
+            conquest_score = EXCLUDED.conquest_score, rush_score = EXCLUDED.rush_score,
+            team_deathmatch_score = EXCLUDED.team_deathmatch_score,
+            domination_score = EXCLUDED.domination_score,
+            obliteration_score = EXCLUDED.obliteration_score,
+            defuse_score = EXCLUDED.defuse_score,
+            capture_the_flag_score = EXCLUDED.capture_the_flag_score,
+            air_superiority_score = EXCLUDED.air_superiority_score,
+            carrier_assault_score = EXCLUDED.carrier_assault_score,
+            chain_link_score = EXCLUDED.chain_link_score, kills = EXCLUDED.kills,
+            deaths = EXCLUDED.deaths, kill_assists = EXCLUDED.kill_assists,
+            wins = EXCLUDED.wins, losses = EXCLUDED.losses,
+            shots_fired = EXCLUDED.shots_fired, shots_hit = EXCLUDED.shots_hit,
+            repairs = EXCLUDED.repairs, revives = EXCLUDED.revives,
+            heals = EXCLUDED.heals, resupplies = EXCLUDED.resupplies,
+            avenger_kills = EXCLUDED.avenger_kills,
+            savior_kills = EXCLUDED.savior_kills,
+            suppression_assists = EXCLUDED.suppression_assists,
+            quit_percentage = EXCLUDED.quit_percentage,
+            flags_captured = EXCLUDED.flags_captured,
+            flags_defended = EXCLUDED.flags_defended,
+            dogtags_taken = EXCLUDED.dogtags_taken,
+            vehicles_destroyed = EXCLUDED.vehicles_destroyed,
+            vehicle_damage = EXCLUDED.vehicle_damage, headshots = EXCLUDED.headshots,
+            longest_headshot = EXCLUDED.longest_headshot,
+            highest_kill_streak = EXCLUDED.highest_kill_streak,
+            nemesis_kills = EXCLUDED.nemesis_kills,
+            highest_nemesis_streak = EXCLUDED.highest_nemesis_streak,
+            source_fetched_at = EXCLUDED.source_fetched_at, updated_at = p_now;
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_store_detailed(p_soldier_id bigint, p_persona_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean, OUT history_appended boolean) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_store_profile(bigint, text, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_store_profile(p_soldier_id bigint, p_current_name text, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $_$
+#variable_conflict use_column
+DECLARE
+    v_profile bigint;
+BEGIN
+    -- The account is the soldier's: its user page was fetched by the
+    -- soldier's current name (a lease never writes another account).
+    IF lower(btrim(p_data->>'battlelog_username')) IS DISTINCT FROM lower(btrim(p_current_name)) THEN
+        RAISE EXCEPTION 'a profile is the account of the job''s soldier (battlelog_username = its current name)'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT public.bf4ps_name_ok(p_data->>'battlelog_username', 200)
+       OR (p_data->>'access_state') IS NULL
+       OR (p_data->>'access_state') NOT IN ('public_country', 'public_no_country',
+                                            'friends_only', 'not_found')
+       OR (p_data->>'country_code') !~ '^[A-Z]{2}$'
+       OR length(p_data->>'country_name') > 200 THEN
+        RAISE EXCEPTION 'a profile has a username (1-200 characters), an access_state of public_country, public_no_country, friends_only or not_found, and an upper-case two-letter country_code if any'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT (b.country_code, b.country_name, b.access_state)
+           IS DISTINCT FROM (p_data->>'country_code', p_data->>'country_name',
+                             p_data->>'access_state')
+      INTO changed
+    FROM public.battlelog_profiles AS b
+    WHERE lower(b.battlelog_username) = lower(btrim(p_data->>'battlelog_username'));
+    changed := coalesce(changed, true);
+    INSERT INTO public.battlelog_profiles AS b
+        (battlelog_username, battlelog_user_id, country_code, country_name, access_state,
+         last_checked_at, last_success_at, last_error)
+    VALUES (btrim(p_data->>'battlelog_username'), (p_data->>'battlelog_user_id')::bigint,
+            p_data->>'country_code', p_data->>'country_name', p_data->>'access_state',
+            p_now, p_now, NULL)
+    ON CONFLICT ((lower(battlelog_username))) DO UPDATE
+    SET battlelog_user_id = coalesce(EXCLUDED.battlelog_user_id, b.battlelog_user_id),
+        country_code = EXCLUDED.country_code, country_name = EXCLUDED.country_name,
+        access_state = EXCLUDED.access_state, last_checked_at = p_now,
+        last_success_at = p_now, last_error = NULL, updated_at = p_now
+    RETURNING b.profile_id INTO v_profile;
+    INSERT INTO public.profile_soldiers AS ps (profile_id, soldier_id, first_seen_at, last_seen_at)
+    VALUES (v_profile, p_soldier_id, p_now, p_now)
+    ON CONFLICT (profile_id, soldier_id) DO UPDATE SET last_seen_at = p_now;
+END;
+$_$;
+
+
+ALTER FUNCTION public.bf4ps_store_profile(p_soldier_id bigint, p_current_name text, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_store_vehicles(bigint, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_store_vehicles(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_fresh jsonb;
+BEGIN
+    IF jsonb_typeof(p_data->'vehicles') IS DISTINCT FROM 'array'
+       OR jsonb_array_length(p_data->'vehicles') > 5000 THEN
+        RAISE EXCEPTION 'vehicles must be an array of at most 5000 entries'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_to_recordset(p_data->'vehicles') AS e(
+                   guid text, name text, slug text, category text, kills bigint,
+                   time_in_seconds bigint, destroy_x_in_y bigint)
+               WHERE NOT public.bf4ps_name_ok(e.guid, 200)
+                  OR (e.name IS NOT NULL AND length(e.name) > 500)
+                  OR (e.slug IS NOT NULL AND length(e.slug) > 500)
+                  OR (e.category IS NOT NULL AND length(e.category) > 500)
+                  OR e.kills < 0 OR e.time_in_seconds < 0 OR e.destroy_x_in_y < 0)
+       OR (SELECT count(*) <> count(DISTINCT e->>'guid')
+           FROM jsonb_array_elements(p_data->'vehicles') AS e) THEN
+        RAISE EXCEPTION 'a vehicle has no guid, a guid twice, an overlong text or a negative counter'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'vehicle_catalog' FOR UPDATE;
+    WITH e AS (
+        SELECT x.* FROM jsonb_to_recordset(p_data->'vehicles') AS x(
+            guid text, name text, slug text, category text, kills bigint,
+            time_in_seconds bigint, destroy_x_in_y bigint)
+    ), cat AS (
+        INSERT INTO public.vehicle_catalog AS k
+            (vehicle_guid, name, slug, category, first_seen_at, last_seen_at)
+        SELECT e.guid, coalesce(nullif(btrim(e.name), ''), nullif(btrim(e.slug), ''), e.guid),
+               e.slug, e.category, p_now, p_now
+        FROM e ORDER BY e.guid
+        ON CONFLICT (vehicle_guid) DO UPDATE
+        SET name = EXCLUDED.name, slug = EXCLUDED.slug, category = EXCLUDED.category,
+            last_seen_at = greatest(k.last_seen_at, EXCLUDED.last_seen_at)
+        RETURNING k.vehicle_id, k.vehicle_guid
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'vehicle_id', cat.vehicle_id, 'kills', coalesce(e.kills, 0),
+               'time_in_seconds', coalesce(e.time_in_seconds, 0),
+               'destroy_x_in_y', e.destroy_x_in_y)), '[]')
+      INTO v_fresh
+    FROM e JOIN cat ON cat.vehicle_guid = e.guid;
+    WITH old AS (
+        DELETE FROM public.soldier_vehicle_stats AS w WHERE w.soldier_id = p_soldier_id
+        RETURNING w.vehicle_id, w.kills, w.time_in_seconds, w.destroy_x_in_y
+    ), fresh AS (
+        SELECT f.* FROM jsonb_to_recordset(v_fresh) AS f(
+            vehicle_id bigint, kills bigint, time_in_seconds bigint, destroy_x_in_y bigint)
+    )
+    SELECT EXISTS ((SELECT * FROM old EXCEPT SELECT * FROM fresh)
+                   UNION ALL (SELECT * FROM fresh EXCEPT SELECT * FROM old))
+      INTO changed;
+    INSERT INTO public.soldier_vehicle_stats
+        (soldier_id, vehicle_id, kills, time_in_seconds, destroy_x_in_y,
+         source_fetched_at, updated_at)
+    SELECT p_soldier_id, f.vehicle_id, f.kills, f.time_in_seconds, f.destroy_x_in_y,
+           p_now, p_now
+    FROM jsonb_to_recordset(v_fresh) AS f(
+        vehicle_id bigint, kills bigint, time_in_seconds bigint, destroy_x_in_y bigint);
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_store_vehicles(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_store_weapons(bigint, jsonb, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_store_weapons(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_fresh jsonb;
+BEGIN
+    IF jsonb_typeof(p_data->'weapons') IS DISTINCT FROM 'array'
+       OR jsonb_array_length(p_data->'weapons') > 5000 THEN
+        RAISE EXCEPTION 'weapons must be an array of at most 5000 entries'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF EXISTS (SELECT 1 FROM jsonb_to_recordset(p_data->'weapons') AS e(
+                   guid text, name text, slug text, category text, kills bigint,
+                   headshots bigint, shots_fired bigint, shots_hit bigint,
+                   time_equipped_seconds bigint)
+               WHERE NOT public.bf4ps_name_ok(e.guid, 200)
+                  OR (e.name IS NOT NULL AND length(e.name) > 500)
+                  OR (e.slug IS NOT NULL AND length(e.slug) > 500)
+                  OR (e.category IS NOT NULL AND length(e.category) > 500)
+                  OR e.kills < 0 OR e.headshots < 0 OR e.shots_fired < 0
+                  OR e.shots_hit < 0 OR e.time_equipped_seconds < 0)
+       OR (SELECT count(*) <> count(DISTINCT e->>'guid')
+           FROM jsonb_array_elements(p_data->'weapons') AS e) THEN
+        RAISE EXCEPTION 'a weapon has no guid, a guid twice, an overlong text or a negative counter'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- One catalog writer at a time, guids in order.
+    PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'weapon_catalog' FOR UPDATE;
+    WITH e AS (
+        SELECT x.* FROM jsonb_to_recordset(p_data->'weapons') AS x(
+            guid text, name text, slug text, category text, kills bigint,
+            headshots bigint, shots_fired bigint, shots_hit bigint,
+            time_equipped_seconds bigint)
+    ), cat AS (
+        INSERT INTO public.weapon_catalog AS k
+            (weapon_guid, name, slug, category, first_seen_at, last_seen_at)
+        SELECT e.guid, coalesce(nullif(btrim(e.name), ''), nullif(btrim(e.slug), ''), e.guid),
+               e.slug, e.category, p_now, p_now
+        FROM e ORDER BY e.guid
+        ON CONFLICT (weapon_guid) DO UPDATE
+        SET name = EXCLUDED.name, slug = EXCLUDED.slug, category = EXCLUDED.category,
+            last_seen_at = greatest(k.last_seen_at, EXCLUDED.last_seen_at)
+        RETURNING k.weapon_id, k.weapon_guid
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+               'weapon_id', cat.weapon_id, 'kills', coalesce(e.kills, 0),
+               'headshots', coalesce(e.headshots, 0),
+               'shots_fired', coalesce(e.shots_fired, 0),
+               'shots_hit', coalesce(e.shots_hit, 0),
+               'time_equipped_seconds', coalesce(e.time_equipped_seconds, 0))), '[]')
+      INTO v_fresh
+    FROM e JOIN cat ON cat.weapon_guid = e.guid;
+    -- The soldier's set, replaced as a whole (the old rows first, then
+    -- the new: one key is never deleted and inserted by one statement).
+    WITH old AS (
+        DELETE FROM public.soldier_weapon_stats AS w WHERE w.soldier_id = p_soldier_id
+        RETURNING w.weapon_id, w.kills, w.headshots, w.shots_fired, w.shots_hit,
+                  w.time_equipped_seconds
+    ), fresh AS (
+        SELECT f.* FROM jsonb_to_recordset(v_fresh) AS f(
+            weapon_id bigint, kills bigint, headshots bigint, shots_fired bigint,
+            shots_hit bigint, time_equipped_seconds bigint)
+    )
+    SELECT EXISTS ((SELECT * FROM old EXCEPT SELECT * FROM fresh)
+                   UNION ALL (SELECT * FROM fresh EXCEPT SELECT * FROM old))
+      INTO changed;
+    INSERT INTO public.soldier_weapon_stats
+        (soldier_id, weapon_id, kills, headshots, shots_fired, shots_hit,
+         time_equipped_seconds, source_fetched_at, updated_at)
+    SELECT p_soldier_id, f.weapon_id, f.kills, f.headshots, f.shots_fired, f.shots_hit,
+           f.time_equipped_seconds, p_now, p_now
+    FROM jsonb_to_recordset(v_fresh) AS f(
+        weapon_id bigint, kills bigint, headshots bigint, shots_fired bigint,
+        shots_hit bigint, time_equipped_seconds bigint);
+END;
+$$;
+
+
+ALTER FUNCTION public.bf4ps_store_weapons(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) OWNER TO <migrator>;
+
+--
 -- Name: bf4ps_succeed_job(uuid, bigint, uuid, jsonb, bigint, integer, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
 CREATE FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) RETURNS TABLE(changed boolean, history_appended boolean, previous_success_at timestamp with time zone, next_due_at timestamp with time zone)
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $_$
+    AS $$
 #variable_conflict use_column
 DECLARE
     j record;
-    v detailed_stats_current;
     v_changed boolean;
     v_hist boolean := false;
     v_prev timestamptz;
     v_next timestamptz;
     v_state text := 'success';
     v_cadence interval;
-    v_profile bigint;
-    v_fresh jsonb;
 BEGIN
     IF p_duration_ms IS NULL OR p_duration_ms < 0 OR p_duration_ms > 86400000 THEN
         RAISE EXCEPTION 'duration_ms must be 0-86400000 (got %)', coalesce(p_duration_ms::text, 'NULL')
@@ -1751,283 +2200,17 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    IF j.resource = 'detailed' THEN
-        -- A detailed document: BF4PS's columns (and the persona it is for,
-        -- which must be the job's), at least one of them.
-        IF NOT ARRAY(SELECT jsonb_object_keys(p_data)) <@ (
-               SELECT array_agg(a.attname::text) || 'persona_id'::text
-               FROM pg_catalog.pg_attribute AS a
-               WHERE a.attrelid = 'public.detailed_stats_current'::regclass
-                 AND a.attnum > 0 AND NOT a.attisdropped
-                 AND a.attname NOT IN ('soldier_id', 'source_fetched_at', 'updated_at'))
-           OR NOT EXISTS (SELECT 1 FROM jsonb_object_keys(p_data) AS k(key)
-                          WHERE k.key <> 'persona_id')
-           OR (p_data ? 'persona_id'
-               AND (p_data->'persona_id') IS DISTINCT FROM to_jsonb(j.persona_id)) THEN
-            RAISE EXCEPTION 'detailed data must hold detailed_stats_current columns only (and the job''s persona_id)'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        v := jsonb_populate_record(NULL::detailed_stats_current,
-                 p_data - 'soldier_id' - 'source_fetched_at' - 'updated_at');
-        IF EXISTS (SELECT 1 FROM jsonb_each(to_jsonb(v)) AS e
-                   WHERE jsonb_typeof(e.value) = 'number' AND (e.value)::text::numeric < 0) THEN
-            RAISE EXCEPTION 'detailed counters must not be negative'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        v.soldier_id := j.soldier_id;
-        v.quit_percentage := public.bf4ps_round_half_even((p_data->>'quit_percentage')::numeric, 6);
-        v.longest_headshot := public.bf4ps_round_half_even((p_data->>'longest_headshot')::numeric, 4);
-        IF v.quit_percentage = 'NaN'::numeric OR v.longest_headshot = 'NaN'::numeric THEN
-            RAISE EXCEPTION 'quit_percentage and longest_headshot must be numbers'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        v.source_fetched_at := p_now;
-        v.updated_at := p_now;
-        -- History only when a retained (quantized) value differs from the
-        -- latest snapshot.
-        SELECT (to_jsonb(h) - 'snapshot_id' - 'soldier_id' - 'observed_at')
-               IS DISTINCT FROM (to_jsonb(v) - 'soldier_id' - 'source_fetched_at' - 'updated_at')
-          INTO v_changed
-        FROM public.detailed_stats_history AS h
-        WHERE h.soldier_id = j.soldier_id
-        ORDER BY h.observed_at DESC, h.snapshot_id DESC
-        LIMIT 1;
-        v_changed := coalesce(v_changed, true);
-        IF v_changed THEN
-            INSERT INTO public.detailed_stats_history (soldier_id,
-                rank, time_played_seconds, assault_score, engineer_score, support_score,
-                recon_score, commander_score, squad_score, vehicle_score, award_score,
-                unlock_score, total_score, combat_score, conquest_score, rush_score,
-                team_deathmatch_score, domination_score, obliteration_score, defuse_score,
-                capture_the_flag_score, air_superiority_score, carrier_assault_score,
-                chain_link_score, kills, deaths, kill_assists, wins, losses, shots_fired,
-                shots_hit, repairs, revives, heals, resupplies, avenger_kills, savior_kills,
-                suppression_assists, quit_percentage, flags_captured, flags_defended,
-                dogtags_taken, vehicles_destroyed, vehicle_damage, headshots,
-                longest_headshot, highest_kill_streak, nemesis_kills, highest_nemesis_streak,
-                observed_at)
-            VALUES (v.soldier_id,
-                v.rank, v.time_played_seconds, v.assault_score, v.engineer_score,
-                v.support_score, v.recon_score, v.commander_score, v.squad_score,
-                v.vehicle_score, v.award_score, v.unlock_score, v.total_score,
-                v.combat_score, v.conquest_score, v.rush_score, v.team_deathmatch_score,
-                v.domination_score, v.obliteration_score, v.defuse_score,
-                v.capture_the_flag_score, v.air_superiority_score, v.carrier_assault_score,
-                v.chain_link_score, v.kills, v.deaths, v.kill_assists, v.wins, v.losses,
-                v.shots_fired, v.shots_hit, v.repairs, v.revives, v.heals, v.resupplies,
-                v.avenger_kills, v.savior_kills, v.suppression_assists, v.quit_percentage,
-                v.flags_captured, v.flags_defended, v.dogtags_taken, v.vehicles_destroyed,
-                v.vehicle_damage, v.headshots, v.longest_headshot, v.highest_kill_streak,
-                v.nemesis_kills, v.highest_nemesis_streak,
-                p_now);
-            v_hist := true;
-        END IF;
-        INSERT INTO public.detailed_stats_current AS d
-        SELECT v.*
-        ON CONFLICT (soldier_id) DO UPDATE SET
-                rank = EXCLUDED.rank, time_played_seconds = EXCLUDED.time_played_seconds,
-                assault_score = EXCLUDED.assault_score,
-                engineer_score = EXCLUDED.engineer_score,
-                support_score = EXCLUDED.support_score, recon_score = EXCLUDED.recon_score,
-                commander_score = EXCLUDED.commander_score,
-                squad_score = EXCLUDED.squad_score, vehicle_score = EXCLUDED.vehicle_score,
-                award_score = EXCLUDED.award_score, unlock_score = EXCLUDED.unlock_score,
-                total_score = EXCLUDED.total_score, combat_score = EXCLUDED.combat_score,
-                conquest_score = EXCLUDED.conquest_score, rush_score = EXCLUDED.rush_score,
-                team_deathmatch_score = EXCLUDED.team_deathmatch_score,
-                domination_score = EXCLUDED.domination_score,
-                obliteration_score = EXCLUDED.obliteration_score,
-                defuse_score = EXCLUDED.defuse_score,
-                capture_the_flag_score = EXCLUDED.capture_the_flag_score,
-                air_superiority_score = EXCLUDED.air_superiority_score,
-                carrier_assault_score = EXCLUDED.carrier_assault_score,
-                chain_link_score = EXCLUDED.chain_link_score, kills = EXCLUDED.kills,
-                deaths = EXCLUDED.deaths, kill_assists = EXCLUDED.kill_assists,
-                wins = EXCLUDED.wins, losses = EXCLUDED.losses,
-                shots_fired = EXCLUDED.shots_fired, shots_hit = EXCLUDED.shots_hit,
-                repairs = EXCLUDED.repairs, revives = EXCLUDED.revives,
-                heals = EXCLUDED.heals, resupplies = EXCLUDED.resupplies,
-                avenger_kills = EXCLUDED.avenger_kills,
-                savior_kills = EXCLUDED.savior_kills,
-                suppression_assists = EXCLUDED.suppression_assists,
-                quit_percentage = EXCLUDED.quit_percentage,
-                flags_captured = EXCLUDED.flags_captured,
-                flags_defended = EXCLUDED.flags_defended,
-                dogtags_taken = EXCLUDED.dogtags_taken,
-                vehicles_destroyed = EXCLUDED.vehicles_destroyed,
-                vehicle_damage = EXCLUDED.vehicle_damage, headshots = EXCLUDED.headshots,
-                longest_headshot = EXCLUDED.longest_headshot,
-                highest_kill_streak = EXCLUDED.highest_kill_streak,
-                nemesis_kills = EXCLUDED.nemesis_kills,
-                highest_nemesis_streak = EXCLUDED.highest_nemesis_streak,
-                source_fetched_at = EXCLUDED.source_fetched_at, updated_at = p_now;
-    ELSIF j.resource = 'weapons' THEN
-        IF jsonb_typeof(p_data->'weapons') IS DISTINCT FROM 'array'
-           OR jsonb_array_length(p_data->'weapons') > 5000 THEN
-            RAISE EXCEPTION 'weapons must be an array of at most 5000 entries'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF EXISTS (SELECT 1 FROM jsonb_to_recordset(p_data->'weapons') AS e(
-                       guid text, name text, slug text, category text, kills bigint,
-                       headshots bigint, shots_fired bigint, shots_hit bigint,
-                       time_equipped_seconds bigint)
-                   WHERE NOT public.bf4ps_name_ok(e.guid, 200)
-                      OR (e.name IS NOT NULL AND length(e.name) > 500)
-                      OR (e.slug IS NOT NULL AND length(e.slug) > 500)
-                      OR (e.category IS NOT NULL AND length(e.category) > 500)
-                      OR e.kills < 0 OR e.headshots < 0 OR e.shots_fired < 0
-                      OR e.shots_hit < 0 OR e.time_equipped_seconds < 0)
-           OR (SELECT count(*) <> count(DISTINCT e->>'guid')
-               FROM jsonb_array_elements(p_data->'weapons') AS e) THEN
-            RAISE EXCEPTION 'a weapon has no guid, a guid twice, an overlong text or a negative counter'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        -- One catalog writer at a time, guids in order.
-        PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'weapon_catalog' FOR UPDATE;
-        WITH e AS (
-            SELECT x.* FROM jsonb_to_recordset(p_data->'weapons') AS x(
-                guid text, name text, slug text, category text, kills bigint,
-                headshots bigint, shots_fired bigint, shots_hit bigint,
-                time_equipped_seconds bigint)
-        ), cat AS (
-            INSERT INTO public.weapon_catalog AS k
-                (weapon_guid, name, slug, category, first_seen_at, last_seen_at)
-            SELECT e.guid, coalesce(nullif(btrim(e.name), ''), nullif(btrim(e.slug), ''), e.guid),
-                   e.slug, e.category, p_now, p_now
-            FROM e ORDER BY e.guid
-            ON CONFLICT (weapon_guid) DO UPDATE
-            SET name = EXCLUDED.name, slug = EXCLUDED.slug, category = EXCLUDED.category,
-                last_seen_at = greatest(k.last_seen_at, EXCLUDED.last_seen_at)
-            RETURNING k.weapon_id, k.weapon_guid
-        )
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'weapon_id', cat.weapon_id, 'kills', coalesce(e.kills, 0),
-                   'headshots', coalesce(e.headshots, 0),
-                   'shots_fired', coalesce(e.shots_fired, 0),
-                   'shots_hit', coalesce(e.shots_hit, 0),
-                   'time_equipped_seconds', coalesce(e.time_equipped_seconds, 0))), '[]')
-          INTO v_fresh
-        FROM e JOIN cat ON cat.weapon_guid = e.guid;
-        -- The soldier's set, replaced as a whole (the old rows first, then
-        -- the new: one key is never deleted and inserted by one statement).
-        WITH old AS (
-            DELETE FROM public.soldier_weapon_stats AS w WHERE w.soldier_id = j.soldier_id
-            RETURNING w.weapon_id, w.kills, w.headshots, w.shots_fired, w.shots_hit,
-                      w.time_equipped_seconds
-        ), fresh AS (
-            SELECT f.* FROM jsonb_to_recordset(v_fresh) AS f(
-                weapon_id bigint, kills bigint, headshots bigint, shots_fired bigint,
-                shots_hit bigint, time_equipped_seconds bigint)
-        )
-        SELECT EXISTS ((SELECT * FROM old EXCEPT SELECT * FROM fresh)
-                       UNION ALL (SELECT * FROM fresh EXCEPT SELECT * FROM old))
-          INTO v_changed;
-        INSERT INTO public.soldier_weapon_stats
-            (soldier_id, weapon_id, kills, headshots, shots_fired, shots_hit,
-             time_equipped_seconds, source_fetched_at, updated_at)
-        SELECT j.soldier_id, f.weapon_id, f.kills, f.headshots, f.shots_fired, f.shots_hit,
-               f.time_equipped_seconds, p_now, p_now
-        FROM jsonb_to_recordset(v_fresh) AS f(
-            weapon_id bigint, kills bigint, headshots bigint, shots_fired bigint,
-            shots_hit bigint, time_equipped_seconds bigint);
-    ELSIF j.resource = 'vehicles' THEN
-        IF jsonb_typeof(p_data->'vehicles') IS DISTINCT FROM 'array'
-           OR jsonb_array_length(p_data->'vehicles') > 5000 THEN
-            RAISE EXCEPTION 'vehicles must be an array of at most 5000 entries'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF EXISTS (SELECT 1 FROM jsonb_to_recordset(p_data->'vehicles') AS e(
-                       guid text, name text, slug text, category text, kills bigint,
-                       time_in_seconds bigint, destroy_x_in_y bigint)
-                   WHERE NOT public.bf4ps_name_ok(e.guid, 200)
-                      OR (e.name IS NOT NULL AND length(e.name) > 500)
-                      OR (e.slug IS NOT NULL AND length(e.slug) > 500)
-                      OR (e.category IS NOT NULL AND length(e.category) > 500)
-                      OR e.kills < 0 OR e.time_in_seconds < 0 OR e.destroy_x_in_y < 0)
-           OR (SELECT count(*) <> count(DISTINCT e->>'guid')
-               FROM jsonb_array_elements(p_data->'vehicles') AS e) THEN
-            RAISE EXCEPTION 'a vehicle has no guid, a guid twice, an overlong text or a negative counter'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'vehicle_catalog' FOR UPDATE;
-        WITH e AS (
-            SELECT x.* FROM jsonb_to_recordset(p_data->'vehicles') AS x(
-                guid text, name text, slug text, category text, kills bigint,
-                time_in_seconds bigint, destroy_x_in_y bigint)
-        ), cat AS (
-            INSERT INTO public.vehicle_catalog AS k
-                (vehicle_guid, name, slug, category, first_seen_at, last_seen_at)
-            SELECT e.guid, coalesce(nullif(btrim(e.name), ''), nullif(btrim(e.slug), ''), e.guid),
-                   e.slug, e.category, p_now, p_now
-            FROM e ORDER BY e.guid
-            ON CONFLICT (vehicle_guid) DO UPDATE
-            SET name = EXCLUDED.name, slug = EXCLUDED.slug, category = EXCLUDED.category,
-                last_seen_at = greatest(k.last_seen_at, EXCLUDED.last_seen_at)
-            RETURNING k.vehicle_id, k.vehicle_guid
-        )
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-                   'vehicle_id', cat.vehicle_id, 'kills', coalesce(e.kills, 0),
-                   'time_in_seconds', coalesce(e.time_in_seconds, 0),
-                   'destroy_x_in_y', e.destroy_x_in_y)), '[]')
-          INTO v_fresh
-        FROM e JOIN cat ON cat.vehicle_guid = e.guid;
-        WITH old AS (
-            DELETE FROM public.soldier_vehicle_stats AS w WHERE w.soldier_id = j.soldier_id
-            RETURNING w.vehicle_id, w.kills, w.time_in_seconds, w.destroy_x_in_y
-        ), fresh AS (
-            SELECT f.* FROM jsonb_to_recordset(v_fresh) AS f(
-                vehicle_id bigint, kills bigint, time_in_seconds bigint, destroy_x_in_y bigint)
-        )
-        SELECT EXISTS ((SELECT * FROM old EXCEPT SELECT * FROM fresh)
-                       UNION ALL (SELECT * FROM fresh EXCEPT SELECT * FROM old))
-          INTO v_changed;
-        INSERT INTO public.soldier_vehicle_stats
-            (soldier_id, vehicle_id, kills, time_in_seconds, destroy_x_in_y,
-             source_fetched_at, updated_at)
-        SELECT j.soldier_id, f.vehicle_id, f.kills, f.time_in_seconds, f.destroy_x_in_y,
-               p_now, p_now
-        FROM jsonb_to_recordset(v_fresh) AS f(
-            vehicle_id bigint, kills bigint, time_in_seconds bigint, destroy_x_in_y bigint);
-    ELSE
-        -- profile: the Battlelog account behind the soldier.
-        -- The account is the soldier's: its user page was fetched by the
-        -- soldier's current name (a lease never writes another account).
-        IF lower(btrim(p_data->>'battlelog_username')) IS DISTINCT FROM lower(btrim(j.current_name)) THEN
-            RAISE EXCEPTION 'a profile is the account of the job''s soldier (battlelog_username = its current name)'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF NOT public.bf4ps_name_ok(p_data->>'battlelog_username', 200)
-           OR (p_data->>'access_state') IS NULL
-           OR (p_data->>'access_state') NOT IN ('public_country', 'public_no_country',
-                                                'friends_only', 'not_found')
-           OR (p_data->>'country_code') !~ '^[A-Z]{2}$'
-           OR length(p_data->>'country_name') > 200 THEN
-            RAISE EXCEPTION 'a profile has a username (1-200 characters), an access_state of public_country, public_no_country, friends_only or not_found, and an upper-case two-letter country_code if any'
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        SELECT (b.country_code, b.country_name, b.access_state)
-               IS DISTINCT FROM (p_data->>'country_code', p_data->>'country_name',
-                                 p_data->>'access_state')
-          INTO v_changed
-        FROM public.battlelog_profiles AS b
-        WHERE lower(b.battlelog_username) = lower(btrim(p_data->>'battlelog_username'));
-        v_changed := coalesce(v_changed, true);
-        INSERT INTO public.battlelog_profiles AS b
-            (battlelog_username, battlelog_user_id, country_code, country_name, access_state,
-             last_checked_at, last_success_at, last_error)
-        VALUES (btrim(p_data->>'battlelog_username'), (p_data->>'battlelog_user_id')::bigint,
-                p_data->>'country_code', p_data->>'country_name', p_data->>'access_state',
-                p_now, p_now, NULL)
-        ON CONFLICT ((lower(battlelog_username))) DO UPDATE
-        SET battlelog_user_id = coalesce(EXCLUDED.battlelog_user_id, b.battlelog_user_id),
-            country_code = EXCLUDED.country_code, country_name = EXCLUDED.country_name,
-            access_state = EXCLUDED.access_state, last_checked_at = p_now,
-            last_success_at = p_now, last_error = NULL, updated_at = p_now
-        RETURNING b.profile_id INTO v_profile;
-        INSERT INTO public.profile_soldiers AS ps (profile_id, soldier_id, first_seen_at, last_seen_at)
-        VALUES (v_profile, j.soldier_id, p_now, p_now)
-        ON CONFLICT (profile_id, soldier_id) DO UPDATE SET last_seen_at = p_now;
-    END IF;
+    CASE j.resource
+        WHEN 'detailed' THEN
+            SELECT x.changed, x.history_appended INTO v_changed, v_hist
+            FROM public.bf4ps_store_detailed(j.soldier_id, j.persona_id, p_data, p_now) AS x;
+        WHEN 'weapons' THEN
+            v_changed := public.bf4ps_store_weapons(j.soldier_id, p_data, p_now);
+        WHEN 'vehicles' THEN
+            v_changed := public.bf4ps_store_vehicles(j.soldier_id, p_data, p_now);
+        ELSE
+            v_changed := public.bf4ps_store_profile(j.soldier_id, j.current_name, p_data, p_now);
+    END CASE;
 
     SELECT CASE j.resource WHEN 'detailed' THEN s.refresh_detailed
                            WHEN 'profile' THEN s.refresh_profile
@@ -2070,117 +2253,10 @@ BEGIN
     next_due_at := v_next;
     RETURN NEXT;
 END;
-$_$;
-
-
-ALTER FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) OWNER TO <migrator>;
-
---
--- Name: bf4ps_take_job(uuid, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
---
-
-CREATE FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) RETURNS TABLE(job_id bigint, soldier_id bigint, persona_id bigint, platform text, soldier_name text, resource text, lane text, priority_class text, attempt_count integer, lease_token uuid, lease_expires_at timestamp with time zone, claimed_at timestamp with time zone, created_at timestamp with time zone, eligible_at timestamp with time zone, budget_class text, granted boolean, wait_us bigint, paused boolean)
-    LANGUAGE plpgsql
-    SET search_path TO 'pg_catalog', 'public', 'pg_temp'
-    AS $$
-#variable_conflict use_column
-DECLARE
-    v_key text;
-    v_lane text;
-    v_spacing interval;
-    v_budget_spacing interval;
-    v_budget timestamptz;
-    v_next timestamptz;
-    v_paused timestamptz;
-    v_own timestamptz;
-    v_at timestamptz;
-    v_now timestamptz;
-    v_keys bigint;
-    v_held bigint;
-BEGIN
-    SELECT c.egress_key, c.lane, c.current_job_id INTO v_key, v_lane, v_held
-    FROM public.collectors AS c
-    WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    IF v_held IS NOT NULL THEN
-        -- A collector claims only when it holds nothing, so the job the
-        -- database says it holds is not held: the database went back in
-        -- time (a restore, a failover that lost its tail) or the answer to
-        -- an earlier claim was lost. That lease ends now (the monitor
-        -- returns the job with lease_expired + reclaimed) and the caller
-        -- claims at once.
-        UPDATE public.collection_jobs AS j
-        SET lease_expires_at = least(j.lease_expires_at, clock_timestamp()),
-            updated_at = clock_timestamp()
-        WHERE j.job_id = v_held AND j.collector_uuid = p_uuid
-          AND j.status IN ('claimed', 'running');
-        UPDATE public.collectors AS c SET current_job_id = NULL, updated_at = clock_timestamp()
-        WHERE c.collector_uuid = p_uuid AND c.current_job_id = v_held;
-    END IF;
-    SELECT s.egress_spacing, CASE WHEN v_lane = 'background' THEN s.budget_spacing END
-      INTO v_spacing, v_budget_spacing
-    FROM public.scheduling_settings AS s;
-    IF v_budget_spacing IS NOT NULL THEN
-        SELECT b.next_slot_at INTO v_budget
-        FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
-    END IF;
-    SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-    FROM public.egress_gates AS g WHERE g.egress_key = v_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO public.egress_gates (egress_key, next_slot_at, passes)
-        VALUES (v_key, '-infinity', 0)
-        ON CONFLICT (egress_key) DO NOTHING;
-        SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-        FROM public.egress_gates AS g WHERE g.egress_key = v_key FOR UPDATE;
-    END IF;
-    v_now := coalesce(p_now, clock_timestamp());
-    IF v_budget_spacing IS NOT NULL THEN
-        -- This key wants the budget: it counts in everyone's fair share.
-        UPDATE public.egress_gates AS g SET budget_wanted_at = v_now
-        WHERE g.egress_key = v_key;
-    ELSE
-        v_own := NULL;
-    END IF;
-    -- greatest() ignores NULLs (no pause, budget off).
-    v_at := greatest(v_next, v_paused, v_budget, v_own);
-    IF v_at > v_now THEN
-        RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text,
-            NULL::text, NULL::text, NULL::text, NULL::integer, NULL::uuid, NULL::timestamptz,
-            NULL::timestamptz, NULL::timestamptz, NULL::timestamptz, NULL::text, false,
-            CASE WHEN v_at >= v_now + interval '1 day' THEN 86400000000::bigint
-                 ELSE ceil(extract(epoch FROM v_at - v_now) * 1000000)::bigint END,
-            coalesce(v_paused > v_now, false);
-        RETURN;
-    END IF;
-    RETURN QUERY
-    SELECT c.*, true, 0::bigint, false
-    FROM public.bf4ps_claim_job(p_uuid, p_start, v_now) AS c;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    -- The grant, spent by this claim.
-    IF v_budget_spacing IS NOT NULL THEN
-        -- (A paused key wants it but may not use it: not counted.)
-        SELECT count(*) INTO v_keys
-        FROM public.egress_gates AS g
-        WHERE g.budget_wanted_at > v_now - interval '1 minute'
-          AND (g.paused_until IS NULL OR g.paused_until <= v_now);
-        UPDATE public.egress_budget AS b
-        SET next_slot_at = v_now + v_budget_spacing, passes = b.passes + 1, updated_at = v_now
-        WHERE b.singleton;
-    END IF;
-    UPDATE public.egress_gates AS g
-    SET next_slot_at = v_now + v_spacing, passes = g.passes + 1, updated_at = v_now,
-        budget_next_at = CASE WHEN v_budget_spacing IS NULL THEN g.budget_next_at
-                              ELSE v_now + v_budget_spacing * greatest(v_keys, 1) END
-    WHERE g.egress_key = v_key;
-END;
 $$;
 
 
-ALTER FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) OWNER TO <migrator>;
+ALTER FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) OWNER TO <migrator>;
 
 SET default_tablespace = '';
 
@@ -4226,6 +4302,22 @@ GRANT ALL ON FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid,
 
 
 --
+-- Name: FUNCTION bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) TO bf4ps_definer;
+
+
+--
+-- Name: FUNCTION bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) TO bf4ps_definer;
+
+
+--
 -- Name: FUNCTION bf4ps_fail_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_error_class text, p_http_status integer, p_message text, p_duration_ms bigint, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
 --
 
@@ -4306,19 +4398,43 @@ GRANT ALL ON FUNCTION public.bf4ps_request_refresh(platform text, persona_id big
 
 
 --
+-- Name: FUNCTION bf4ps_store_detailed(p_soldier_id bigint, p_persona_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean, OUT history_appended boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_store_detailed(p_soldier_id bigint, p_persona_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean, OUT history_appended boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_store_detailed(p_soldier_id bigint, p_persona_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean, OUT history_appended boolean) TO bf4ps_definer;
+
+
+--
+-- Name: FUNCTION bf4ps_store_profile(p_soldier_id bigint, p_current_name text, p_data jsonb, p_now timestamp with time zone, OUT changed boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_store_profile(p_soldier_id bigint, p_current_name text, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_store_profile(p_soldier_id bigint, p_current_name text, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) TO bf4ps_definer;
+
+
+--
+-- Name: FUNCTION bf4ps_store_vehicles(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_store_vehicles(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_store_vehicles(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) TO bf4ps_definer;
+
+
+--
+-- Name: FUNCTION bf4ps_store_weapons(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_store_weapons(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_store_weapons(p_soldier_id bigint, p_data jsonb, p_now timestamp with time zone, OUT changed boolean) TO bf4ps_definer;
+
+
+--
 -- Name: FUNCTION bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
 --
 
 REVOKE ALL ON FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.bf4ps_succeed_job(p_uuid uuid, p_job_id bigint, p_lease_token uuid, p_data jsonb, p_duration_ms bigint, p_http_status integer, p_now timestamp with time zone) TO bf4ps_definer;
-
-
---
--- Name: FUNCTION bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
---
-
-REVOKE ALL ON FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_take_job(p_uuid uuid, p_start boolean, p_now timestamp with time zone) TO bf4ps_definer;
 
 
 --

@@ -1,4 +1,4 @@
--- The collector's claim (bf4ps_take_job on the database's clock: the grant
+-- The collector's claim (bf4ps_claim_job on the database's clock: the grant
 -- and the claim in one statement), for the incarnation holding `p_secret`;
 -- it commits without waiting for the WAL flush (losing it in a crash loses
 -- the claim and its grant whole; recovery returns the job). Rows: none
@@ -43,6 +43,6 @@ BEGIN
     END IF;
     PERFORM @schema@.bf4ps_collector_check_secret(p_uuid, p_secret);
     PERFORM set_config('synchronous_commit', 'off', true);
-    RETURN QUERY SELECT * FROM @schema@.bf4ps_take_job(p_uuid, p_start, NULL);
+    RETURN QUERY SELECT * FROM @schema@.bf4ps_claim_job(p_uuid, p_start, NULL);
 END;
 $$;

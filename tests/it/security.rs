@@ -376,9 +376,11 @@ async fn role_privileges_are_exactly_the_documented_ones(_: PgPoolOptions, opts:
          WHERE p.pronamespace = current_schema()::regnamespace
            AND r.rolname IN ('bf4ps_collector', 'bf4ps_website', 'bf4ps_reader')
            AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
-           AND (p.prosecdef OR p.proname IN ('bf4ps_claim_job',
-                                              'bf4ps_take_job', 'bf4ps_check_document',
-                                              'bf4ps_succeed_job', 'bf4ps_fail_job',
+           AND (p.prosecdef OR p.proname IN ('bf4ps_claim_job', 'bf4ps_egress_gate',
+                                              'bf4ps_egress_spend', 'bf4ps_check_document',
+                                              'bf4ps_succeed_job', 'bf4ps_store_detailed',
+                                              'bf4ps_store_weapons', 'bf4ps_store_vehicles',
+                                              'bf4ps_store_profile', 'bf4ps_fail_job',
                                               'bf4ps_record_outcome'))
            AND p.prorettype <> 'trigger'::regtype
          ORDER BY 1, 2",

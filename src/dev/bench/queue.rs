@@ -386,6 +386,9 @@ async fn claim_scenario(
 ) -> Result<Report, BenchError> {
     seed_jobs(&db.pool, jobs, Lane::Background, 0).await?;
     if before_0019 {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(claim_job_0018()?))
+            .execute(&db.pool)
+            .await?;
         sqlx::raw_sql(include_str!("claim_0018.sql"))
             .execute(&db.pool)
             .await?;
@@ -449,6 +452,26 @@ async fn claim_scenario(
     .figure("jobs_per_s", total as f64 / secs)
     .figure("commits_per_s", 2.0 * total as f64 / secs)
     .figure("events_per_s", events as f64 / secs))
+}
+
+/// The claim without its grant, as released migration 0014 defined it
+/// (the grant moved into it in 0019; 0023 made them one function): its text
+/// taken from the embedded migration, created as `bench_claim_job_0018`.
+fn claim_job_0018() -> Result<String, BenchError> {
+    let released = crate::db::MIGRATOR
+        .iter()
+        .find(|m| m.version == 14)
+        .ok_or_else(|| other("migration 0014 is not embedded"))?;
+    let sql: &str = released.sql.as_str();
+    let start = sql
+        .find("CREATE FUNCTION @schema@.bf4ps_claim_job(")
+        .ok_or_else(|| other("migration 0014 defines no bf4ps_claim_job"))?;
+    let end = sql[start..]
+        .find("\n$$;\n")
+        .ok_or_else(|| other("bf4ps_claim_job of 0014 has no end"))?;
+    Ok(sql[start..start + end + 4]
+        .replace("@schema@.bf4ps_claim_job(", "public.bench_claim_job_0018(")
+        .replace("@schema@", "public"))
 }
 
 /// One claim through the reference (`claim_0018.sql`): the claim as it was

@@ -2,7 +2,7 @@
 //! simulation on a virtual clock that drives the real SQL: the feeder
 //! ([`Feeder::run_once_at`], both policies), the claim with its egress
 //! grant, the fleet budget, the keys' fair shares and the budget's class
-//! shares (`bf4ps_take_job`) and the finalizations (`bf4ps_succeed_job`,
+//! shares (`bf4ps_claim_job`) and the finalizations (`bf4ps_succeed_job`,
 //! `bf4ps_fail_job`, BF4PS's retry ladder), each at the virtual time.
 //!
 //! The world at scale 1: 200,000 soldiers and 2,430 new a day, a skewed
@@ -393,7 +393,7 @@ async fn simulate(
                 let row: Option<GrantAndClaim> = sqlx::query_as(
                     "SELECT c.granted, c.wait_us, c.job_id, c.soldier_id, c.resource,
                             c.lease_token, c.budget_class
-                     FROM bf4ps_take_job($1, true, $2) AS c",
+                     FROM bf4ps_claim_job($1, true, $2) AS c",
                 )
                 .bind(collectors[k])
                 .bind(at(t0, t))
