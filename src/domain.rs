@@ -5,6 +5,19 @@
 //! constraints accept (see `migrations/0001_operational_schema_v1.sql`), and
 //! parsing unknown text is a typed error that names the kind and lists the
 //! accepted values.
+//!
+//! ```
+//! use bf4ps_ops::domain::Lane;
+//!
+//! let lane: Lane = "interactive".parse().unwrap();
+//! assert_eq!(lane, Lane::Interactive);
+//! assert_eq!(lane.to_string(), "interactive");
+//! let err = "urgent".parse::<Lane>().unwrap_err();
+//! assert_eq!(
+//!     err.to_string(),
+//!     r#"unknown lane "urgent" (expected one of: background, interactive)"#
+//! );
+//! ```
 
 use std::fmt;
 use std::str::FromStr;

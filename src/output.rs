@@ -35,13 +35,13 @@ pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-/// `println!` to stdout through [`write`].
+/// `println!` to stdout through [`write`](fn@write).
 #[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => { $crate::output::write(format_args!($($arg)*), true) };
 }
 
-/// `print!` to stdout through [`write`].
+/// `print!` to stdout through [`write`](fn@write).
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => { $crate::output::write(format_args!($($arg)*), false) };

@@ -11,7 +11,7 @@
 use crate::config::{ConfigError, SettingDef};
 
 /// Every runtime tuning value: the flattening of the modules' settings
-/// groups (each declared with [`settings!`] where it is used, with its
+/// groups (each declared with `config::settings!` where it is used, with its
 /// checks). Flattened into the subcommands that need it.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct Tuning {
@@ -104,7 +104,7 @@ impl Tuning {
 }
 
 impl crate::request::Published {
-    /// The published part of a validated [`Tuning`](crate::tuning::Tuning).
+    /// The published part of a validated [`Tuning`].
     pub fn from_tuning(t: &Tuning) -> crate::request::Published {
         crate::request::Published {
             eta_window: t.request.eta_window,

@@ -104,6 +104,23 @@ pub struct SourceFileError {
 
 impl SourceFile {
     /// Reads a file's declarations.
+    ///
+    /// ```
+    /// use bf4ps_ops::db::source::{Execute, Owner, SourceFile};
+    ///
+    /// let text = "-- Says hello.\n--\n-- owner: migrator\n-- execute: bf4ps_reader\n\
+    ///             CREATE OR REPLACE FUNCTION @schema@.bf4ps_hello() RETURNS text\n\
+    ///             LANGUAGE sql RETURN 'hello';\n";
+    /// let file = SourceFile::parse("demo/bf4ps_hello.sql", text).unwrap();
+    /// assert_eq!((file.room, file.function.as_str()), ("demo", "bf4ps_hello"));
+    /// assert_eq!(file.doc, "Says hello.");
+    /// assert_eq!(file.owner, Owner::Migrator);
+    /// assert_eq!(file.execute, Execute::Roles(vec!["bf4ps_reader".into()]));
+    ///
+    /// // A file is named after its function.
+    /// let err = SourceFile::parse("demo/bf4ps_other.sql", text).unwrap_err();
+    /// assert!(err.to_string().contains("named after its function"), "{err}");
+    /// ```
     pub fn parse(path: &'static str, text: &'static str) -> Result<SourceFile, SourceFileError> {
         let fail = |reason: String| SourceFileError {
             path: path.to_owned(),

@@ -158,7 +158,16 @@ impl std::fmt::Debug for DbTarget {
 }
 
 impl DbTarget {
-    /// Parses a PostgreSQL URL (`None`: not configured).
+    /// Parses a PostgreSQL URL (`None`: not configured). Nothing is
+    /// connected yet; the URL shown in messages hides the password.
+    ///
+    /// ```
+    /// use bf4ps_ops::db::DbTarget;
+    ///
+    /// let target = DbTarget::parse(Some("postgres://app:s3cret@db.example:5432/bf4ps")).unwrap();
+    /// assert!(!target.display.contains("s3cret"), "{}", target.display);
+    /// assert!(DbTarget::parse(None).is_err()); // DATABASE_URL is required
+    /// ```
     pub fn parse(url: Option<&str>) -> Result<DbTarget, DbError> {
         Self::parse_with_password(url, None)
     }

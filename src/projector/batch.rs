@@ -76,7 +76,7 @@ pub(super) enum CounterKey {
 }
 
 /// The error classes with a `failed_<class>` rollup column, in the column
-/// order of [`UPSERT_ROLLUPS`]; any other class counts as `failed_other`.
+/// order of [`UPSERT_ROLLUPS`](super::store::UPSERT_ROLLUPS); any other class counts as `failed_other`.
 pub(crate) const FAILED_CLASSES: [ErrorClass; 8] = [
     ErrorClass::Transport,
     ErrorClass::Timeout,

@@ -34,7 +34,7 @@
 //!   are committed but still behind the horizon.
 //!
 //! Layout: [`run`] (the loop and leadership), `batch` (aggregation), `store`
-//! (its SQL), [`lag`] (how far behind), [`rebuild`].
+//! (its SQL), [`lag`](mod@lag) (how far behind), [`rebuild`](mod@rebuild).
 
 mod batch;
 mod lag;

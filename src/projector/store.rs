@@ -26,7 +26,7 @@ const READ_BATCH: &str = concat!(
 );
 
 /// Columns after (bucket_start, resource, lane): `succeeded`, the failed
-/// columns in [`FAILED_CLASSES`] order plus `failed_other`, then the rest.
+/// columns in [`FAILED_CLASSES`](super::batch::FAILED_CLASSES) order plus `failed_other`, then the rest.
 pub(super) const UPSERT_ROLLUPS: &str = concat!(
     "INSERT INTO event_rollup_hourly AS r (bucket_start, resource, lane, succeeded, ",
     "failed_transport, failed_timeout, failed_rate_limited, failed_server, failed_parse, ",

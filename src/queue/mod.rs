@@ -13,7 +13,7 @@
 //!   collector runs a job's claim and finalization on one connection);
 //! - a collector, its egress gate passed, claims and starts in one call
 //!   ([`claim_and_start`]): the contract's claim and start, both events;
-//!   [`claim`] and [`start`] remain the separate steps;
+//!   [`claim`](fn@claim) and [`start`] remain the separate steps;
 //! - the policy (lease, retry ladder, cadences, throttle pauses) is the
 //!   database's published `scheduling_settings`, never the caller's;
 //! - claim and start commit with `synchronous_commit = off` (losing one in

@@ -420,3 +420,88 @@ async fn files_are_applied_in_order_of_need_and_a_failure_commits_nothing(
         .unwrap();
     assert_eq!(value, 42, "nothing of the failed run stayed");
 }
+
+/// The functions part of `docs/schema.md`, by room, from the source files.
+fn schema_md_functions() -> String {
+    use bf4ps_ops::db::source::{Execute, Owner};
+    let mut rooms: BTreeMap<&str, Vec<&SourceFile>> = BTreeMap::new();
+    for file in sources().expect("schema sources parse") {
+        rooms.entry(file.room).or_default().push(file);
+    }
+    let mut out = String::new();
+    for (room, files) in rooms {
+        out.push_str(&format!("\n### {room}\n\n"));
+        out.push_str("| function | owner | who may call it |\n|---|---|---|\n");
+        for f in &files {
+            let owner = match f.owner {
+                Owner::Definer => "`bf4ps_definer` (SECURITY DEFINER)",
+                Owner::Migrator => "the schema owner",
+            };
+            let execute = match &f.execute {
+                Execute::Public => "everyone".to_owned(),
+                Execute::Roles(r) if r.is_empty() => "its owner only (a trigger)".to_owned(),
+                Execute::Roles(r) => r
+                    .iter()
+                    .map(|r| format!("`{r}`"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            out.push_str(&format!(
+                "| [`{}`](#{}) | {owner} | {execute} |\n",
+                f.function, f.function
+            ));
+        }
+        for f in &files {
+            out.push_str(&format!(
+                "\n#### `{}`\n\n[`schema/{}`](../schema/{})",
+                f.function, f.path, f.path
+            ));
+            if !f.triggers.is_empty() {
+                let triggers: Vec<String> = f.triggers.iter().map(|t| format!("`{t}`")).collect();
+                out.push_str(&format!(" · triggers {}", triggers.join(", ")));
+            }
+            out.push_str("\n\n");
+            out.push_str(&f.doc);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// `docs/schema.md` cannot drift from the schema: its functions part is
+/// generated from the source files (`BF4PS_BLESS_DOCS=1` rewrites it), and
+/// every table of `tests/schema.sql` has an entry.
+#[test]
+fn schema_md_is_generated_from_the_source_files() {
+    const BEGIN: &str = "<!-- BEGIN generated from schema/ -->\n";
+    const END: &str = "<!-- END generated from schema/ -->";
+    let path = root().join("docs/schema.md");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (head, rest) = text
+        .split_once(BEGIN)
+        .expect("docs/schema.md has the BEGIN marker");
+    let (generated, tail) = rest
+        .split_once(END)
+        .expect("docs/schema.md has the END marker");
+    let want = schema_md_functions();
+    if std::env::var_os("BF4PS_BLESS_DOCS").is_some() {
+        std::fs::write(&path, format!("{head}{BEGIN}{want}{END}{tail}")).unwrap();
+    } else {
+        assert!(
+            generated == want,
+            "docs/schema.md's functions part is not what schema/ says: \
+             BF4PS_BLESS_DOCS=1 cargo test --test it schema_md and review the diff"
+        );
+    }
+    let snapshot = std::fs::read_to_string(root().join("tests/schema.sql")).unwrap();
+    let missing: Vec<&str> = snapshot
+        .lines()
+        .filter_map(|l| l.strip_prefix("CREATE TABLE public."))
+        .filter_map(|l| l.strip_suffix(" ("))
+        .filter(|t| !text.contains(&format!("\n#### `{t}`\n")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/schema.md has no `#### `table`` entry for {missing:?}"
+    );
+}

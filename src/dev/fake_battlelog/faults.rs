@@ -34,12 +34,12 @@ pub enum Scripted {
     MissingFields,
     /// 200 whose data lacks the stats object.
     NoStats,
-    /// This redirect status (3xx), to a path below [`REDIRECT_PREFIX`].
+    /// This redirect status (3xx), to a path below [`REDIRECT_PREFIX`](super::REDIRECT_PREFIX).
     Redirect(u16),
     /// 200 with the pinned not-found envelope.
     Unavailable,
     /// No answer until the client gives up (503 on shutdown or after
-    /// [`HANG_LIMIT`]).
+    /// [`HANG_LIMIT`](super::HANG_LIMIT)).
     Hang,
     /// 200 with the current stats after this delay.
     Delay(Duration),
@@ -186,7 +186,7 @@ pub(super) type ScriptKey = (Platform, i64, Option<Resource>);
 pub(super) struct Inner {
     pub(super) settings: FakeSettings,
     pub(super) started: Instant,
-    /// Every request is throttled until then ([`FakeServer::throttle_for`]).
+    /// Every request is throttled until then ([`FakeServer::throttle_for`](super::FakeServer::throttle_for)).
     pub(super) throttled_until: Option<Instant>,
     /// Arrival times per client address within the throttle window.
     pub(super) recent: HashMap<IpAddr, VecDeque<Instant>>,
