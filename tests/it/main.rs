@@ -35,5 +35,6 @@ mod schema;
 mod security;
 mod serve;
 mod source;
+mod sql_ops;
 mod status;
 mod upstream;
