@@ -213,7 +213,7 @@ pub struct Stats {
     /// transaction start − the job's `eligible_at`, both on the database
     /// clock): the notification path, without the time a job queued behind
     /// busy collectors or the egress spacing.
-    pub(crate) last_wake_to_claim_us: AtomicU64,
+    pub last_wake_to_claim_us: AtomicU64,
 }
 
 /// Builder of a collector process, as [`crate::serve::Serve`] is of

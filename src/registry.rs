@@ -159,7 +159,7 @@ pub struct IncarnationSecret(Uuid);
 
 impl CollectorId {
     /// The secret, for the collector functions that check it.
-    pub(crate) fn secret_uuid(&self) -> Uuid {
+    pub fn secret_uuid(&self) -> Uuid {
         self.secret.0
     }
 }

@@ -134,7 +134,7 @@ pub struct RetentionReport {
     /// Committed delete transactions.
     pub batches: u64,
     /// Longest single delete transaction (the longest lock hold).
-    pub(crate) longest_batch: Duration,
+    pub longest_batch: Duration,
     /// Old events kept because they are not projected yet.
     pub unprojected_old: u64,
 }

@@ -115,35 +115,6 @@ pub async fn migrate(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a benchmark (`bench`).
-pub async fn bench(
-    ctx: &crate::dev::bench::Ctx,
-    name: &str,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    crate::dev::bench::run(ctx, name, json).await?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Runs the demo (`demo`).
-pub async fn demo(db: &DbArgs, args: crate::dev::demo::DemoArgs) -> anyhow::Result<ExitCode> {
-    let json = args.json;
-    let (interrupt, abort) = (CancellationToken::new(), CancellationToken::new());
-    crate::shutdown::on_signals(interrupt.clone(), abort.clone());
-    tokio::spawn(async move {
-        abort.cancelled().await;
-        eprintln!("second signal: exiting now (a private cluster is cleaned up by the next run)");
-        std::process::exit(130);
-    });
-    let summary = crate::dev::demo::run(db.database_url.as_deref(), args, interrupt).await?;
-    if json {
-        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        crate::out!("{}", summary.render());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Lists or controls collectors (`collectors …`).
 pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Result<ExitCode> {
     let pool = db
@@ -173,13 +144,40 @@ pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-/// Serves the fake Battlelog until a signal (`fake-battlelog`).
-pub async fn fake_battlelog(
-    listen: &str,
-    settings: crate::dev::fake_battlelog::FakeSettings,
+/// The lab binary, installed beside this one.
+pub const LAB_BINARY: &str = "bf4ps-lab";
+
+/// Runs `bf4ps-lab COMMAND ARGS` in place of this process (`bench`, `demo`
+/// and `fake-battlelog` moved to the lab), with `DATABASE_URL` and `--log`
+/// when they were given before the command; a clear error when the lab is
+/// not beside this binary.
+pub fn lab(
+    db: &DbArgs,
+    log: Option<&str>,
+    command: &str,
+    args: Vec<std::ffi::OsString>,
 ) -> anyhow::Result<ExitCode> {
-    crate::dev::fake_battlelog::run_cli(listen, settings).await?;
-    Ok(ExitCode::SUCCESS)
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find this binary's path")?;
+    let lab = exe.with_file_name(LAB_BINARY);
+    if !lab.is_file() {
+        anyhow::bail!(
+            "`{command}` is a lab command: run `bf4ps-lab {command}` (from a checkout: \
+             `cargo run --release -p bf4ps-lab -- {command}`); no {} beside this binary",
+            lab.display()
+        );
+    }
+    let mut cmd = std::process::Command::new(&lab);
+    cmd.arg(command).args(args);
+    if let Some(url) = &db.database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    if let Some(log) = log {
+        cmd.env("BF4PS_LOG", log);
+    }
+    // Only returns on failure.
+    let e = cmd.exec();
+    Err(anyhow::Error::new(e).context(format!("cannot run {}", lab.display())))
 }
 
 /// Asks for an interactive refresh (`request`).

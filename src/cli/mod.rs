@@ -49,13 +49,9 @@ pub struct Cli {
 pub(crate) const DEFAULT_LOG: &str = "info,sqlx=warn";
 
 impl Cli {
-    /// The log filter to install: the demo keeps its live screen clean
-    /// (warnings only) unless a filter was chosen explicitly.
+    /// The log filter to install.
     pub fn log_filter(&self) -> &str {
-        match self.command {
-            Command::Demo(_) if self.log == DEFAULT_LOG => "warn",
-            _ => &self.log,
-        }
+        &self.log
     }
 }
 
@@ -259,52 +255,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ProjectorCommand,
     },
-    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
-    Bench {
-        /// Benchmark name, or `all`.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::dev::bench::names()))]
-        name: String,
-        /// One JSON object per line and scenario.
-        #[arg(long)]
-        json: bool,
-        /// Smaller samples (smoke runs).
-        #[arg(long)]
-        quick: bool,
-        /// Simulated days of `schedule` (default 30; with --quick 2): a shorter run at full
-        /// scale.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(2..=365))]
-        days: Option<u32>,
-        /// `schedule`: scale the simulated world (population, new soldiers a day, keys and
-        /// budget together; 1 is 200,000 soldiers, 8 keys, 1,296 requests an hour).
-        #[arg(long, default_value = "1", value_parser = parse_scale)]
-        scale: f64,
-        /// `schedule`: run the default policy with each of these egress key counts at 0.2
-        /// requests/s (full scale; each key brings 162 requests an hour of budget), e.g.
-        /// `--keys 8,12,16,24`.
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1000))]
-        keys: Vec<u32>,
-        /// `schedule`: the sightings policy's order of active work (`soldier`, BF4PS's, or
-        /// `resource`: every due detailed first; see BF4PS_ACTIVE_ORDER).
-        #[arg(long, default_value = "soldier")]
-        active_order: crate::config::ActiveOrder,
-    },
-    /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
-    /// fake Battlelog, and watch it work.
-    Demo(crate::dev::demo::DemoArgs),
     /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
     Collector(CollectorArgs),
     /// List collectors, or drain/enable/disable/retire one by name.
     Collectors {
         #[command(subcommand)]
         action: CollectorsCommand,
-    },
-    /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
-    FakeBattlelog {
-        /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
-        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::dev::fake_battlelog::DEFAULT_LISTEN)]
-        listen: String,
-        #[command(flatten)]
-        settings: crate::dev::fake_battlelog::FakeSettings,
     },
     /// Ask for an interactive refresh of one soldier (creates it if unknown);
     /// prints each resource's job, state, queue position and ETA.
@@ -337,6 +293,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// `bf4ps-lab bench` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(LabArgs),
+    /// `bf4ps-lab demo` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    Demo(LabArgs),
+    /// `bf4ps-lab fake-battlelog` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    FakeBattlelog(LabArgs),
+}
+
+/// The arguments of a lab command, passed on as they are.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<std::ffi::OsString>,
 }
 
 /// `bf4ps-ops collector` settings.
@@ -440,6 +412,42 @@ pub enum ProjectorCommand {
     },
 }
 
+/// The whole `bf4ps-ops` process, `main`'s body: parse `args` (the first
+/// is the program name), set up logging, run, report. The lab runs it too
+/// (`bf4ps-lab ops …`), so its benchmarks measure this very code.
+pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        // --help and --version print normally; usage errors are one line.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::init(cli.log_filter(), cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the error and its causes (each once), no backtrace.
+            eprintln!("error: {}", crate::telemetry::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Runs a parsed command. Errors are returned with context for `main` to
 /// print; a write refused by a read-only server (SQLSTATE 25006, wherever it
 /// arose) says so in our words.
@@ -462,6 +470,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let db = &cli.db;
+    let log = (cli.log != DEFAULT_LOG).then_some(cli.log.as_str());
     match cli.command {
         Command::Migrate {
             dry_run,
@@ -480,32 +489,8 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Projector {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => commands::rebuild(db, wait, batch).await,
-        Command::Bench {
-            name,
-            json,
-            quick,
-            days,
-            scale,
-            keys,
-            active_order,
-        } => {
-            let ctx = crate::dev::bench::Ctx {
-                target: db.target()?,
-                database_url: db.database_url.clone(),
-                quick,
-                days,
-                scale,
-                keys,
-                active_order,
-            };
-            commands::bench(&ctx, &name, json).await
-        }
-        Command::Demo(args) => commands::demo(db, args).await,
         Command::Collector(args) => commands::collector(db, args).await,
         Command::Collectors { action } => commands::collectors(db, action).await,
-        Command::FakeBattlelog { listen, settings } => {
-            commands::fake_battlelog(&listen, settings).await
-        }
         Command::Request {
             platform,
             persona_id,
@@ -523,13 +508,8 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => commands::import(db, &file, skip_invalid, batch_rows, workers).await,
         Command::Status { json } => commands::status(db, json).await,
-    }
-}
-
-/// A `bench schedule --scale`: a finite number in (0, 10].
-fn parse_scale(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 && f <= 10.0 => Ok(f),
-        _ => Err(format!("{s:?} is not a scale in (0, 10] (e.g. 0.1)")),
+        Command::Bench(lab) => commands::lab(db, log, "bench", lab.args),
+        Command::Demo(lab) => commands::lab(db, log, "demo", lab.args),
+        Command::FakeBattlelog(lab) => commands::lab(db, log, "fake-battlelog", lab.args),
     }
 }

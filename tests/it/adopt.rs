@@ -890,7 +890,7 @@ async fn an_adopted_database_is_collected_beside_discovery(
     opts: PgConnectOptions,
 ) {
     use crate::support::{Proc, eventually, free_port};
-    use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
+    use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
     use bf4ps_ops::domain::Platform;
 
     let db = TestDb::new(opts).await;

@@ -80,7 +80,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, Resource};
 use bf4ps_ops::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use bf4ps_ops::metrics::parse_exposition;

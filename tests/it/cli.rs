@@ -1,4 +1,5 @@
-//! The built binary: migrate behaviour and one-line errors for bad input.
+//! The built binary: its commands, migrate behaviour and one-line errors for
+//! bad input.
 
 use std::process::Output;
 
@@ -311,4 +312,95 @@ async fn collectors_operations(_: PgPoolOptions, opts: PgConnectOptions) {
     assert!(stdout(&out).contains("retired"));
     let out = run_bin(&["collectors", "drain", "ops-1"], Some(&db.url));
     assert_one_line_error(&out, "no active collector named \"ops-1\"");
+}
+
+/// `--help` lists what an operator runs; the lab's commands are not there.
+#[test]
+fn help_lists_only_operator_commands() {
+    let out = run_bin(&["--help"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "migrate",
+            "config",
+            "serve",
+            "retention",
+            "projector",
+            "collector",
+            "collectors",
+            "request",
+            "soldiers",
+            "status",
+            "help"
+        ],
+        "{help}"
+    );
+}
+
+/// `bf4ps-ops bench|demo|fake-battlelog` runs the `bf4ps-lab` beside it
+/// with the same arguments (and `DATABASE_URL` given before the command),
+/// or says where the command went.
+#[test]
+fn lab_commands_run_the_lab_beside_the_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lab-forward-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ops = dir.join("bf4ps-ops");
+    let built = env!("CARGO_BIN_EXE_bf4ps-ops");
+    if std::fs::hard_link(built, &ops).is_err() {
+        std::fs::copy(built, &ops).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(&ops);
+        cmd.args(args)
+            .env_remove("DATABASE_URL")
+            .env("NO_COLOR", "1");
+        cmd.output().unwrap()
+    };
+
+    let out = run(&["demo", "--duration", "3s"]);
+    assert_one_line_error(&out, "`demo` is a lab command: run `bf4ps-lab demo`");
+    assert!(stderr(&out).contains("cargo run --release -p bf4ps-lab -- demo"));
+
+    let lab = dir.join("bf4ps-lab");
+    std::fs::write(
+        &lab,
+        "#!/bin/sh\necho \"lab: $* url=${DATABASE_URL:-none}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&lab, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&[
+        "--database-url",
+        "postgres://x@h/db",
+        "demo",
+        "--duration",
+        "3s",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: demo --duration 3s url=postgres://x@h/db"
+    );
+    let out = run(&["bench", "claim", "--json", "--help"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: bench claim --json --help url=none"
+    );
+    let out = run(&["fake-battlelog", "--listen", "127.0.0.1:0"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: fake-battlelog --listen 127.0.0.1:0 url=none"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

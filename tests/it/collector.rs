@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess, Stats};
 use bf4ps_ops::config::Ladder;
 use bf4ps_ops::db::DbTarget;
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
 use bf4ps_ops::monitor::Monitor;
 use bf4ps_ops::registry::CollectorId;
@@ -522,7 +522,7 @@ async fn failures_are_classified_and_last_good_data_survives(
     assert!(!messages.is_empty());
     for m in messages.into_iter().flatten() {
         assert!(
-            !m.contains(bf4ps_ops::dev::fake_battlelog::BODY_MARKER),
+            !m.contains(bf4ps_lab::fake_battlelog::BODY_MARKER),
             "body leaked into an event: {m}"
         );
     }
@@ -1262,7 +1262,7 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
     assert!(
         log.iter()
             .filter(|r| r.at < storm_end)
-            .all(|r| r.outcome == bf4ps_ops::dev::fake_battlelog::Outcome::Throttled(403)),
+            .all(|r| r.outcome == bf4ps_lab::fake_battlelog::Outcome::Throttled(403)),
         "{log:?}"
     );
     assert!(!during.is_empty());
@@ -1406,10 +1406,7 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
         );
         let m: String = f.get::<Option<String>, _>("error_message").unwrap();
         assert!(m.contains("mainWeaponStats"), "{m}");
-        assert!(
-            !m.contains(bf4ps_ops::dev::fake_battlelog::BODY_MARKER),
-            "{m}"
-        );
+        assert!(!m.contains(bf4ps_lab::fake_battlelog::BODY_MARKER), "{m}");
     }
     // Later the same soldier succeeds, with its new stats.
     wait_event(p, "succeeded", j, 1).await;

@@ -1577,7 +1577,7 @@ async fn beside_a_discovery_writer_a_soldier_seen_now_is_fed_within_one_cycle(
 }
 
 /// The statement the sightings policy used before `feeder_pairs`.
-const REFERENCE_CHOICE_SQL: &str = include_str!("../../src/dev/bench/feeder_0016.sql");
+const REFERENCE_CHOICE_SQL: &str = include_str!("../../lab/src/bench/feeder_0016.sql");
 
 /// The incremental feeder chooses exactly what the old statement chose, in
 /// the same order, over ten rounds of a random world: sightings by

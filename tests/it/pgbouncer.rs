@@ -36,9 +36,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess};
 use bf4ps_ops::db::{DbError, DbTarget, Pooling};
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::domain::Lane;
 use bf4ps_ops::registry::Registration;
 use bf4ps_ops::tuning::Tuning;

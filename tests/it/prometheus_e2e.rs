@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 

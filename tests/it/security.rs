@@ -7,8 +7,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::db::DbTarget;
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::domain::Lane;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Platform, Resource};
-use crate::upstream::battlelog_platform_id;
+use bf4ps_ops::domain::{Platform, Resource};
+use bf4ps_ops::upstream::battlelog_platform_id;
 
 use super::{
     FakeSettings,

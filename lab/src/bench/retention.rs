@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other};
-use crate::retention::{self, RetentionRun};
-use crate::tuning::Tuning;
+use bf4ps_ops::retention::{self, RetentionRun};
+use bf4ps_ops::tuning::Tuning;
 
 /// Runs the retention benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::gauges::GaugeRefresher;
-use crate::metrics::Registry;
-use crate::projector;
-use crate::retention::{self, RetentionRun};
-use crate::tuning::Tuning;
+use bf4ps_ops::gauges::GaugeRefresher;
+use bf4ps_ops::metrics::Registry;
+use bf4ps_ops::projector;
+use bf4ps_ops::retention::{self, RetentionRun};
+use bf4ps_ops::tuning::Tuning;
 
 /// Runs the scale benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -89,7 +89,9 @@ async fn measure(
     let (mut status, mut gauges, mut render) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..samples {
         let t = Instant::now();
-        crate::status::gather(&db.pool, None).await.map_err(other)?;
+        bf4ps_ops::status::gather(&db.pool, None)
+            .await
+            .map_err(other)?;
         status.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         refresher.refresh_once().await.map_err(other)?;

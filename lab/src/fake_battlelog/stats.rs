@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::random::{hash, mix, unit};
-use crate::domain::{Platform, Resource};
-use crate::upstream::battlelog_platform_id;
+use bf4ps_ops::domain::{Platform, Resource};
+use bf4ps_ops::upstream::battlelog_platform_id;
 
 use super::BODY_MARKER;
 

@@ -1,4 +1,4 @@
-//! A private PostgreSQL cluster for `bf4ps-ops demo` when no `DATABASE_URL`
+//! A private PostgreSQL cluster for `bf4ps-lab demo` when no `DATABASE_URL`
 //! is given: started from the locally installed server binaries in a
 //! directory under the project, on a free loopback port, stopped on exit.
 //!
@@ -50,7 +50,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use crate::config::ConfigError;
+use bf4ps_ops::config::ConfigError;
 
 pub use error::ClusterError;
 use error::io_err;
