@@ -2,7 +2,7 @@
 //! `BF4PS_*` variables, defaults and checks, written once), the values a
 //! setting can hold ([`SettingValue`]: durations, ladders, policies, …),
 //! the shared [`checks`] and [`ConfigError`]. The groups live in the
-//! modules that use them; [`crate::tuning::Tuning`] flattens them.
+//! modules that use them; [`crate::tuning`] flattens them per process.
 //!
 //! Invariant: an error names the flag and the environment variable.
 

@@ -38,7 +38,7 @@ use bf4ps_ops::metrics::parse_exposition;
 use bf4ps_ops::projector::Projector;
 use bf4ps_ops::registry::Registration;
 use bf4ps_ops::serve::{Serve, ServeSettings};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::{CollectorTuning, ServeTuning};
 use bf4ps_ops::upstream::Upstream;
 
 /// `bf4ps-lab demo` settings.
@@ -68,14 +68,21 @@ pub struct DemoArgs {
 const INTERACTIVE_COLLECTORS: usize = 2;
 const BACKGROUND_COLLECTORS: usize = 4;
 
+/// The demo's collectors: a heartbeat every 2 s (serve's loss threshold is
+/// 6 s).
+fn demo_collector_tuning() -> CollectorTuning {
+    let mut t = CollectorTuning::default();
+    t.heartbeat.heartbeat_interval = Duration::from_secs(2);
+    t
+}
+
 /// The demo's own tuning: short intervals so things visibly move. The fake
 /// is not Battlelog: the egress rate and the fleet budget are far above the
 /// safe Battlelog defaults (still enforced, so the gate is at work), and a
 /// throttled key pauses for seconds, not minutes.
-fn demo_tuning() -> Tuning {
+fn demo_tuning() -> ServeTuning {
     {
-        let mut t = Tuning::default();
-        t.registry.heartbeat_interval = Duration::from_secs(2);
+        let mut t = ServeTuning::default();
         t.registry.heartbeat_lost_after = Duration::from_secs(6);
         t.queue.lease_duration = Duration::from_secs(20);
         t.queue.max_claim_to_start = Duration::from_secs(5);
@@ -231,7 +238,7 @@ async fn run_on(
         target.clone(),
         &[Lane::Interactive, Lane::Background],
         upstream,
-        tuning.clone(),
+        demo_collector_tuning(),
     )
     .start(collectors_stop.clone());
     retire_previous_demo_collectors(&pool).await?;
@@ -425,7 +432,7 @@ impl ServeHandle {
 
 async fn start_serve(
     target: &DbTarget,
-    tuning: &Tuning,
+    tuning: &ServeTuning,
     listen: SocketAddr,
 ) -> anyhow::Result<ServeHandle> {
     let try_start = |addr: SocketAddr| {

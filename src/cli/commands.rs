@@ -11,13 +11,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::{CollectorArgs, CollectorsCommand, DbArgs};
+use super::{CollectorArgs, CollectorsCommand, ConfigCommand, DbArgs, ReaderArgs};
 use crate::collector::{CollectorMetrics, CollectorProcess};
 use crate::config::fmt_duration;
 use crate::db::{self, DbTarget, Pooling};
 use crate::output::escape;
 use crate::registry::{self, Control, Registration};
-use crate::tuning::Tuning;
+use crate::tuning::ServeTuning;
 use crate::upstream::Upstream;
 
 /// Applies pending migrations, or says what it would do (`migrate`).
@@ -257,9 +257,10 @@ pub async fn status(db: &DbArgs, json: bool) -> anyhow::Result<ExitCode> {
 /// Runs the control plane until a signal (`serve`).
 pub async fn serve(
     db: &DbArgs,
+    reader: &ReaderArgs,
     settings: crate::serve::ServeSettings,
     migrate: db::MigrateSettings,
-    tuning: Tuning,
+    tuning: ServeTuning,
 ) -> anyhow::Result<ExitCode> {
     tuning.validate()?;
     settings.validate()?;
@@ -274,7 +275,7 @@ pub async fn serve(
         target.check_own_sessions().await?;
     }
     let mut serve = crate::serve::Serve::standard(target, tuning, settings).direct(direct);
-    if let Some(reader) = db.reader_target()? {
+    if let Some(reader) = db.reader_target(reader)? {
         serve = serve.reader(reader);
     }
     let running = serve
@@ -286,11 +287,15 @@ pub async fn serve(
 }
 
 /// One retention run (`retention run`).
-pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Result<ExitCode> {
-    tuning.validate()?;
+pub async fn retention(
+    db: &DbArgs,
+    dry_run: bool,
+    retention: crate::retention::RetentionSettings,
+) -> anyhow::Result<ExitCode> {
+    retention.validate()?;
     let target = db.checked_direct_target("`retention run`").await?;
     let pool = target.connect(2).await?;
-    let settings = crate::retention::RetentionRun::new(&tuning.retention, dry_run);
+    let settings = crate::retention::RetentionRun::new(&retention, dry_run);
     let report = crate::retention::run_once(&pool, &settings, None, |p| {
         eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
     })
@@ -301,7 +306,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
                  {} older event(s) are kept until projected",
             report.eligible.unwrap_or(0),
-            fmt_duration(tuning.retention.retention),
+            fmt_duration(retention.retention),
             report.unprojected_old
         );
     } else {
@@ -309,7 +314,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
                  longest batch {} ms; {} older event(s) kept until projected",
             report.deleted,
-            fmt_duration(tuning.retention.retention),
+            fmt_duration(retention.retention),
             report.batches,
             report.longest_batch.as_millis(),
             report.unprojected_old
@@ -345,10 +350,36 @@ pub async fn rebuild(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Validates and prints the tuning (`config`).
-pub fn config(tuning: &Tuning, json: bool) -> anyhow::Result<ExitCode> {
-    tuning.validate()?;
-    print_config(tuning, json).context("printing configuration")?;
+/// Validates and prints one process's settings (`config serve|collector`).
+pub fn config(process: ConfigCommand) -> anyhow::Result<ExitCode> {
+    let (values, json) = match process {
+        ConfigCommand::Serve {
+            settings,
+            migrate,
+            tuning,
+            json,
+        } => {
+            settings.validate()?;
+            migrate.validate()?;
+            tuning.validate()?;
+            let mut values = settings.values();
+            values.extend(migrate.values());
+            values.extend(tuning.values());
+            (values, json)
+        }
+        ConfigCommand::Collector {
+            upstream,
+            tuning,
+            json,
+        } => {
+            Upstream::new(&upstream)?;
+            tuning.validate()?;
+            let mut values = upstream.values();
+            values.extend(tuning.values());
+            (values, json)
+        }
+    };
+    print_config(&values, json).context("printing configuration")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -501,12 +532,11 @@ fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Resu
     Ok(())
 }
 
-fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
-    let rows = t.values();
+fn print_config(rows: &[(&crate::config::SettingDef, String)], json: bool) -> anyhow::Result<()> {
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
-            .into_iter()
-            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v)))
+            .iter()
+            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v.clone())))
             .collect();
         crate::outln!("{}", serde_json::to_string_pretty(&map)?);
     } else {

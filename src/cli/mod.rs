@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 mod commands;
+pub mod placement;
 
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::db::{self, DbError, DbTarget, Pooling};
-use crate::tuning::Tuning;
+use crate::tuning::{CollectorTuning, ServeTuning};
 
 /// PostgreSQL-coordinated stat collection for BF4PS.
 #[derive(Debug, Parser)]
@@ -74,17 +75,6 @@ pub struct DbArgs {
     )]
     pub(crate) direct_database_url: Option<String>,
 
-    /// PostgreSQL URL of a hot standby that serve's table-backed gauges read (their replay lag is
-    /// exported as bf4ps_gauges_replay_lag_seconds); default: DATABASE_URL. Same parameters and
-    /// password file. `status` reads a standby when given it as DATABASE_URL.
-    #[arg(
-        long,
-        env = "BF4PS_READER_DATABASE_URL",
-        hide_env_values = true,
-        global = true
-    )]
-    pub(crate) reader_database_url: Option<String>,
-
     /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
     /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
     /// serve's and collectors' statements are then pinned, each in a transaction of its own).
@@ -118,10 +108,6 @@ impl std::fmt::Debug for DbArgs {
                 "direct_database_url",
                 &self.direct_database_url.as_deref().map(db::redact),
             )
-            .field(
-                "reader_database_url",
-                &self.reader_database_url.as_deref().map(db::redact),
-            )
             .field("database_pooling", &self.database_pooling)
             .field("database_password_file", &self.database_password_file)
             .finish()
@@ -139,8 +125,8 @@ impl DbArgs {
 
     /// The hot standby serve's gauges read (`BF4PS_READER_DATABASE_URL`),
     /// reached directly; `None` when not given.
-    pub(crate) fn reader_target(&self) -> Result<Option<DbTarget>, DbError> {
-        let Some(url) = self
+    pub(crate) fn reader_target(&self, reader: &ReaderArgs) -> Result<Option<DbTarget>, DbError> {
+        let Some(url) = reader
             .reader_database_url
             .as_deref()
             .map(str::trim)
@@ -212,6 +198,27 @@ impl DbArgs {
     }
 }
 
+/// `serve`'s hot standby (only `serve` reads one).
+#[derive(Clone, Args)]
+pub struct ReaderArgs {
+    /// PostgreSQL URL of a hot standby that serve's table-backed gauges read (their replay lag is
+    /// exported as bf4ps_gauges_replay_lag_seconds); default: DATABASE_URL. Same parameters and
+    /// password file. `status` reads a standby when given it as DATABASE_URL.
+    #[arg(long, env = "BF4PS_READER_DATABASE_URL", hide_env_values = true)]
+    pub(crate) reader_database_url: Option<String>,
+}
+
+impl std::fmt::Debug for ReaderArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderArgs")
+            .field(
+                "reader_database_url",
+                &self.reader_database_url.as_deref().map(db::redact),
+            )
+            .finish()
+    }
+}
+
 /// Subcommands. (Parsed once per process, so variant size does not matter.)
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
@@ -228,13 +235,11 @@ pub enum Command {
         #[command(flatten)]
         settings: crate::db::MigrateSettings,
     },
-    /// Validate the tuning configuration and print every effective value.
+    /// Validate a process's settings and print every effective value: `config serve`,
+    /// `config collector`.
     Config {
-        #[command(flatten)]
-        tuning: Tuning,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(subcommand)]
+        process: ConfigCommand,
     },
     /// Run the control plane: projector, gauges, retention and HTTP /metrics, /healthz, /readyz.
     Serve {
@@ -243,7 +248,9 @@ pub enum Command {
         #[command(flatten)]
         migrate: crate::db::MigrateSettings,
         #[command(flatten)]
-        tuning: Tuning,
+        tuning: ServeTuning,
+        #[command(flatten)]
+        reader: ReaderArgs,
     },
     /// Event retention.
     Retention {
@@ -335,7 +342,35 @@ pub struct CollectorArgs {
     #[command(flatten)]
     pub upstream: crate::upstream::UpstreamSettings,
     #[command(flatten)]
-    pub tuning: Tuning,
+    pub tuning: CollectorTuning,
+}
+
+/// `config` subcommands: one per process, with the settings it reads.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum ConfigCommand {
+    /// `serve`'s settings (also the policy it publishes to every collector).
+    Serve {
+        #[command(flatten)]
+        settings: crate::serve::ServeSettings,
+        #[command(flatten)]
+        migrate: crate::db::MigrateSettings,
+        #[command(flatten)]
+        tuning: ServeTuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A collector's settings.
+    Collector {
+        #[command(flatten)]
+        upstream: crate::upstream::UpstreamSettings,
+        #[command(flatten)]
+        tuning: CollectorTuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `bf4ps-ops collectors …`.
@@ -393,7 +428,7 @@ pub enum RetentionCommand {
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
-        tuning: Tuning,
+        settings: crate::retention::RetentionSettings,
     },
 }
 
@@ -416,11 +451,20 @@ pub enum ProjectorCommand {
 /// is the program name), set up logging, run, report. The lab runs it too
 /// (`bf4ps-lab ops …`), so its benchmarks measure this very code.
 pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         // --help and --version print normally; usage errors are one line.
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
+            if let Some(message) = placement::misplaced_flag(&args, &e) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("error: invalid arguments");
             eprintln!("{first} (see --help)");
@@ -428,6 +472,15 @@ pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
         }
     };
     crate::telemetry::init(cli.log_filter(), cli.log_format);
+    let vars = std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    });
+    for warning in placement::misplaced_vars(&placement::path_of_matches(&matches), vars) {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -477,15 +530,16 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             settings,
         } => commands::migrate(db, dry_run, json, settings).await,
-        Command::Config { tuning, json } => commands::config(&tuning, json),
+        Command::Config { process } => commands::config(process),
         Command::Serve {
             settings,
             migrate,
             tuning,
-        } => commands::serve(db, settings, migrate, tuning).await,
+            reader,
+        } => commands::serve(db, &reader, settings, migrate, tuning).await,
         Command::Retention {
-            command: RetentionCommand::Run { dry_run, tuning },
-        } => commands::retention(db, dry_run, tuning).await,
+            command: RetentionCommand::Run { dry_run, settings },
+        } => commands::retention(db, dry_run, settings).await,
         Command::Projector {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => commands::rebuild(db, wait, batch).await,

@@ -779,9 +779,7 @@ fn fleet_cmd(url: &str, args: &[&str]) -> std::process::Command {
     cmd.args(args)
         .env("DATABASE_URL", url)
         .env("BF4PS_LOG", "info,sqlx=warn");
-    for (k, v) in FLEET_ENV {
-        cmd.env(k, v);
-    }
+    cmd.envs(crate::support::read_by_command(args, FLEET_ENV));
     cmd
 }
 

@@ -33,7 +33,7 @@ use sqlx::ConnectOptions;
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
 use bf4ps_ops::feeder::{FeedStatement, Feeder};
 use bf4ps_ops::import::{ImportOptions, import_file};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the feeder benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -113,7 +113,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     .execute(&db.pool)
     .await?;
     let seed_s = seeded.elapsed().as_secs_f64();
-    let mut tuning = Tuning::default();
+    let mut tuning = ServeTuning::default();
     tuning.feeder.feeder_target_depth = target;
     tuning.feeder.feeder_low_watermark = target / 2;
     tuning.validate().map_err(other)?;

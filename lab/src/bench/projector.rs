@@ -80,7 +80,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
-    let batch = bf4ps_ops::tuning::Tuning::default()
+    let batch = bf4ps_ops::tuning::ServeTuning::default()
         .projector
         .projector_batch;
 
