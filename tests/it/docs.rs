@@ -5,7 +5,8 @@
 //!   product's or the lab's), and
 //!   every SQL setting they `SET` is one the migrations read;
 //! - every variable of `--help` is documented in `docs/configuration.md`, in a
-//!   row that also shows the default `--help` prints for it;
+//!   row that also shows the default `--help` prints for it and, in its
+//!   *Read by* column, the commands that read it (`cli::placement`);
 //! - every subcommand (and sub-subcommand) of `bf4ps-ops --help` is mentioned
 //!   in the operator documentation;
 //! - every relative link of every Markdown file points at a file that exists
@@ -318,6 +319,82 @@ fn every_variable_is_documented_with_its_default() {
         wrong.is_empty(),
         "docs/configuration.md has no table row naming these variables with their --help \
          default:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// `VAR` → what the *Read by* column must say: `every command` for the
+/// global settings, the product's commands that read it
+/// ([`bf4ps_ops::cli::placement::read_by`]), or the lab command.
+fn expected_readers() -> BTreeMap<String, String> {
+    use clap::CommandFactory;
+    let mut expected = BTreeMap::new();
+    for sub in bf4ps_lab::cli::Cli::command().get_subcommands() {
+        for arg in sub.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                expected.insert(
+                    env.to_string_lossy().into_owned(),
+                    format!("`bf4ps-lab {}`", sub.get_name()),
+                );
+            }
+        }
+    }
+    for (var, by) in bf4ps_ops::cli::placement::read_by() {
+        let by: Vec<String> = by.iter().map(|p| format!("`{p}`")).collect();
+        expected.insert(var, by.join(", "));
+    }
+    for arg in bf4ps_ops::cli::Cli::command().get_arguments() {
+        if let Some(env) = arg.get_env() {
+            expected.insert(env.to_string_lossy().into_owned(), "every command".into());
+        }
+    }
+    expected
+}
+
+#[test]
+fn every_setting_row_says_who_reads_it() {
+    let expected = expected_readers();
+    assert_eq!(expected["BF4PS_EGRESS_RATE"], "`serve`");
+    assert_eq!(expected["BF4PS_POLL_INTERVAL"], "`serve`, `collector`");
+    assert_eq!(expected["DATABASE_URL"], "every command");
+    assert_eq!(expected["BF4PS_FAKE_SEED"], "`bf4ps-lab fake-battlelog`");
+    let reference = configuration();
+    let mut rows = BTreeMap::new();
+    let mut in_table = false;
+    for line in reference.lines() {
+        if line.starts_with("| Flag | Variable | Default |") {
+            assert_eq!(
+                line, "| Flag | Variable | Default | Read by | Meaning |",
+                "every settings table has a Read by column"
+            );
+            in_table = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_table = false;
+            continue;
+        }
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if !in_table || cells.len() < 5 || cells[1].starts_with("---") {
+            continue;
+        }
+        let var = cells[1].trim_matches('`').to_owned();
+        rows.insert(var, cells[3].to_owned());
+    }
+    let mut wrong = Vec::new();
+    for (var, by) in &expected {
+        match rows.get(var) {
+            Some(row) if row == by => {}
+            Some(row) => wrong.push(format!("{var}: the row says {row}, the code {by}")),
+            None => wrong.push(format!("{var}: no row (read by {by})")),
+        }
+    }
+    for var in rows.keys().filter(|v| !expected.contains_key(*v)) {
+        wrong.push(format!("{var}: a row, but no command reads it"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/configuration.md's Read by column is wrong:\n{}",
         wrong.join("\n")
     );
 }
