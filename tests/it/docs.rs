@@ -11,6 +11,7 @@
 //!   in the operator documentation;
 //! - every relative link of every Markdown file points at a file that exists
 //!   and, with a `#fragment`, at one of its headings.
+//! - `ARCHITECTURE.md` stays at most 10,000 characters.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -555,5 +556,18 @@ fn the_readme_stays_a_front_page() {
     assert!(
         chars < 15_000,
         "README.md has {chars} characters: move detail to docs/"
+    );
+}
+
+/// `ARCHITECTURE.md` is a map read in one sitting (issue 36): at most
+/// 10,000 characters. Reasons belong in `docs/decisions.md`, detail in the
+/// module docs.
+#[test]
+fn the_architecture_stays_a_map() {
+    let chars = read(&repo().join("ARCHITECTURE.md")).chars().count();
+    assert!(
+        chars <= 10_000,
+        "ARCHITECTURE.md has {chars} characters: move reasons to docs/decisions.md and detail \
+         to the module docs"
     );
 }
