@@ -661,7 +661,7 @@ impl Live {
 }
 
 impl Summary {
-    /// Human-readable summary: a few lines, each within [`SCREEN_COLUMNS`].
+    /// Human-readable summary: a few lines, each within `SCREEN_COLUMNS`.
     pub fn render(&self) -> String {
         let lines = [
             format!(

@@ -49,7 +49,7 @@
 //!   (`active_detailed_fresh_final_ratio`: the last three days');
 //!   `active_detailed_fresh_bound_ratio` (and `_bound_final_ratio`): the
 //!   best any policy could do with that budget and that demand
-//!   ([`fresh_bound`]);
+//!   (`fresh_bound`);
 //! - `active_weekly_fresh_ratio` (and `_final_ratio`): the same soldiers'
 //!   weekly lists, weapons and vehicles both under 7 days old (what an
 //!   active order that puts detailed first costs them);

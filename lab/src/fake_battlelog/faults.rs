@@ -34,12 +34,12 @@ pub enum Scripted {
     MissingFields,
     /// 200 whose data lacks the stats object.
     NoStats,
-    /// This redirect status (3xx), to a path below [`REDIRECT_PREFIX`].
+    /// This redirect status (3xx), to a path below [`super::REDIRECT_PREFIX`].
     Redirect(u16),
     /// 200 with the pinned not-found envelope.
     Unavailable,
     /// No answer until the client gives up (503 on shutdown or after
-    /// [`HANG_LIMIT`]).
+    /// `HANG_LIMIT`).
     Hang,
     /// 200 with the current stats after this delay.
     Delay(Duration),

@@ -25,7 +25,7 @@
 //!   client message echoes a body.
 //! - The one not-found answer is the envelope `{"type": "error", "message":
 //!   "Persona not found"}` that the client pins
-//!   ([`bf4ps_ops::upstream::battlelog::is_not_found`]).
+//!   (`bf4ps_ops::upstream::battlelog::is_not_found`).
 //! - Shutdown ends hanging and delayed requests; [`FakeServer::shutdown`]
 //!   returns once the server task has ended.
 

@@ -1093,7 +1093,7 @@ pub(crate) fn synthetic_body(
     .body(resource)
 }
 
-/// The envelope's `data` of [`synthetic_body`], parsed (tests compare it
+/// The envelope's `data` of `synthetic_body`, parsed (tests compare it
 /// with what the client normalized).
 pub fn synthetic_data(
     seed: u64,

@@ -117,7 +117,7 @@ impl Default for ClusterOptions {
 #[derive(Debug, Clone, clap::Args)]
 pub struct PgClusterArgs {
     /// Directory of the private PostgreSQL cluster used when no DATABASE_URL is given
-    /// [default: .bf4ps; as root /var/tmp/bf4ps-pg-0-<dir>-<hash>, keyed by the working
+    /// [default: .bf4ps; as root /var/tmp/bf4ps-pg-0-DIR-HASH, keyed by the working
     /// directory, which the server's OS user can always enter].
     #[arg(long = "pg-root", env = "BF4PS_PG_ROOT")]
     pub(crate) pg_root: Option<PathBuf>,
@@ -161,7 +161,7 @@ impl PgClusterArgs {
 
     /// Options for [`PrivateCluster::start`] (installation allowed unless
     /// `--no-pg-install`; an empty `BF4PS_PG_BINDIR` counts as unset). The
-    /// root is `--pg-root`, else [`default_root`] (created as root).
+    /// root is `--pg-root`, else `default_root` (created as root).
     pub fn options(&self) -> Result<ClusterOptions, ClusterError> {
         let root = match &self.pg_root {
             Some(root) => root.clone(),
