@@ -46,7 +46,7 @@ use crate::queue::Take;
 use crate::queue::{self, AttemptFailure, ClaimedJob, Collected, Fenced, QueueError};
 use crate::registry::{self, CollectorId, HeartbeatReply, Registration, RegistryError};
 use crate::telemetry::error_chain;
-use crate::tuning::Tuning;
+use crate::tuning::CollectorTuning;
 use crate::upstream::Upstream;
 
 /// The collector could not start or stopped abnormally.
@@ -213,7 +213,7 @@ pub struct Stats {
     /// transaction start − the job's `eligible_at`, both on the database
     /// clock): the notification path, without the time a job queued behind
     /// busy collectors or the egress spacing.
-    pub(crate) last_wake_to_claim_us: AtomicU64,
+    pub last_wake_to_claim_us: AtomicU64,
 }
 
 /// Builder of a collector process, as [`crate::serve::Serve`] is of
@@ -227,7 +227,7 @@ pub struct CollectorProcess {
     listen: DbTarget,
     lanes: Vec<Lane>,
     upstream: Arc<Upstream>,
-    tuning: Tuning,
+    tuning: CollectorTuning,
     poll_only: bool,
     reconnects: metrics::Counter,
 }
@@ -240,7 +240,7 @@ impl CollectorProcess {
         listen: DbTarget,
         lanes: &[Lane],
         upstream: Arc<Upstream>,
-        tuning: Tuning,
+        tuning: CollectorTuning,
     ) -> CollectorProcess {
         CollectorProcess {
             listen,
@@ -353,7 +353,7 @@ pub struct Collector {
     pool: Pool,
     id: CollectorId,
     upstream: Arc<Upstream>,
-    tuning: Tuning,
+    tuning: CollectorTuning,
     metrics: CollectorMetrics,
     stats: Arc<Stats>,
     claimable: Arc<AtomicBool>,
@@ -366,7 +366,7 @@ impl Collector {
         pool: impl Into<Pool>,
         registration: &Registration,
         upstream: Arc<Upstream>,
-        tuning: Tuning,
+        tuning: CollectorTuning,
         metrics: CollectorMetrics,
     ) -> Result<Collector, CollectorError> {
         let pool = pool.into();
@@ -424,7 +424,7 @@ impl Collector {
             let heartbeat = tokio::spawn(heartbeat_loop(
                 self.pool.clone(),
                 self.id.clone(),
-                self.tuning.registry.heartbeat_interval,
+                self.tuning.heartbeat.heartbeat_interval,
                 self.claimable.clone(),
                 drain.clone(),
                 stop_heartbeat.clone(),

@@ -2,7 +2,7 @@
 //! `BF4PS_*` variables, defaults and checks, written once), the values a
 //! setting can hold ([`SettingValue`]: durations, ladders, policies, …),
 //! the shared [`checks`] and [`ConfigError`]. The groups live in the
-//! modules that use them; [`crate::tuning::Tuning`] flattens them.
+//! modules that use them; [`crate::tuning`] flattens them per process.
 //!
 //! Invariant: an error names the flag and the environment variable.
 
@@ -14,7 +14,7 @@ use crate::domain::Resource;
 
 /// A value a setting can hold: parsed from what a user types (flag,
 /// environment variable or default) and shown back the same way.
-pub(crate) trait SettingValue: Sized + Clone + Send + Sync + 'static {
+pub trait SettingValue: Sized + Clone + Send + Sync + 'static {
     /// Parses user text; the error says what was expected.
     fn parse(text: &str) -> Result<Self, String>;
     /// The value as a user would type it.
@@ -81,7 +81,10 @@ pub struct SettingDef {
 /// `config` and docs), `values()` (effective values as text), `check_each()`
 /// (every declared check, errors naming flag and variable), and the module
 /// `$m` with `label::FIELD` ("--flag (ENV)", for validation messages),
-/// `default::FIELD` and `env::FIELD` constants.
+/// `default::FIELD` and `env::FIELD` constants. Exported for the lab's
+/// fake Battlelog; use it as `config::settings!`.
+#[macro_export]
+#[doc(hidden)]
 macro_rules! settings {
     (
         $(#[$meta:meta])*
@@ -167,7 +170,7 @@ macro_rules! settings {
         }
     };
 }
-pub(crate) use settings;
+pub use crate::settings;
 
 /// A configuration value that is out of range or inconsistent with another.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,14 +183,14 @@ pub struct ConfigError {
 }
 
 /// Parses durations such as `500ms`, `5s`, `1h30m` or `180d`.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("{e} (expected a duration such as 500ms, 5s, 15m, 6h or 180d)"))
 }
 
 /// Formats a duration the way it is accepted on the command line, in the
 /// largest unit that divides it (`180d`, `90s`, `1500ms`).
-pub(crate) fn fmt_duration(d: Duration) -> String {
+pub fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
     for (unit, size) in [
         ("d", 86_400_000),
@@ -440,7 +443,7 @@ impl fmt::Display for ResourceWeights {
 }
 
 /// A [`ConfigError`] for `setting` (its flag and variable, as shown to users).
-pub(crate) fn err(setting: &'static str, message: impl Into<String>) -> ConfigError {
+pub fn err(setting: &'static str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         setting,
         message: message.into(),

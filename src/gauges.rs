@@ -2,7 +2,7 @@
 //! as Prometheus gauges — collectors, egress pauses, the job working set,
 //! freshness, projector lag and horizon, retention's oldest event — plus
 //! build info and projector leadership. Refreshed on
-//! `Tuning::gauge_interval`, never per scrape.
+//! `GaugeSettings::gauge_interval`, never per scrape.
 //!
 //! Invariants:
 //! - one snapshot per refresh ([`status::gather`]): a dashboard and

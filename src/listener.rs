@@ -215,7 +215,7 @@ impl Waiter {
 
     /// Passes a wake on to one other waiter of this channel (call after
     /// finding work: there may be more).
-    pub(crate) fn pass_on(&self) {
+    pub fn pass_on(&self) {
         self.notify.notify_one();
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Invariant: every string a command prints for people that it did not
 //! write itself (read from the database, or given by an operator: collector
-//! names, hostnames, egress keys, server messages) goes through [`escape`],
+//! names, hostnames, egress keys, server messages) goes through `escape`,
 //! so it can neither drive the terminal (ESC sequences), forge lines (CR,
 //! LF) nor reorder what follows it (bidi overrides). JSON output needs no
 //! such care: serde escapes every control character.
@@ -35,13 +35,13 @@ pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
     }
 }
 
-/// `println!` to stdout through [`write`](fn@write).
+/// `println!` to stdout through [`write()`].
 #[macro_export]
 macro_rules! outln {
     ($($arg:tt)*) => { $crate::output::write(format_args!($($arg)*), true) };
 }
 
-/// `print!` to stdout through [`write`](fn@write).
+/// `print!` to stdout through [`write()`].
 #[macro_export]
 macro_rules! out {
     ($($arg:tt)*) => { $crate::output::write(format_args!($($arg)*), false) };

@@ -22,13 +22,21 @@ use crate::db::ms;
 use crate::domain::{HeartbeatState, Lane};
 
 crate::config::settings! {
-    /// Collector incarnations: heartbeats, loss, and the registration limits per login role.
-    pub struct RegistrySettings in registry_setting {
-        /// How often a collector records its heartbeat.
+    /// A collector's heartbeat (the collector's side of the registry).
+    pub struct HeartbeatSettings in heartbeat_setting {
+        /// How often a collector records its heartbeat; keep it well below serve's
+        /// BF4PS_HEARTBEAT_LOST_AFTER (a third by default), which the collector cannot see.
         heartbeat_interval: std::time::Duration = "10s", "heartbeat-interval", "BF4PS_HEARTBEAT_INTERVAL", "Leases and heartbeats",
             check crate::config::checks::positive;
+    }
+}
 
-        /// A collector silent for longer than this is marked lost (heartbeat_lost).
+crate::config::settings! {
+    /// Collector incarnations (`serve`'s side): loss, and the registration limits per
+    /// login role.
+    pub struct RegistrySettings in registry_setting {
+        /// A collector silent for longer than this is marked lost (heartbeat_lost); keep it
+        /// well above every collector's --heartbeat-interval (3 times by default).
         heartbeat_lost_after: std::time::Duration = "30s", "heartbeat-lost-after", "BF4PS_HEARTBEAT_LOST_AFTER", "Leases and heartbeats",
             check crate::config::checks::positive;
 
@@ -40,27 +48,6 @@ crate::config::settings! {
         /// Collectors one database login role may have that are not retired.
         collectors_per_role: u32 = "50", "collectors-per-role", "BF4PS_COLLECTORS_PER_ROLE", "Leases and heartbeats",
             check crate::config::checks::count;
-    }
-}
-
-impl RegistrySettings {
-    /// Checks each setting and the relations between them; the error names
-    /// the flag and variable to fix.
-    pub fn validate(&self) -> Result<(), crate::config::ConfigError> {
-        use crate::config::err;
-        use registry_setting::label::*;
-        self.check_each()?;
-        if self.heartbeat_lost_after <= self.heartbeat_interval {
-            return Err(err(
-                heartbeat_lost_after,
-                format!(
-                    "{} must be greater than the heartbeat interval ({})",
-                    crate::config::fmt_duration(self.heartbeat_lost_after),
-                    crate::config::fmt_duration(self.heartbeat_interval)
-                ),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -159,7 +146,7 @@ pub struct IncarnationSecret(Uuid);
 
 impl CollectorId {
     /// The secret, for the collector functions that check it.
-    pub(crate) fn secret_uuid(&self) -> Uuid {
+    pub fn secret_uuid(&self) -> Uuid {
         self.secret.0
     }
 }

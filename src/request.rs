@@ -269,7 +269,7 @@ pub async fn publish_settings(
 
 /// Formats an ETA for people: `n/a` (no collector), `<1s`, `12s`, `3m 05s`,
 /// `2h 10m`.
-pub(crate) fn fmt_eta(eta: Option<f64>) -> String {
+pub fn fmt_eta(eta: Option<f64>) -> String {
     let Some(s) = eta else {
         return "n/a (no interactive collector)".to_owned();
     };

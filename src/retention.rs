@@ -27,7 +27,7 @@ use crate::projector::CHECKPOINT;
 use chrono::{DateTime, Utc};
 
 crate::config::settings! {
-    /// Event retention inside `serve`.
+    /// Event retention: what is deleted, and in what batches (`serve` and `retention run`).
     pub struct RetentionSettings in retention_setting {
         /// Age after which collection_events are deleted (only once projected).
         retention: std::time::Duration = "180d", "retention", "BF4PS_RETENTION", "Events",
@@ -36,7 +36,12 @@ crate::config::settings! {
         /// Events deleted per retention transaction.
         retention_batch: u32 = "5000", "retention-batch", "BF4PS_RETENTION_BATCH", "Events",
             check crate::config::checks::at_least_one;
+    }
+}
 
+crate::config::settings! {
+    /// How often `serve` runs retention (`retention run` is one run).
+    pub struct RetentionLoopSettings in retention_loop_setting {
         /// Retention cadence inside `serve`.
         retention_interval: std::time::Duration = "10m", "retention-interval", "BF4PS_RETENTION_INTERVAL", "Events",
             check crate::config::checks::positive;
@@ -86,9 +91,9 @@ pub enum RetentionError {
 /// What one run should do.
 #[derive(Debug, Clone)]
 pub struct RetentionRun {
-    /// Events older than this are deleted (`Tuning::retention`).
+    /// Events older than this are deleted (`RetentionSettings::retention`).
     pub retention: Duration,
-    /// Events per delete transaction (`Tuning::retention_batch`).
+    /// Events per delete transaction (`RetentionSettings::retention_batch`).
     pub batch: u32,
     /// Count only, delete nothing.
     pub dry_run: bool,
@@ -134,7 +139,7 @@ pub struct RetentionReport {
     /// Committed delete transactions.
     pub batches: u64,
     /// Longest single delete transaction (the longest lock hold).
-    pub(crate) longest_batch: Duration,
+    pub longest_batch: Duration,
     /// Old events kept because they are not projected yet.
     pub unprojected_old: u64,
 }

@@ -47,7 +47,7 @@ use crate::monitor::Monitor;
 use crate::projector::{self, LoopOptions, PollWaiter, Projector, ProjectorState, Wake};
 use crate::retention::{self, Retention, RetentionRun};
 use crate::task::Periodic;
-use crate::tuning::Tuning;
+use crate::tuning::ServeTuning;
 
 pub mod http;
 pub mod readiness;
@@ -154,7 +154,7 @@ pub struct TaskContext {
     /// This instance's metrics registry.
     pub registry: Registry,
     /// Validated tuning.
-    pub tuning: Tuning,
+    pub tuning: ServeTuning,
     /// Fires on shutdown (or when a sibling failed); return soon after.
     pub cancel: CancellationToken,
 }
@@ -190,7 +190,7 @@ pub struct Serve {
     target: DbTarget,
     direct: Option<DbTarget>,
     reader: Option<DbTarget>,
-    tuning: Tuning,
+    tuning: ServeTuning,
     settings: ServeSettings,
     tasks: Vec<(String, TaskFn)>,
     events_wake: Option<WakeFactory>,
@@ -199,7 +199,7 @@ pub struct Serve {
 
 impl Serve {
     /// A `serve` for `target` (tuning must be validated).
-    pub fn new(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
+    pub fn new(target: DbTarget, tuning: ServeTuning, settings: ServeSettings) -> Serve {
         Serve {
             target,
             direct: None,
@@ -248,7 +248,7 @@ impl Serve {
 
     /// INTEGRATION POINT (listener): how the projector waits for the next
     /// `bf4ps_events` notification. Default: [`PollWaiter`] on
-    /// `Tuning::poll_interval`. The factory runs once at start, e.g.
+    /// `PollSettings::poll_interval`. The factory runs once at start, e.g.
     /// `|ctx| Box::new(Listener::spawn(...).waiter(Channel::Events))`.
     pub(crate) fn events_wake<F>(mut self, f: F) -> Serve
     where
@@ -262,7 +262,7 @@ impl Serve {
     /// this process's LISTEN connection (reconnects counted in
     /// `bf4ps_listener_reconnects_total{process="serve"}`), and the monitor
     /// (heartbeat sweep, lease recovery) and the feeder run as tasks.
-    pub fn standard(target: DbTarget, tuning: Tuning, settings: ServeSettings) -> Serve {
+    pub fn standard(target: DbTarget, tuning: ServeTuning, settings: ServeSettings) -> Serve {
         Serve::new(target, tuning, settings)
             .events_wake(|ctx| {
                 let listener = Listener::spawn(
@@ -400,7 +400,7 @@ impl Serve {
                 pool: ctx.pool.clone(),
                 registry: ctx.registry.clone(),
                 settings: RetentionRun::new(&ctx.tuning.retention, false),
-                interval: ctx.tuning.retention.retention_interval,
+                interval: ctx.tuning.retention_loop.retention_interval,
             }),
             // Readiness, assessed in the background for /readyz.
             periodic(move |_| readiness_task),

@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 /// Spawns the signal watcher. `drain` fires on the first SIGTERM/SIGINT,
 /// `abort` on the second.
-pub(crate) fn on_signals(drain: CancellationToken, abort: CancellationToken) {
+pub fn on_signals(drain: CancellationToken, abort: CancellationToken) {
     tokio::spawn(async move {
         let (Ok(mut term), Ok(mut int)) = (
             signal(SignalKind::terminate()),

@@ -1,27 +1,31 @@
-//! `Tuning`: every runtime tuning value, the flattening of the settings
-//! groups each module declares where it uses them (`settings!` of
-//! [`crate::config`]: name, default, check written once).
+//! Each process's tuning, the flattening of the settings groups each
+//! module declares where it uses them (`settings!` of [`crate::config`]:
+//! name, default, check written once): [`ServeTuning`] for `serve`,
+//! [`CollectorTuning`] for a collector. A group is in a process's tuning
+//! only if that process reads it, so its `--help` lists what it reads and
+//! nothing else (`crate::cli::placement` names the process a misplaced
+//! setting belongs to).
 //!
-//! Invariant: a [`Tuning`] that reached any runtime module has passed
-//! [`Tuning::validate`]; errors name the flag and the environment variable.
-//! A module takes its own group (and the groups it reads), never the
-//! whole `Tuning`: only the processes that assemble services (`serve`, the
-//! collector, the CLI, the tooling) hold one.
+//! Invariant: a tuning that reached any runtime module has passed its
+//! `validate`; errors name the flag and the environment variable. A module
+//! takes its own group (and the groups it reads), never a whole tuning:
+//! only the processes that assemble services (`serve`, the collector, the
+//! CLI, the lab) hold one.
 
 use crate::config::{ConfigError, SettingDef};
 
-/// Every runtime tuning value: the flattening of the modules' settings
-/// groups (each declared with `config::settings!` where it is used, with its
-/// checks). Flattened into the subcommands that need it.
+/// What `serve` reads: the policy it publishes to every collector
+/// (`scheduling_settings`), the feeder, the projector, retention, the
+/// monitor and the gauges.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct Tuning {
+pub struct ServeTuning {
     /// `queue`: leases and retries: how long a claim is owned, and how a failed or lost attempt waits.
     #[command(flatten)]
     pub queue: crate::queue::QueueSettings,
-    /// `registry`: collector incarnations: heartbeats, loss, and the registration limits per login role.
+    /// `registry`: collector incarnations: loss, and the registration limits per login role.
     #[command(flatten)]
     pub registry: crate::registry::RegistrySettings,
-    /// `listener`: the fallback poll of every NOTIFY waiter.
+    /// `listener`: the fallback poll of serve's NOTIFY waiters.
     #[command(flatten)]
     pub poll: crate::listener::PollSettings,
     /// `feeder`: the feeder: what background work it schedules, and how much.
@@ -33,9 +37,12 @@ pub struct Tuning {
     /// `egress`: battlelog egress: per-key rate, the fleet budget and its shares, throttle pauses.
     #[command(flatten)]
     pub egress: crate::egress::EgressSettings,
-    /// `retention`: event retention inside `serve`.
+    /// `retention`: event retention (also `retention run`'s).
     #[command(flatten)]
     pub retention: crate::retention::RetentionSettings,
+    /// `retention`: how often serve runs it.
+    #[command(flatten)]
+    pub retention_loop: crate::retention::RetentionLoopSettings,
     /// `projector`: the projector.
     #[command(flatten)]
     pub projector: crate::projector::ProjectorSettings,
@@ -47,17 +54,18 @@ pub struct Tuning {
     pub gauges: crate::gauges::GaugeSettings,
 }
 
-impl Tuning {
+impl ServeTuning {
     /// Checks every value and every relation between values, group by
     /// group. The error names the flag and environment variable to fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.queue.validate()?;
-        self.registry.validate()?;
+        self.registry.check_each()?;
         self.poll.check_each()?;
         self.feeder.validate()?;
         self.request.check_each()?;
         self.egress.validate()?;
         self.retention.validate()?;
+        self.retention_loop.check_each()?;
         self.projector.check_each()?;
         self.monitor.check_each()?;
         self.gauges.check_each()?;
@@ -74,6 +82,7 @@ impl Tuning {
             crate::request::RequestSettings::SETTINGS,
             crate::egress::EgressSettings::SETTINGS,
             crate::retention::RetentionSettings::SETTINGS,
+            crate::retention::RetentionLoopSettings::SETTINGS,
             crate::projector::ProjectorSettings::SETTINGS,
             crate::monitor::MonitorSettings::SETTINGS,
             crate::gauges::GaugeSettings::SETTINGS,
@@ -93,6 +102,7 @@ impl Tuning {
             self.request.values(),
             self.egress.values(),
             self.retention.values(),
+            self.retention_loop.values(),
             self.projector.values(),
             self.monitor.values(),
             self.gauges.values(),
@@ -103,9 +113,51 @@ impl Tuning {
     }
 }
 
+/// What a collector reads of the tuning: its heartbeat and its fallback
+/// poll. Everything else that shapes its work (lease, rates, budget,
+/// retries, registration limits) is the policy `serve` publishes in the
+/// database, which the collector functions apply.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CollectorTuning {
+    /// `collector`: the heartbeat.
+    #[command(flatten)]
+    pub heartbeat: crate::registry::HeartbeatSettings,
+    /// `listener`: the fallback poll of the collector's NOTIFY waiters.
+    #[command(flatten)]
+    pub poll: crate::listener::PollSettings,
+}
+
+impl CollectorTuning {
+    /// Checks every value; the error names the flag and variable to fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.heartbeat.check_each()?;
+        self.poll.check_each()?;
+        Ok(())
+    }
+
+    /// Every setting, in `--help` order.
+    pub fn settings() -> Vec<&'static SettingDef> {
+        [
+            crate::registry::HeartbeatSettings::SETTINGS,
+            crate::listener::PollSettings::SETTINGS,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// Each setting with its effective value, as a user would type it.
+    pub fn values(&self) -> Vec<(&'static SettingDef, String)> {
+        [self.heartbeat.values(), self.poll.values()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
 impl crate::request::Published {
-    /// The published part of a validated [`Tuning`].
-    pub fn from_tuning(t: &Tuning) -> crate::request::Published {
+    /// The published part of a validated [`ServeTuning`].
+    pub fn from_tuning(t: &ServeTuning) -> crate::request::Published {
         crate::request::Published {
             eta_window: t.request.eta_window,
             egress_rate: t.egress.egress_rate,
@@ -153,7 +205,8 @@ mod tests {
 
     #[test]
     fn defaults_are_valid() {
-        Tuning::default().validate().unwrap();
+        ServeTuning::default().validate().unwrap();
+        CollectorTuning::default().validate().unwrap();
     }
 
     /// What `config` prints (each value as a user would type it) parses
@@ -164,10 +217,15 @@ mod tests {
         #[derive(Parser)]
         struct Cli {
             #[command(flatten)]
-            tuning: Tuning,
+            tuning: ServeTuning,
+        }
+        #[derive(Parser)]
+        struct CollectorCli {
+            #[command(flatten)]
+            tuning: CollectorTuning,
         }
         let custom = {
-            let mut t = Tuning::default();
+            let mut t = ServeTuning::default();
             t.queue.lease_duration = Duration::from_millis(1500);
             t.queue.retry_jitter = 0.35;
             t.egress.egress_rate = 0.25;
@@ -175,15 +233,22 @@ mod tests {
                 "detailed=1,profile=2,weapons=3,vehicles=4".parse().unwrap();
             t
         };
-        for t in [Tuning::default(), custom] {
+        let args = |values: Vec<(&SettingDef, String)>| {
             let mut args = vec!["x".to_owned()];
-            for (def, value) in t.values() {
+            for (def, value) in values {
                 args.push(format!("--{}", def.flag));
                 args.push(value);
             }
-            let back = Cli::parse_from(args).tuning;
+            args
+        };
+        for t in [ServeTuning::default(), custom] {
+            let back = Cli::parse_from(args(t.values())).tuning;
             assert_eq!(format!("{back:?}"), format!("{t:?}"));
         }
+        let mut t = CollectorTuning::default();
+        t.heartbeat.heartbeat_interval = Duration::from_millis(2500);
+        let back = CollectorCli::parse_from(args(t.values())).tuning;
+        assert_eq!(format!("{back:?}"), format!("{t:?}"));
     }
 
     #[test]
@@ -196,14 +261,12 @@ mod tests {
             crate::projector::projector_setting::default::projector_batch,
             "5000"
         );
-        let mut envs: Vec<&str> = Tuning::settings().iter().map(|d| d.env).collect();
-        envs.sort();
-        envs.dedup();
-        assert_eq!(
-            envs.len(),
-            Tuning::settings().len(),
-            "a variable is declared twice"
-        );
+        for settings in [ServeTuning::settings(), CollectorTuning::settings()] {
+            let mut envs: Vec<&str> = settings.iter().map(|d| d.env).collect();
+            envs.sort();
+            envs.dedup();
+            assert_eq!(envs.len(), settings.len(), "a variable is declared twice");
+        }
     }
 
     #[test]
@@ -222,18 +285,16 @@ mod tests {
     }
 
     #[test]
-    fn lost_threshold_must_exceed_heartbeat() {
-        let t = {
-            let mut t = Tuning::default();
-            t.registry.heartbeat_lost_after = Duration::from_secs(10);
-            t
-        };
-        let e = t.validate().unwrap_err();
+    fn a_zero_heartbeat_is_refused() {
+        let mut t = CollectorTuning::default();
+        t.heartbeat.heartbeat_interval = Duration::ZERO;
         assert_eq!(
-            e.to_string(),
-            "invalid --heartbeat-lost-after (BF4PS_HEARTBEAT_LOST_AFTER): 10s must be greater \
-             than the heartbeat interval (10s)"
+            t.validate().unwrap_err().to_string(),
+            "invalid --heartbeat-interval (BF4PS_HEARTBEAT_INTERVAL): must be greater than zero"
         );
+        let mut t = ServeTuning::default();
+        t.registry.heartbeat_lost_after = Duration::ZERO;
+        assert!(t.validate().is_err());
     }
 
     #[test]
@@ -265,8 +326,8 @@ mod tests {
 
     #[test]
     fn each_relation_is_checked() {
-        let base = Tuning::default();
-        let cases: Vec<(Tuning, &str)> = vec![
+        let base = ServeTuning::default();
+        let cases: Vec<(ServeTuning, &str)> = vec![
             (
                 {
                     let mut t = base.clone();

@@ -34,7 +34,7 @@ pub const MAX_MESSAGE_CHARS: usize = 200;
 pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// Battlelog's numeric platform id (`platformInt`): pc=1, ps4=32, xboxone=64.
-pub(crate) const fn battlelog_platform_id(platform: Platform) -> u32 {
+pub const fn battlelog_platform_id(platform: Platform) -> u32 {
     match platform {
         Platform::Pc => 1,
         Platform::Ps4 => 32,
@@ -43,7 +43,7 @@ pub(crate) const fn battlelog_platform_id(platform: Platform) -> u32 {
 }
 
 /// The platform with Battlelog id `id`, if it is one we collect.
-pub(crate) fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
+pub fn platform_from_battlelog_id(id: u32) -> Option<Platform> {
     Platform::ALL
         .iter()
         .copied()
@@ -90,7 +90,7 @@ impl UpstreamSettings {
     }
 
     /// The path template of `resource`.
-    pub(crate) fn path_template(&self, resource: Resource) -> &str {
+    pub fn path_template(&self, resource: Resource) -> &str {
         match resource {
             Resource::Detailed => &self.path_detailed,
             Resource::Profile => &self.path_profile,

@@ -11,13 +11,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::{CollectorArgs, CollectorsCommand, DbArgs};
+use super::{CollectorArgs, CollectorsCommand, ConfigCommand, DbArgs, ReaderArgs};
 use crate::collector::{CollectorMetrics, CollectorProcess};
 use crate::config::fmt_duration;
 use crate::db::{self, DbTarget, Pooling};
 use crate::output::escape;
 use crate::registry::{self, Control, Registration};
-use crate::tuning::Tuning;
+use crate::tuning::ServeTuning;
 use crate::upstream::Upstream;
 
 /// Applies pending migrations, or says what it would do (`migrate`).
@@ -115,35 +115,6 @@ pub async fn migrate(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a benchmark (`bench`).
-pub async fn bench(
-    ctx: &crate::dev::bench::Ctx,
-    name: &str,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    crate::dev::bench::run(ctx, name, json).await?;
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Runs the demo (`demo`).
-pub async fn demo(db: &DbArgs, args: crate::dev::demo::DemoArgs) -> anyhow::Result<ExitCode> {
-    let json = args.json;
-    let (interrupt, abort) = (CancellationToken::new(), CancellationToken::new());
-    crate::shutdown::on_signals(interrupt.clone(), abort.clone());
-    tokio::spawn(async move {
-        abort.cancelled().await;
-        eprintln!("second signal: exiting now (a private cluster is cleaned up by the next run)");
-        std::process::exit(130);
-    });
-    let summary = crate::dev::demo::run(db.database_url.as_deref(), args, interrupt).await?;
-    if json {
-        crate::outln!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        crate::out!("{}", summary.render());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Lists or controls collectors (`collectors …`).
 pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Result<ExitCode> {
     let pool = db
@@ -173,13 +144,40 @@ pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-/// Serves the fake Battlelog until a signal (`fake-battlelog`).
-pub async fn fake_battlelog(
-    listen: &str,
-    settings: crate::dev::fake_battlelog::FakeSettings,
+/// The lab binary, installed beside this one.
+pub const LAB_BINARY: &str = "bf4ps-lab";
+
+/// Runs `bf4ps-lab COMMAND ARGS` in place of this process (`bench`, `demo`
+/// and `fake-battlelog` moved to the lab), with `DATABASE_URL` and `--log`
+/// when they were given before the command; a clear error when the lab is
+/// not beside this binary.
+pub fn lab(
+    db: &DbArgs,
+    log: Option<&str>,
+    command: &str,
+    args: Vec<std::ffi::OsString>,
 ) -> anyhow::Result<ExitCode> {
-    crate::dev::fake_battlelog::run_cli(listen, settings).await?;
-    Ok(ExitCode::SUCCESS)
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find this binary's path")?;
+    let lab = exe.with_file_name(LAB_BINARY);
+    if !lab.is_file() {
+        anyhow::bail!(
+            "`{command}` is a lab command: run `bf4ps-lab {command}` (from a checkout: \
+             `cargo run --release -p bf4ps-lab -- {command}`); no {} beside this binary",
+            lab.display()
+        );
+    }
+    let mut cmd = std::process::Command::new(&lab);
+    cmd.arg(command).args(args);
+    if let Some(url) = &db.database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    if let Some(log) = log {
+        cmd.env("BF4PS_LOG", log);
+    }
+    // Only returns on failure.
+    let e = cmd.exec();
+    Err(anyhow::Error::new(e).context(format!("cannot run {}", lab.display())))
 }
 
 /// Asks for an interactive refresh (`request`).
@@ -259,9 +257,10 @@ pub async fn status(db: &DbArgs, json: bool) -> anyhow::Result<ExitCode> {
 /// Runs the control plane until a signal (`serve`).
 pub async fn serve(
     db: &DbArgs,
+    reader: &ReaderArgs,
     settings: crate::serve::ServeSettings,
     migrate: db::MigrateSettings,
-    tuning: Tuning,
+    tuning: ServeTuning,
 ) -> anyhow::Result<ExitCode> {
     tuning.validate()?;
     settings.validate()?;
@@ -276,7 +275,7 @@ pub async fn serve(
         target.check_own_sessions().await?;
     }
     let mut serve = crate::serve::Serve::standard(target, tuning, settings).direct(direct);
-    if let Some(reader) = db.reader_target()? {
+    if let Some(reader) = db.reader_target(reader)? {
         serve = serve.reader(reader);
     }
     let running = serve
@@ -288,11 +287,15 @@ pub async fn serve(
 }
 
 /// One retention run (`retention run`).
-pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Result<ExitCode> {
-    tuning.validate()?;
+pub async fn retention(
+    db: &DbArgs,
+    dry_run: bool,
+    retention: crate::retention::RetentionSettings,
+) -> anyhow::Result<ExitCode> {
+    retention.validate()?;
     let target = db.checked_direct_target("`retention run`").await?;
     let pool = target.connect(2).await?;
-    let settings = crate::retention::RetentionRun::new(&tuning.retention, dry_run);
+    let settings = crate::retention::RetentionRun::new(&retention, dry_run);
     let report = crate::retention::run_once(&pool, &settings, None, |p| {
         eprintln!("deleted {} event(s) in {} batch(es)", p.deleted, p.batches);
     })
@@ -303,7 +306,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "dry run: would delete {} event(s) older than {cutoff} (retention {}); \
                  {} older event(s) are kept until projected",
             report.eligible.unwrap_or(0),
-            fmt_duration(tuning.retention.retention),
+            fmt_duration(retention.retention),
             report.unprojected_old
         );
     } else {
@@ -311,7 +314,7 @@ pub async fn retention(db: &DbArgs, dry_run: bool, tuning: Tuning) -> anyhow::Re
             "deleted {} event(s) older than {cutoff} (retention {}) in {} batch(es); \
                  longest batch {} ms; {} older event(s) kept until projected",
             report.deleted,
-            fmt_duration(tuning.retention.retention),
+            fmt_duration(retention.retention),
             report.batches,
             report.longest_batch.as_millis(),
             report.unprojected_old
@@ -347,10 +350,36 @@ pub async fn rebuild(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Validates and prints the tuning (`config`).
-pub fn config(tuning: &Tuning, json: bool) -> anyhow::Result<ExitCode> {
-    tuning.validate()?;
-    print_config(tuning, json).context("printing configuration")?;
+/// Validates and prints one process's settings (`config serve|collector`).
+pub fn config(process: ConfigCommand) -> anyhow::Result<ExitCode> {
+    let (values, json) = match process {
+        ConfigCommand::Serve {
+            settings,
+            migrate,
+            tuning,
+            json,
+        } => {
+            settings.validate()?;
+            migrate.validate()?;
+            tuning.validate()?;
+            let mut values = settings.values();
+            values.extend(migrate.values());
+            values.extend(tuning.values());
+            (values, json)
+        }
+        ConfigCommand::Collector {
+            upstream,
+            tuning,
+            json,
+        } => {
+            Upstream::new(&upstream)?;
+            tuning.validate()?;
+            let mut values = upstream.values();
+            values.extend(tuning.values());
+            (values, json)
+        }
+    };
+    print_config(&values, json).context("printing configuration")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -503,12 +532,11 @@ fn print_collectors(rows: &[registry::CollectorRow], json: bool) -> anyhow::Resu
     Ok(())
 }
 
-fn print_config(t: &Tuning, json: bool) -> anyhow::Result<()> {
-    let rows = t.values();
+fn print_config(rows: &[(&crate::config::SettingDef, String)], json: bool) -> anyhow::Result<()> {
     if json {
         let map: serde_json::Map<String, serde_json::Value> = rows
-            .into_iter()
-            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v)))
+            .iter()
+            .map(|(def, v)| (def.env.to_owned(), serde_json::Value::String(v.clone())))
             .collect();
         crate::outln!("{}", serde_json::to_string_pretty(&map)?);
     } else {

@@ -4,6 +4,7 @@
 #![allow(missing_docs)]
 
 mod commands;
+pub mod placement;
 
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::db::{self, DbError, DbTarget, Pooling};
-use crate::tuning::Tuning;
+use crate::tuning::{CollectorTuning, ServeTuning};
 
 /// PostgreSQL-coordinated stat collection for BF4PS.
 #[derive(Debug, Parser)]
@@ -49,13 +50,9 @@ pub struct Cli {
 pub(crate) const DEFAULT_LOG: &str = "info,sqlx=warn";
 
 impl Cli {
-    /// The log filter to install: the demo keeps its live screen clean
-    /// (warnings only) unless a filter was chosen explicitly.
+    /// The log filter to install.
     pub fn log_filter(&self) -> &str {
-        match self.command {
-            Command::Demo(_) if self.log == DEFAULT_LOG => "warn",
-            _ => &self.log,
-        }
+        &self.log
     }
 }
 
@@ -77,17 +74,6 @@ pub struct DbArgs {
         global = true
     )]
     pub(crate) direct_database_url: Option<String>,
-
-    /// PostgreSQL URL of a hot standby that serve's table-backed gauges read (their replay lag is
-    /// exported as bf4ps_gauges_replay_lag_seconds); default: DATABASE_URL. Same parameters and
-    /// password file. `status` reads a standby when given it as DATABASE_URL.
-    #[arg(
-        long,
-        env = "BF4PS_READER_DATABASE_URL",
-        hide_env_values = true,
-        global = true
-    )]
-    pub(crate) reader_database_url: Option<String>,
 
     /// How DATABASE_URL reaches PostgreSQL: `session` (directly, or a session-mode pool) or
     /// `transaction` (a transaction pooler such as PgBouncer with pool_mode = transaction:
@@ -122,10 +108,6 @@ impl std::fmt::Debug for DbArgs {
                 "direct_database_url",
                 &self.direct_database_url.as_deref().map(db::redact),
             )
-            .field(
-                "reader_database_url",
-                &self.reader_database_url.as_deref().map(db::redact),
-            )
             .field("database_pooling", &self.database_pooling)
             .field("database_password_file", &self.database_password_file)
             .finish()
@@ -143,8 +125,8 @@ impl DbArgs {
 
     /// The hot standby serve's gauges read (`BF4PS_READER_DATABASE_URL`),
     /// reached directly; `None` when not given.
-    pub(crate) fn reader_target(&self) -> Result<Option<DbTarget>, DbError> {
-        let Some(url) = self
+    pub(crate) fn reader_target(&self, reader: &ReaderArgs) -> Result<Option<DbTarget>, DbError> {
+        let Some(url) = reader
             .reader_database_url
             .as_deref()
             .map(str::trim)
@@ -216,6 +198,27 @@ impl DbArgs {
     }
 }
 
+/// `serve`'s hot standby (only `serve` reads one).
+#[derive(Clone, Args)]
+pub struct ReaderArgs {
+    /// PostgreSQL URL of a hot standby that serve's table-backed gauges read (their replay lag is
+    /// exported as bf4ps_gauges_replay_lag_seconds); default: DATABASE_URL. Same parameters and
+    /// password file. `status` reads a standby when given it as DATABASE_URL.
+    #[arg(long, env = "BF4PS_READER_DATABASE_URL", hide_env_values = true)]
+    pub(crate) reader_database_url: Option<String>,
+}
+
+impl std::fmt::Debug for ReaderArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReaderArgs")
+            .field(
+                "reader_database_url",
+                &self.reader_database_url.as_deref().map(db::redact),
+            )
+            .finish()
+    }
+}
+
 /// Subcommands. (Parsed once per process, so variant size does not matter.)
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
@@ -232,13 +235,11 @@ pub enum Command {
         #[command(flatten)]
         settings: crate::db::MigrateSettings,
     },
-    /// Validate the tuning configuration and print every effective value.
+    /// Validate a process's settings and print every effective value: `config serve`,
+    /// `config collector`.
     Config {
-        #[command(flatten)]
-        tuning: Tuning,
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(subcommand)]
+        process: ConfigCommand,
     },
     /// Run the control plane: projector, gauges, retention and HTTP /metrics, /healthz, /readyz.
     Serve {
@@ -247,7 +248,9 @@ pub enum Command {
         #[command(flatten)]
         migrate: crate::db::MigrateSettings,
         #[command(flatten)]
-        tuning: Tuning,
+        tuning: ServeTuning,
+        #[command(flatten)]
+        reader: ReaderArgs,
     },
     /// Event retention.
     Retention {
@@ -259,52 +262,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ProjectorCommand,
     },
-    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
-    Bench {
-        /// Benchmark name, or `all`.
-        #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::dev::bench::names()))]
-        name: String,
-        /// One JSON object per line and scenario.
-        #[arg(long)]
-        json: bool,
-        /// Smaller samples (smoke runs).
-        #[arg(long)]
-        quick: bool,
-        /// Simulated days of `schedule` (default 30; with --quick 2): a shorter run at full
-        /// scale.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(2..=365))]
-        days: Option<u32>,
-        /// `schedule`: scale the simulated world (population, new soldiers a day, keys and
-        /// budget together; 1 is 200,000 soldiers, 8 keys, 1,296 requests an hour).
-        #[arg(long, default_value = "1", value_parser = parse_scale)]
-        scale: f64,
-        /// `schedule`: run the default policy with each of these egress key counts at 0.2
-        /// requests/s (full scale; each key brings 162 requests an hour of budget), e.g.
-        /// `--keys 8,12,16,24`.
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=1000))]
-        keys: Vec<u32>,
-        /// `schedule`: the sightings policy's order of active work (`soldier`, BF4PS's, or
-        /// `resource`: every due detailed first; see BF4PS_ACTIVE_ORDER).
-        #[arg(long, default_value = "soldier")]
-        active_order: crate::config::ActiveOrder,
-    },
-    /// Run the whole system in one process on a private PostgreSQL (or DATABASE_URL) with a
-    /// fake Battlelog, and watch it work.
-    Demo(crate::dev::demo::DemoArgs),
     /// Run a collector: claim and collect jobs of one lane until SIGTERM/SIGINT (drain).
     Collector(CollectorArgs),
     /// List collectors, or drain/enable/disable/retire one by name.
     Collectors {
         #[command(subcommand)]
         action: CollectorsCommand,
-    },
-    /// Run a local fake Battlelog (synthetic stats, fault knobs) until SIGINT/SIGTERM.
-    FakeBattlelog {
-        /// Address to listen on; port 0 picks a free port (the first stdout line shows it).
-        #[arg(long, env = "BF4PS_FAKE_LISTEN", default_value = crate::dev::fake_battlelog::DEFAULT_LISTEN)]
-        listen: String,
-        #[command(flatten)]
-        settings: crate::dev::fake_battlelog::FakeSettings,
     },
     /// Ask for an interactive refresh of one soldier (creates it if unknown);
     /// prints each resource's job, state, queue position and ETA.
@@ -337,6 +300,22 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// `bf4ps-lab bench` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    Bench(LabArgs),
+    /// `bf4ps-lab demo` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    Demo(LabArgs),
+    /// `bf4ps-lab fake-battlelog` (hidden: the lab's, run when installed beside this binary).
+    #[command(hide = true, disable_help_flag = true)]
+    FakeBattlelog(LabArgs),
+}
+
+/// The arguments of a lab command, passed on as they are.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    args: Vec<std::ffi::OsString>,
 }
 
 /// `bf4ps-ops collector` settings.
@@ -363,7 +342,35 @@ pub struct CollectorArgs {
     #[command(flatten)]
     pub upstream: crate::upstream::UpstreamSettings,
     #[command(flatten)]
-    pub tuning: Tuning,
+    pub tuning: CollectorTuning,
+}
+
+/// `config` subcommands: one per process, with the settings it reads.
+#[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
+pub enum ConfigCommand {
+    /// `serve`'s settings (also the policy it publishes to every collector).
+    Serve {
+        #[command(flatten)]
+        settings: crate::serve::ServeSettings,
+        #[command(flatten)]
+        migrate: crate::db::MigrateSettings,
+        #[command(flatten)]
+        tuning: ServeTuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A collector's settings.
+    Collector {
+        #[command(flatten)]
+        upstream: crate::upstream::UpstreamSettings,
+        #[command(flatten)]
+        tuning: CollectorTuning,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `bf4ps-ops collectors …`.
@@ -421,7 +428,7 @@ pub enum RetentionCommand {
         #[arg(long)]
         dry_run: bool,
         #[command(flatten)]
-        tuning: Tuning,
+        settings: crate::retention::RetentionSettings,
     },
 }
 
@@ -438,6 +445,60 @@ pub enum ProjectorCommand {
               default_value = crate::projector::projector_setting::default::projector_batch)]
         batch: u32,
     },
+}
+
+/// The whole `bf4ps-ops` process, `main`'s body: parse `args` (the first
+/// is the program name), set up logging, run, report. The lab runs it too
+/// (`bf4ps-lab ops …`), so its benchmarks measure this very code.
+pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
+    use clap::{CommandFactory, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        // --help and --version print normally; usage errors are one line.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            if let Some(message) = placement::misplaced_flag(&args, &e) {
+                eprintln!("{message}");
+                return ExitCode::from(2);
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see --help)");
+            return ExitCode::from(2);
+        }
+    };
+    crate::telemetry::init(cli.log_filter(), cli.log_format);
+    let vars = std::env::vars_os().map(|(k, v)| {
+        (
+            k.to_string_lossy().into_owned(),
+            v.to_string_lossy().into_owned(),
+        )
+    });
+    for warning in placement::misplaced_vars(&placement::path_of_matches(&matches), vars) {
+        tracing::warn!("{warning}");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            // One line: the error and its causes (each once), no backtrace.
+            eprintln!("error: {}", crate::telemetry::error_chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Runs a parsed command. Errors are returned with context for `main` to
@@ -462,50 +523,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
     let db = &cli.db;
+    let log = (cli.log != DEFAULT_LOG).then_some(cli.log.as_str());
     match cli.command {
         Command::Migrate {
             dry_run,
             json,
             settings,
         } => commands::migrate(db, dry_run, json, settings).await,
-        Command::Config { tuning, json } => commands::config(&tuning, json),
+        Command::Config { process } => commands::config(process),
         Command::Serve {
             settings,
             migrate,
             tuning,
-        } => commands::serve(db, settings, migrate, tuning).await,
+            reader,
+        } => commands::serve(db, &reader, settings, migrate, tuning).await,
         Command::Retention {
-            command: RetentionCommand::Run { dry_run, tuning },
-        } => commands::retention(db, dry_run, tuning).await,
+            command: RetentionCommand::Run { dry_run, settings },
+        } => commands::retention(db, dry_run, settings).await,
         Command::Projector {
             command: ProjectorCommand::Rebuild { wait, batch },
         } => commands::rebuild(db, wait, batch).await,
-        Command::Bench {
-            name,
-            json,
-            quick,
-            days,
-            scale,
-            keys,
-            active_order,
-        } => {
-            let ctx = crate::dev::bench::Ctx {
-                target: db.target()?,
-                database_url: db.database_url.clone(),
-                quick,
-                days,
-                scale,
-                keys,
-                active_order,
-            };
-            commands::bench(&ctx, &name, json).await
-        }
-        Command::Demo(args) => commands::demo(db, args).await,
         Command::Collector(args) => commands::collector(db, args).await,
         Command::Collectors { action } => commands::collectors(db, action).await,
-        Command::FakeBattlelog { listen, settings } => {
-            commands::fake_battlelog(&listen, settings).await
-        }
         Command::Request {
             platform,
             persona_id,
@@ -523,13 +562,8 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => commands::import(db, &file, skip_invalid, batch_rows, workers).await,
         Command::Status { json } => commands::status(db, json).await,
-    }
-}
-
-/// A `bench schedule --scale`: a finite number in (0, 10].
-fn parse_scale(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(f) if f.is_finite() && f > 0.0 && f <= 10.0 => Ok(f),
-        _ => Err(format!("{s:?} is not a scale in (0, 10] (e.g. 0.1)")),
+        Command::Bench(lab) => commands::lab(db, log, "bench", lab.args),
+        Command::Demo(lab) => commands::lab(db, log, "demo", lab.args),
+        Command::FakeBattlelog(lab) => commands::lab(db, log, "fake-battlelog", lab.args),
     }
 }

@@ -36,8 +36,9 @@ pub use migrate::{
     catalog, migrations_current,
 };
 pub use pool::{Acquired, Pool, PoolConn, Pooled};
+pub use target::SslMode;
 pub use target::{DbTarget, Pooling};
-pub(crate) use target::{SslMode, read_password_file, redact};
+pub(crate) use target::{read_password_file, redact};
 pub(crate) use time::DbTime;
 
 /// Pooled connections idle longer than this are checked with a ping before use.

@@ -287,7 +287,7 @@ impl DbTarget {
     }
 
     /// The same server, another database (scratch databases for benches and tests).
-    pub(crate) fn with_database(&self, database: &str) -> DbTarget {
+    pub fn with_database(&self, database: &str) -> DbTarget {
         DbTarget {
             options: self.options.clone().database(database),
             display: format!("{} (database {database})", self.display),
@@ -297,7 +297,7 @@ impl DbTarget {
 
     /// The same database with another `sslmode` (benchmarks compare
     /// plain and TLS connections); root and client certificates are kept.
-    pub(crate) fn with_ssl_mode(&self, mode: SslMode) -> DbTarget {
+    pub fn with_ssl_mode(&self, mode: SslMode) -> DbTarget {
         DbTarget {
             options: self.options.clone().ssl_mode(mode.pg()),
             display: format!("{} (sslmode={})", self.display, mode.as_str()),
@@ -373,10 +373,7 @@ impl DbTarget {
 
     /// One dedicated connection (not from a pool), named `application_name`
     /// in `pg_stat_activity`: for session advisory locks.
-    pub(crate) async fn connect_dedicated(
-        &self,
-        application_name: &str,
-    ) -> Result<PgConnection, DbError> {
+    pub async fn connect_dedicated(&self, application_name: &str) -> Result<PgConnection, DbError> {
         self.require_direct("a session advisory lock (a dedicated connection)")?;
         self.connect_one(&self.session_options(application_name))
             .await
@@ -466,7 +463,7 @@ impl DbTarget {
 
 /// libpq's `sslmode` values as bf4ps-ops honours them (`allow` is `prefer`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SslMode {
+pub enum SslMode {
     /// No TLS.
     Disable,
     /// TLS when offered, certificate not checked.

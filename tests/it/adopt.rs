@@ -779,9 +779,7 @@ fn fleet_cmd(url: &str, args: &[&str]) -> std::process::Command {
     cmd.args(args)
         .env("DATABASE_URL", url)
         .env("BF4PS_LOG", "info,sqlx=warn");
-    for (k, v) in FLEET_ENV {
-        cmd.env(k, v);
-    }
+    cmd.envs(crate::support::read_by_command(args, FLEET_ENV));
     cmd
 }
 
@@ -890,7 +888,7 @@ async fn an_adopted_database_is_collected_beside_discovery(
     opts: PgConnectOptions,
 ) {
     use crate::support::{Proc, eventually, free_port};
-    use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
+    use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
     use bf4ps_ops::domain::Platform;
 
     let db = TestDb::new(opts).await;

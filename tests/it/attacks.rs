@@ -80,7 +80,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, Resource};
 use bf4ps_ops::metrics::catalog::{FRESHNESS_BANDS, freshness_bounds};
 use bf4ps_ops::metrics::parse_exposition;
@@ -138,7 +138,7 @@ const RESTART_WAIT: Duration = Duration::from_secs(20);
 /// The longest metric label value accepted on /metrics.
 const MAX_LABEL: usize = 256;
 
-/// Tuning shared by `serve` and the victim (short cadences; the fleet
+/// The settings of `serve` and the victim (each gets those it reads) (short cadences; the fleet
 /// budget on, generous, so that it can be tampered with; the feeder feeds
 /// `detailed` only, so the jobs of this suite are the only other work).
 const TUNING: &[(&str, &str)] = &[
@@ -245,32 +245,29 @@ impl Report {
 // ---------------------------------------------------------------------------
 
 /// The binary with no inherited `DATABASE_URL` or `BF4PS_*` variable.
-fn clean_bin() -> Command {
+fn clean_bin(args: &[&str]) -> Command {
     let mut cmd = bin();
+    cmd.args(args);
     cmd.env_remove("DATABASE_URL").env("NO_COLOR", "1");
     for (k, _) in std::env::vars() {
         if k.starts_with("BF4PS_") {
             cmd.env_remove(k);
         }
     }
-    for (k, v) in TUNING {
-        cmd.env(k, v);
-    }
+    cmd.envs(crate::support::read_by_command(args, TUNING));
     cmd
 }
 
 fn serve_cmd(url: &str, port: u16) -> Command {
-    let mut cmd = clean_bin();
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("DATABASE_URL", url)
+    let mut cmd = clean_bin(&["serve", "--listen", &format!("127.0.0.1:{port}")]);
+    cmd.env("DATABASE_URL", url)
         .env("BF4PS_LOG", "info,sqlx=warn");
     cmd
 }
 
 fn victim_cmd(url: &str, upstream: &str) -> Command {
-    let mut cmd = clean_bin();
-    cmd.args(["collector", "--name", VICTIM, "--lane", "background"])
-        .args(["--egress-key", VICTIM_KEY, "--hostname", VICTIM_HOST])
+    let mut cmd = clean_bin(&["collector", "--name", VICTIM, "--lane", "background"]);
+    cmd.args(["--egress-key", VICTIM_KEY, "--hostname", VICTIM_HOST])
         .args(["--upstream-url", upstream])
         .env("DATABASE_URL", url)
         .env("BF4PS_LOG", "info,sqlx=warn");

@@ -532,7 +532,7 @@ async fn a_listener_inside_a_transaction_is_ended_before_the_notify_queue_fills(
         },
     )
     .await;
-    let mut tuning = bf4ps_ops::tuning::Tuning::default();
+    let mut tuning = bf4ps_ops::tuning::ServeTuning::default();
     tuning.monitor.notify_queue_limit = LIMIT;
     let registry = bf4ps_ops::metrics::Registry::new();
     let monitor =

@@ -1,4 +1,5 @@
-//! The built binary: migrate behaviour and one-line errors for bad input.
+//! The built binary: its commands, migrate behaviour and one-line errors for
+//! bad input.
 
 use std::process::Output;
 
@@ -177,30 +178,26 @@ async fn database_without_permission(_: PgPoolOptions, opts: PgConnectOptions) {
 
 #[test]
 fn bad_config_values_name_the_setting() {
-    let out = run_bin(
-        &[
-            "config",
-            "--heartbeat-interval",
-            "10s",
-            "--heartbeat-lost-after",
-            "5s",
-        ],
-        None,
-    );
+    let out = run_bin(&["config", "serve", "--max-claim-to-start", "2m"], None);
     assert_one_line_error(
         &out,
-        "invalid --heartbeat-lost-after (BF4PS_HEARTBEAT_LOST_AFTER): 5s must be greater than the \
-         heartbeat interval (10s)",
+        "invalid --max-claim-to-start (BF4PS_MAX_CLAIM_TO_START): 2m must not exceed the lease \
+         duration (1m)",
+    );
+    let out = run_bin(&["config", "collector", "--heartbeat-interval", "0s"], None);
+    assert_one_line_error(
+        &out,
+        "invalid --heartbeat-interval (BF4PS_HEARTBEAT_INTERVAL): must be greater than zero",
     );
     let mut cmd = crate::support::bin();
     let out = cmd
-        .arg("config")
+        .args(["config", "serve"])
         .env("BF4PS_EGRESS_RATE", "-3")
         .output()
         .unwrap();
     assert_one_line_error(&out, "invalid --egress-rate (BF4PS_EGRESS_RATE)");
     let out = crate::support::bin()
-        .args(["config"])
+        .args(["config", "serve"])
         .env("BF4PS_RESOURCE_WEIGHTS", "detailed=1")
         .output()
         .unwrap();
@@ -210,7 +207,7 @@ fn bad_config_values_name_the_setting() {
         "{}",
         stderr(&out)
     );
-    let out = run_bin(&["config", "--lease-duration", "soon"], None);
+    let out = run_bin(&["config", "serve", "--lease-duration", "soon"], None);
     assert!(!out.status.success());
     assert!(
         stderr(&out).contains("expected a duration such as 500ms"),
@@ -219,17 +216,174 @@ fn bad_config_values_name_the_setting() {
     );
 }
 
+/// `config PROCESS` prints exactly the settings that process reads.
 #[test]
-fn config_prints_effective_values() {
+fn config_prints_each_process_its_values() {
+    let json = |process: &str| {
+        let out = crate::support::bin()
+            .args(["config", process, "--json"])
+            .env("BF4PS_LEASE_DURATION", "90s")
+            .env("BF4PS_HEARTBEAT_INTERVAL", "3s")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v, stderr(&out))
+    };
+    let (serve, warnings) = json("serve");
+    assert_eq!(serve["BF4PS_LEASE_DURATION"], "90s");
+    assert_eq!(serve["BF4PS_RETENTION"], "180d");
+    assert_eq!(serve["BF4PS_LISTEN"], "127.0.0.1:9640");
+    assert_eq!(serve["BF4PS_MIGRATE_LOCK_TIMEOUT"], "1m");
+    assert!(serve.get("BF4PS_HEARTBEAT_INTERVAL").is_none(), "{serve}");
+    assert!(
+        warnings.contains(
+            "BF4PS_HEARTBEAT_INTERVAL is read by `collector`, not by `serve`: ignored here"
+        ),
+        "{warnings}"
+    );
+    let (collector, warnings) = json("collector");
+    let keys: Vec<&str> = collector
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "BF4PS_HEARTBEAT_INTERVAL",
+            "BF4PS_PATH_DETAILED",
+            "BF4PS_PATH_PROFILE",
+            "BF4PS_PATH_VEHICLES",
+            "BF4PS_PATH_WEAPONS",
+            "BF4PS_POLL_INTERVAL",
+            "BF4PS_UPSTREAM_CONNECT_TIMEOUT",
+            "BF4PS_UPSTREAM_TIMEOUT",
+            "BF4PS_UPSTREAM_URL",
+            "BF4PS_UPSTREAM_USER_AGENT",
+        ]
+    );
+    assert_eq!(collector["BF4PS_HEARTBEAT_INTERVAL"], "3s");
+    assert!(
+        warnings.contains("BF4PS_LEASE_DURATION is read by `serve`, not by `collector`"),
+        "{warnings}"
+    );
+    // No process named: the usage says which there are.
+    let out = run_bin(&["config"], None);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// `collector --help` lists what a collector reads: its identity, the
+/// database, logging, the upstream, its heartbeat and poll; nothing of
+/// serve's (retention, feeder, projector, egress, …).
+#[test]
+fn collector_help_lists_only_what_a_collector_reads() {
+    let out = run_bin(&["collector", "--help"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out);
+    let mut flags: Vec<&str> = help
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("-h, ")
+                .or(l.strip_prefix("-V, "))
+                .unwrap_or(l);
+            l.starts_with("--")
+                .then(|| l.split([' ', '=']).next().unwrap_or(l))
+        })
+        .collect();
+    flags.sort_unstable();
+    let mut expected = [
+        // Identity and behaviour.
+        "--name",
+        "--lane",
+        "--egress-key",
+        "--hostname",
+        "--poll-only",
+        "--metrics-listen",
+        // The database and logging (every command's).
+        "--database-url",
+        "--direct-database-url",
+        "--database-pooling",
+        "--database-password-file",
+        "--log",
+        "--log-format",
+        // Battlelog.
+        "--upstream-url",
+        "--upstream-timeout",
+        "--upstream-connect-timeout",
+        "--upstream-user-agent",
+        "--path-detailed",
+        "--path-profile",
+        "--path-weapons",
+        "--path-vehicles",
+        // Its own timing.
+        "--heartbeat-interval",
+        "--poll-interval",
+        "--help",
+        "--version",
+    ];
+    expected.sort_unstable();
+    assert_eq!(flags, expected, "{help}");
+}
+
+/// A setting given to a command that does not read it: a flag is refused
+/// naming where it belongs; a variable is a warning at start (environment
+/// files are shared), and the process runs.
+#[test]
+fn misplaced_settings_name_the_process_that_reads_them() {
+    let out = run_bin(
+        &[
+            "collector",
+            "--name",
+            "c",
+            "--lane",
+            "background",
+            "--egress-rate",
+            "1",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_one_line_error(
+        &out,
+        "--egress-rate (BF4PS_EGRESS_RATE) is read by `serve`, not by `collector`: give it to \
+         `serve` (see `bf4ps-ops serve --help`)",
+    );
+    let out = run_bin(&["serve", "--heartbeat-interval=1s"], None);
+    assert_one_line_error(
+        &out,
+        "--heartbeat-interval (BF4PS_HEARTBEAT_INTERVAL) is read by `collector`, not by `serve`",
+    );
+    let out = run_bin(&["retention", "run", "--retention-interval", "1m"], None);
+    assert_one_line_error(&out, "is read by `serve`, not by `retention run`");
+
+    // The variable: one warning line naming serve, then the collector goes
+    // on (to the unreachable database of this test).
     let out = crate::support::bin()
-        .args(["config", "--json"])
-        .env("BF4PS_LEASE_DURATION", "90s")
+        .args(["collector", "--name", "c", "--lane", "background"])
+        .env_remove("BF4PS_LOG")
+        .env("DATABASE_URL", "postgres://postgres@127.0.0.1:1/x")
+        .env("BF4PS_EGRESS_RATE", "1")
+        .env("NO_COLOR", "1")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["BF4PS_LEASE_DURATION"], "90s");
-    assert_eq!(v["BF4PS_RETENTION"], "180d");
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains(
+            "BF4PS_EGRESS_RATE is read by `serve`, not by `collector`: ignored here; set it for \
+             `serve`"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("cannot reach PostgreSQL at 127.0.0.1:1"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -251,9 +405,9 @@ fn collector_startup_errors_are_one_line() {
     assert_one_line_error(&out, "cannot reach PostgreSQL at 127.0.0.1:1");
     // A bad tuning value.
     let mut args = base.to_vec();
-    args.extend(["--heartbeat-lost-after", "1s"]);
+    args.extend(["--heartbeat-interval", "0s"]);
     let out = run_bin(&args, None);
-    assert_one_line_error(&out, "BF4PS_HEARTBEAT_LOST_AFTER");
+    assert_one_line_error(&out, "BF4PS_HEARTBEAT_INTERVAL");
 }
 
 #[sqlx::test]
@@ -311,4 +465,95 @@ async fn collectors_operations(_: PgPoolOptions, opts: PgConnectOptions) {
     assert!(stdout(&out).contains("retired"));
     let out = run_bin(&["collectors", "drain", "ops-1"], Some(&db.url));
     assert_one_line_error(&out, "no active collector named \"ops-1\"");
+}
+
+/// `--help` lists what an operator runs; the lab's commands are not there.
+#[test]
+fn help_lists_only_operator_commands() {
+    let out = run_bin(&["--help"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let help = stdout(&out);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        [
+            "migrate",
+            "config",
+            "serve",
+            "retention",
+            "projector",
+            "collector",
+            "collectors",
+            "request",
+            "soldiers",
+            "status",
+            "help"
+        ],
+        "{help}"
+    );
+}
+
+/// `bf4ps-ops bench|demo|fake-battlelog` runs the `bf4ps-lab` beside it
+/// with the same arguments (and `DATABASE_URL` given before the command),
+/// or says where the command went.
+#[test]
+fn lab_commands_run_the_lab_beside_the_binary() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("lab-forward-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ops = dir.join("bf4ps-ops");
+    let built = env!("CARGO_BIN_EXE_bf4ps-ops");
+    if std::fs::hard_link(built, &ops).is_err() {
+        std::fs::copy(built, &ops).unwrap();
+    }
+    let run = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(&ops);
+        cmd.args(args)
+            .env_remove("DATABASE_URL")
+            .env("NO_COLOR", "1");
+        cmd.output().unwrap()
+    };
+
+    let out = run(&["demo", "--duration", "3s"]);
+    assert_one_line_error(&out, "`demo` is a lab command: run `bf4ps-lab demo`");
+    assert!(stderr(&out).contains("cargo run --release -p bf4ps-lab -- demo"));
+
+    let lab = dir.join("bf4ps-lab");
+    std::fs::write(
+        &lab,
+        "#!/bin/sh\necho \"lab: $* url=${DATABASE_URL:-none}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&lab, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&[
+        "--database-url",
+        "postgres://x@h/db",
+        "demo",
+        "--duration",
+        "3s",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: demo --duration 3s url=postgres://x@h/db"
+    );
+    let out = run(&["bench", "claim", "--json", "--help"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: bench claim --json --help url=none"
+    );
+    let out = run(&["fake-battlelog", "--listen", "127.0.0.1:0"]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "lab: fake-battlelog --listen 127.0.0.1:0 url=none"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,16 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess, Stats};
 use bf4ps_ops::config::Ladder;
 use bf4ps_ops::db::DbTarget;
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, Scripted};
 use bf4ps_ops::domain::{Lane, Platform, PriorityClass, Resource};
 use bf4ps_ops::monitor::Monitor;
 use bf4ps_ops::registry::CollectorId;
 use bf4ps_ops::registry::Registration;
 use bf4ps_ops::request::{Published, publish_settings};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::{CollectorTuning, ServeTuning};
 use bf4ps_ops::upstream::Upstream;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Row};
@@ -29,11 +29,10 @@ use crate::support::{ChildGuard, TestDb, bin, eventually};
 const WAIT: Duration = Duration::from_secs(20);
 
 /// Short intervals so leases, heartbeats and retries play out in seconds.
-fn fast() -> Tuning {
-    let mut t = Tuning::default();
+fn fast() -> ServeTuning {
+    let mut t = ServeTuning::default();
     t.queue.lease_duration = Duration::from_secs(2);
     t.queue.max_claim_to_start = Duration::from_secs(1);
-    t.registry.heartbeat_interval = Duration::from_millis(200);
     t.registry.heartbeat_lost_after = Duration::from_secs(1);
     t.poll.poll_interval = Duration::from_millis(200);
     t.queue.retry_base_delay = Duration::from_millis(100);
@@ -52,24 +51,30 @@ fn fast() -> Tuning {
     t
 }
 
-/// The same, as environment variables for a spawned collector.
-fn fast_env() -> [(&'static str, &'static str); 8] {
+/// A collector's side of a test with `tuning`: a heartbeat every 200 ms
+/// (`fast()` loses a collector after 1 s) and `tuning`'s poll.
+fn collector_tuning(tuning: &ServeTuning) -> CollectorTuning {
+    let mut t = CollectorTuning {
+        poll: tuning.poll.clone(),
+        ..CollectorTuning::default()
+    };
+    t.heartbeat.heartbeat_interval = Duration::from_millis(200);
+    t
+}
+
+/// What a spawned collector reads of `fast()` (the rest is the policy the
+/// test publishes), as environment variables.
+fn fast_env() -> [(&'static str, &'static str); 2] {
     [
-        ("BF4PS_LEASE_DURATION", "2s"),
-        ("BF4PS_MAX_CLAIM_TO_START", "1s"),
         ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
-        ("BF4PS_HEARTBEAT_LOST_AFTER", "1s"),
         ("BF4PS_POLL_INTERVAL", "200ms"),
-        ("BF4PS_RETRY_BASE_DELAY", "100ms"),
-        ("BF4PS_EGRESS_RATE", "1000"),
-        ("BF4PS_GLOBAL_HOURLY_BUDGET", "0"),
     ]
 }
 
 /// Publishes `tuning`'s policy into `scheduling_settings`, as `serve` does at
 /// start: collectors (in-process or spawned) obey the database's policy
 /// (lease, retry ladder, spacing, budget), never their own settings.
-async fn publish(pool: &PgPool, tuning: &Tuning) {
+async fn publish(pool: &PgPool, tuning: &ServeTuning) {
     publish_settings(pool, &Published::from_tuning(tuning))
         .await
         .unwrap();
@@ -159,7 +164,7 @@ async fn start_collector(
     name: &str,
     lane: Lane,
     egress: &str,
-    tuning: Tuning,
+    tuning: ServeTuning,
     upstream_timeout: Duration,
 ) -> Running {
     start_collector_with(
@@ -182,7 +187,7 @@ async fn start_collector_with(
     name: &str,
     lane: Lane,
     egress: &str,
-    tuning: Tuning,
+    tuning: ServeTuning,
     upstream_timeout: Duration,
     metrics: CollectorMetrics,
 ) -> Running {
@@ -191,8 +196,13 @@ async fn start_collector_with(
     let upstream = Arc::new(Upstream::new(&args).unwrap());
     publish(&db.pool, &tuning).await;
     let root = CancellationToken::new();
-    let collectors =
-        CollectorProcess::new(db.target.clone(), &[lane], upstream, tuning).start(root.clone());
+    let collectors = CollectorProcess::new(
+        db.target.clone(),
+        &[lane],
+        upstream,
+        collector_tuning(&tuning),
+    )
+    .start(root.clone());
     let registration = Registration {
         name: name.to_owned(),
         hostname: "it-host".to_owned(),
@@ -522,7 +532,7 @@ async fn failures_are_classified_and_last_good_data_survives(
     assert!(!messages.is_empty());
     for m in messages.into_iter().flatten() {
         assert!(
-            !m.contains(bf4ps_ops::dev::fake_battlelog::BODY_MARKER),
+            !m.contains(bf4ps_lab::fake_battlelog::BODY_MARKER),
             "body leaked into an event: {m}"
         );
     }
@@ -1262,7 +1272,7 @@ async fn a_throttle_storm_pauses_the_egress_and_condemns_nobody(
     assert!(
         log.iter()
             .filter(|r| r.at < storm_end)
-            .all(|r| r.outcome == bf4ps_ops::dev::fake_battlelog::Outcome::Throttled(403)),
+            .all(|r| r.outcome == bf4ps_lab::fake_battlelog::Outcome::Throttled(403)),
         "{log:?}"
     );
     assert!(!during.is_empty());
@@ -1406,10 +1416,7 @@ async fn a_200_without_stats_is_retried_and_last_good_data_survives(
         );
         let m: String = f.get::<Option<String>, _>("error_message").unwrap();
         assert!(m.contains("mainWeaponStats"), "{m}");
-        assert!(
-            !m.contains(bf4ps_ops::dev::fake_battlelog::BODY_MARKER),
-            "{m}"
-        );
+        assert!(!m.contains(bf4ps_lab::fake_battlelog::BODY_MARKER), "{m}");
     }
     // Later the same soldier succeeds, with its new stats.
     wait_event(p, "succeeded", j, 1).await;

@@ -1,14 +1,17 @@
 //! Keeps the README, `docs/` and `deploy/` honest against the product:
 //! - the README's first screen says what the project is and gives the two
 //!   commands, and links the operator reference in `docs/`;
-//! - every `BF4PS_*` variable they name exists (it is in some `--help`), and
+//! - every `BF4PS_*` variable they name exists (it is in some `--help`, the
+//!   product's or the lab's), and
 //!   every SQL setting they `SET` is one the migrations read;
 //! - every variable of `--help` is documented in `docs/configuration.md`, in a
-//!   row that also shows the default `--help` prints for it;
+//!   row that also shows the default `--help` prints for it and, in its
+//!   *Read by* column, the commands that read it (`cli::placement`);
 //! - every subcommand (and sub-subcommand) of `bf4ps-ops --help` is mentioned
 //!   in the operator documentation;
 //! - every relative link of every Markdown file points at a file that exists
 //!   and, with a `#fragment`, at one of its headings.
+//! - `ARCHITECTURE.md` stays at most 10,000 characters.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -72,11 +75,26 @@ fn is_var_char(c: char) -> bool {
     c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'
 }
 
-/// Every environment variable the binary reads: the `[env: NAME=…]` of
+/// Every environment variable the binaries read: the `[env: NAME=…]` of
 /// every command's `--help` (settings are declared once, in `settings!`
-/// blocks and clap arguments, and all of them reach `--help`).
+/// blocks and clap arguments, and all of them reach `--help`), and those
+/// of the lab's commands (`bf4ps-lab`, read from its clap definitions).
 fn source_env_vars() -> BTreeSet<String> {
+    fn lab_vars(cmd: &clap::Command, into: &mut BTreeSet<String>) {
+        for arg in cmd.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                into.insert(env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            lab_vars(sub, into);
+        }
+    }
     let mut vars = BTreeSet::new();
+    lab_vars(
+        &<bf4ps_lab::cli::Cli as clap::CommandFactory>::command(),
+        &mut vars,
+    );
     let mut texts = vec![help(&[])];
     for path in command_paths() {
         let args: Vec<&str> = path.iter().map(String::as_str).collect();
@@ -324,11 +342,87 @@ fn every_variable_is_documented_with_its_default() {
     );
 }
 
+/// `VAR` → what the *Read by* column must say: `every command` for the
+/// global settings, the product's commands that read it
+/// ([`bf4ps_ops::cli::placement::read_by`]), or the lab command.
+fn expected_readers() -> BTreeMap<String, String> {
+    use clap::CommandFactory;
+    let mut expected = BTreeMap::new();
+    for sub in bf4ps_lab::cli::Cli::command().get_subcommands() {
+        for arg in sub.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                expected.insert(
+                    env.to_string_lossy().into_owned(),
+                    format!("`bf4ps-lab {}`", sub.get_name()),
+                );
+            }
+        }
+    }
+    for (var, by) in bf4ps_ops::cli::placement::read_by() {
+        let by: Vec<String> = by.iter().map(|p| format!("`{p}`")).collect();
+        expected.insert(var, by.join(", "));
+    }
+    for arg in bf4ps_ops::cli::Cli::command().get_arguments() {
+        if let Some(env) = arg.get_env() {
+            expected.insert(env.to_string_lossy().into_owned(), "every command".into());
+        }
+    }
+    expected
+}
+
+#[test]
+fn every_setting_row_says_who_reads_it() {
+    let expected = expected_readers();
+    assert_eq!(expected["BF4PS_EGRESS_RATE"], "`serve`");
+    assert_eq!(expected["BF4PS_POLL_INTERVAL"], "`serve`, `collector`");
+    assert_eq!(expected["DATABASE_URL"], "every command");
+    assert_eq!(expected["BF4PS_FAKE_SEED"], "`bf4ps-lab fake-battlelog`");
+    let reference = configuration();
+    let mut rows = BTreeMap::new();
+    let mut in_table = false;
+    for line in reference.lines() {
+        if line.starts_with("| Flag | Variable | Default |") {
+            assert_eq!(
+                line, "| Flag | Variable | Default | Read by | Meaning |",
+                "every settings table has a Read by column"
+            );
+            in_table = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_table = false;
+            continue;
+        }
+        let cells: Vec<&str> = line.split(" | ").collect();
+        if !in_table || cells.len() < 5 || cells[1].starts_with("---") {
+            continue;
+        }
+        let var = cells[1].trim_matches('`').to_owned();
+        rows.insert(var, cells[3].to_owned());
+    }
+    let mut wrong = Vec::new();
+    for (var, by) in &expected {
+        match rows.get(var) {
+            Some(row) if row == by => {}
+            Some(row) => wrong.push(format!("{var}: the row says {row}, the code {by}")),
+            None => wrong.push(format!("{var}: no row (read by {by})")),
+        }
+    }
+    for var in rows.keys().filter(|v| !expected.contains_key(*v)) {
+        wrong.push(format!("{var}: a row, but no command reads it"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/configuration.md's Read by column is wrong:\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn every_subcommand_is_documented() {
     let docs = operator_docs();
     let paths = command_paths();
-    assert!(paths.len() >= 15, "found only {paths:?}");
+    assert!(paths.len() >= 14, "found only {paths:?}");
     let mut missing = Vec::new();
     for path in paths {
         let top = &path[0];
@@ -428,7 +522,7 @@ fn links_point_at_files_and_headings() {
 fn readme_starts_with_the_two_commands() {
     let readme = readme();
     let first_screen: Vec<&str> = readme.lines().take(24).collect();
-    for command in ["cargo run --release -- demo", "scripts/test"] {
+    for command in ["cargo run --release -p bf4ps-lab -- demo", "scripts/test"] {
         assert!(
             first_screen.iter().any(|l| l.starts_with(command)),
             "the README's first 24 lines do not give `{command}`"
@@ -480,5 +574,18 @@ fn the_readme_stays_a_front_page() {
     assert!(
         chars < 15_000,
         "README.md has {chars} characters: move detail to docs/"
+    );
+}
+
+/// `ARCHITECTURE.md` is a map read in one sitting (issue 36): at most
+/// 10,000 characters. Reasons belong in `docs/decisions.md`, detail in the
+/// module docs.
+#[test]
+fn the_architecture_stays_a_map() {
+    let chars = read(&repo().join("ARCHITECTURE.md")).chars().count();
+    assert!(
+        chars <= 10_000,
+        "ARCHITECTURE.md has {chars} characters: move reasons to docs/decisions.md and detail \
+         to the module docs"
     );
 }

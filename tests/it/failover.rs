@@ -415,14 +415,13 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
     );
     let db = pool(&url).await;
     crate::fixtures::soldiers(&db, 700_001, 700_400).await;
-    let fake = bf4ps_ops::dev::fake_battlelog::FakeBattlelog::start(
-        bf4ps_ops::dev::fake_battlelog::FakeSettings {
+    let fake =
+        bf4ps_lab::fake_battlelog::FakeBattlelog::start(bf4ps_lab::fake_battlelog::FakeSettings {
             latency: Duration::from_millis(40),
             ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let upstream = fake.url();
     let serve_addrs: Vec<SocketAddr> = (0..2)
         .map(|_| SocketAddr::from(([127, 0, 0, 1], free_port())))
@@ -939,7 +938,7 @@ impl Drop for Standalone {
 /// persona `first`, the fake Battlelog, one `serve` (ready) and background
 /// collectors named `names` (each its own key), collecting.
 struct SmallFleet {
-    _fake: bf4ps_ops::dev::fake_battlelog::FakeServer,
+    _fake: bf4ps_lab::fake_battlelog::FakeServer,
     addr: SocketAddr,
     serve: Proc,
     collectors: Vec<Proc>,
@@ -956,8 +955,8 @@ impl SmallFleet {
         let db = pool(url).await;
         crate::fixtures::soldiers(&db, first, first + 999).await;
         db.close().await;
-        let fake = bf4ps_ops::dev::fake_battlelog::FakeBattlelog::start(
-            bf4ps_ops::dev::fake_battlelog::FakeSettings {
+        let fake = bf4ps_lab::fake_battlelog::FakeBattlelog::start(
+            bf4ps_lab::fake_battlelog::FakeSettings {
                 latency: Duration::from_millis(40),
                 ..Default::default()
             },

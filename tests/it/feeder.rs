@@ -18,7 +18,7 @@ use bf4ps_ops::domain::{Lane, Resource};
 use bf4ps_ops::feeder::{CycleReport, FeedStatement, Feeder};
 use bf4ps_ops::queue;
 use bf4ps_ops::registry::CollectorId;
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -27,9 +27,9 @@ use crate::fixtures::{self, collector, data_for, soldier, soldiers, succeed};
 use crate::support::{TestDb, eventually, exec, listen};
 
 /// Default tuning with `target` depth (low watermark half of it).
-pub(crate) fn tuning(target: u32) -> Tuning {
+pub(crate) fn tuning(target: u32) -> ServeTuning {
     {
-        let mut t = Tuning::default();
+        let mut t = ServeTuning::default();
         t.feeder.feeder_target_depth = target;
         t.feeder.feeder_low_watermark = target / 2;
         t
@@ -37,7 +37,7 @@ pub(crate) fn tuning(target: u32) -> Tuning {
 }
 
 /// A feeder with `tuning` (validated).
-pub(crate) fn feeder_with(pool: &PgPool, tuning: Tuning) -> Feeder {
+pub(crate) fn feeder_with(pool: &PgPool, tuning: ServeTuning) -> Feeder {
     tuning.validate().unwrap();
     Feeder::new(pool.clone(), &tuning.feeder, &tuning.poll, &tuning.egress)
 }
@@ -1261,7 +1261,7 @@ async fn the_loop_refills_below_the_watermark_and_stops(_: PgPoolOptions, opts: 
     // The cadence is an hour: after the first cycle, only the low-watermark
     // check (every 50 ms) can refill.
     let tuning = {
-        let mut t = Tuning::default();
+        let mut t = ServeTuning::default();
         t.feeder.feeder_target_depth = 20;
         t.feeder.feeder_low_watermark = 10;
         t.feeder.feeder_interval = Duration::from_secs(3600);
@@ -1577,7 +1577,7 @@ async fn beside_a_discovery_writer_a_soldier_seen_now_is_fed_within_one_cycle(
 }
 
 /// The statement the sightings policy used before `feeder_pairs`.
-const REFERENCE_CHOICE_SQL: &str = include_str!("../../src/dev/bench/feeder_0016.sql");
+const REFERENCE_CHOICE_SQL: &str = include_str!("../../lab/src/bench/feeder_0016.sql");
 
 /// The incremental feeder chooses exactly what the old statement chose, in
 /// the same order, over ten rounds of a random world: sightings by

@@ -1,7 +1,8 @@
 //! Layering rules of ARCHITECTURE.md, checked on the sources:
-//! - the runtime (every module outside `src/dev/`) never imports the
-//!   development tooling in `src/dev/`; only the command line (`src/cli/`)
-//!   dispatches to it;
+//! - the product does not depend on the lab (`lab/`, `bf4ps-lab`): Cargo
+//!   refuses the cycle the lab's own dependency on the product would make;
+//!   this says why, and that every dependency of the product is used by
+//!   `src/` (one only the lab needs belongs in `lab/Cargo.toml`);
 //! - the runtime's SQL lives in the data-access modules: the control
 //!   modules (collector, serve, monitor, gauges, the projector's loop, the
 //!   command line, …) call them and run no query of their own;
@@ -26,42 +27,69 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-/// The runtime's modules: everything under `src/` but the tooling.
+/// The product's modules: everything under `src/`.
 fn runtime_files() -> Vec<PathBuf> {
-    let src = src();
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.retain(|f| !f.starts_with(src.join("dev")));
+    rust_files(&src(), &mut files);
     files.sort();
     files
 }
 
+/// The names of a manifest table's entries (`[dependencies]`: `name = …` or
+/// `name.workspace = true`), `-` written `_` as in Rust paths.
+fn manifest_table(manifest: &str, table: &str) -> Vec<String> {
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != table)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains('='))
+        .map(|l| {
+            l.split(['=', '.'])
+                .next()
+                .unwrap_or("")
+                .trim()
+                .replace('-', "_")
+        })
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
 #[test]
-fn the_runtime_never_imports_the_tooling() {
-    let src = src();
-    let edge = [src.join("lib.rs"), src.join("main.rs")];
-    let mut offenders = Vec::new();
-    let mut runtime = 0;
-    for file in runtime_files() {
-        if file.starts_with(src.join("cli")) || edge.contains(&file) {
-            continue;
-        }
-        runtime += 1;
-        let text = std::fs::read_to_string(&file).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            if ["crate::dev", "bf4ps_ops::dev", "super::dev"]
-                .iter()
-                .any(|p| line.contains(p))
-            {
-                offenders.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
-            }
-        }
-    }
-    assert!(runtime > 20, "found only {runtime} runtime modules");
+fn the_product_does_not_depend_on_the_lab_and_uses_every_dependency() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let deps = manifest_table(&manifest, "[dependencies]");
+    assert!(deps.len() > 20, "found only {deps:?}");
     assert!(
-        offenders.is_empty(),
-        "runtime modules import src/dev/:\n{}",
-        offenders.join("\n")
+        !deps.iter().any(|d| d == "bf4ps_lab"),
+        "the product depends on the lab: bench, demo and the fake Battlelog would ship \
+         again (the lab's tests may use the product, not the reverse)"
+    );
+    assert!(
+        manifest_table(&manifest, "[dev-dependencies]").contains(&"bf4ps_lab".to_owned()),
+        "the integration tests use the lab's fake Battlelog"
+    );
+    let mut text = String::new();
+    for file in runtime_files() {
+        text.push_str(&std::fs::read_to_string(&file).unwrap());
+    }
+    assert!(
+        !text.contains("bf4ps_lab"),
+        "src/ names the lab's crate (bf4ps_lab)"
+    );
+    let unused: Vec<&String> = deps
+        .iter()
+        .filter(|d| {
+            !(text.contains(&format!("{d}::"))
+                || text.contains(&format!("use {d}"))
+                || text.contains(&format!("{d}!")))
+        })
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "dependencies of the product that src/ never uses (the lab's belong in \
+         lab/Cargo.toml): {unused:?}"
     );
 }
 

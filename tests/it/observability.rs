@@ -22,7 +22,7 @@ use bf4ps_ops::domain::{Lane, PriorityClass, Resource};
 use bf4ps_ops::metrics::Registry;
 use bf4ps_ops::metrics::catalog::{CATALOG, Exporter, Kind};
 use bf4ps_ops::serve::{Serve, ServeSettings};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 use promql_parser::label::MatchOp;
 use promql_parser::parser::{self, Expr, VectorSelector};
 use serde::Deserialize;
@@ -589,7 +589,7 @@ pub async fn serve_exposition(db: &TestDb) -> String {
         insert(p, &ev).await;
     }
     let tuning = {
-        let mut t = Tuning::default();
+        let mut t = ServeTuning::default();
         t.gauges.gauge_interval = Duration::from_millis(100);
         t.poll.poll_interval = Duration::from_millis(100);
         t.monitor.monitor_interval = Duration::from_millis(100);

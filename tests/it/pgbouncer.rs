@@ -36,12 +36,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess};
 use bf4ps_ops::db::{DbError, DbTarget, Pooling};
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::domain::Lane;
 use bf4ps_ops::registry::Registration;
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::CollectorTuning;
 use bf4ps_ops::upstream::Upstream;
 use nix::sys::signal::{Signal, kill};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgSslMode};
@@ -63,8 +63,9 @@ const COLLECTORS: usize = 50;
 const SOLDIERS: i64 = 150;
 const RESOURCES: &[&str] = &["detailed", "weapons"];
 
-/// The same values for in-process collectors ([`tuning`]) and for the
-/// processes (environment). Leases are long: the machine is small and
+/// The settings of `serve` and the collector processes (each gets the ones
+/// it reads), and of the in-process collectors ([`collector_tuning`]).
+/// Leases are long: the machine is small and
 /// shared, and a lease expiring under load is not what this test is about.
 const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_LEASE_DURATION", "30s"),
@@ -90,33 +91,12 @@ const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_GAUGE_INTERVAL", "1s"),
 ];
 
-fn tuning() -> Tuning {
-    {
-        let mut t = Tuning::default();
-        t.queue.lease_duration = Duration::from_secs(30);
-        t.queue.max_claim_to_start = Duration::from_secs(10);
-        t.registry.heartbeat_interval = Duration::from_secs(1);
-        t.registry.heartbeat_lost_after = Duration::from_secs(20);
-        t.poll.poll_interval = Duration::from_millis(300);
-        t.queue.retry_base_delay = Duration::from_millis(100);
-        t.queue.retry_max_delay = Duration::from_millis(500);
-        t.queue.retry_ladder =
-            bf4ps_ops::config::Ladder(vec![Duration::from_millis(200), Duration::from_millis(500)]);
-        t.queue.retry_max_attempts = 10;
-        t.feeder.scheduling_policy = bf4ps_ops::config::SchedulingPolicy::Age;
-        t.feeder.background_resources = bf4ps_ops::config::Resources(vec![
-            bf4ps_ops::domain::Resource::Detailed,
-            bf4ps_ops::domain::Resource::Weapons,
-        ]);
-        t.egress.egress_rate = 1000.0;
-        t.egress.global_hourly_budget = 0;
-        t.feeder.feeder_target_depth = 100;
-        t.feeder.feeder_low_watermark = 50;
-        t.feeder.feeder_interval = Duration::from_millis(300);
-        t.monitor.monitor_interval = Duration::from_millis(500);
-        t.gauges.gauge_interval = Duration::from_secs(1);
-        t
-    }
+/// The in-process collectors' part of TUNING_ENV.
+fn collector_tuning() -> CollectorTuning {
+    let mut t = CollectorTuning::default();
+    t.heartbeat.heartbeat_interval = Duration::from_secs(1);
+    t.poll.poll_interval = Duration::from_millis(300);
+    t
 }
 
 // ------------------------------------------------------------- PgBouncer
@@ -689,7 +669,14 @@ fn through_pgbouncer(pooler: &str, direct: Option<&str>, args: &[&str]) -> Comma
     if let Some(direct) = direct {
         cmd.env("BF4PS_DIRECT_DATABASE_URL", direct);
     }
-    cmd.envs(TUNING_ENV.iter().copied());
+    // Each process gets the part of TUNING_ENV it reads.
+    let read_by = bf4ps_ops::cli::placement::read_by();
+    let process = args.first().copied().unwrap_or_default();
+    cmd.envs(TUNING_ENV.iter().copied().filter(|(var, _)| {
+        read_by
+            .get(*var)
+            .is_some_and(|by| by.iter().any(|p| p == process))
+    }));
     cmd
 }
 
@@ -819,7 +806,7 @@ async fn a_fleet_of_50_finishes_a_workload_exactly_once_through_20_server_connec
         DbTarget::parse(Some(&role_direct)).unwrap(),
         &[Lane::Background],
         Arc::new(Upstream::new(&fake.upstream_settings()).unwrap()),
-        tuning(),
+        collector_tuning(),
     )
     .start(root.clone());
     let mut running = Vec::new();

@@ -38,7 +38,7 @@ use bf4ps_ops::projector::Projector;
 use bf4ps_ops::queue::{self, AttemptFailure};
 use bf4ps_ops::request::{Published, publish_settings};
 use bf4ps_ops::retention::{self, RetentionRun};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 use bf4ps_ops::{freshness, registry, request, status};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -365,9 +365,9 @@ async fn settle(stats: &PgPool) {
 
 /// The tuning of the check: egress fast enough not to wait, a budget big
 /// enough never to bind (its shares still decide each claim's class).
-fn tuning() -> Tuning {
+fn tuning() -> ServeTuning {
     let t = {
-        let mut t = Tuning::default();
+        let mut t = ServeTuning::default();
         t.egress.egress_rate = 1_000.0;
         t.egress.global_hourly_budget = 1_000_000;
         t

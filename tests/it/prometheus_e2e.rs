@@ -26,7 +26,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -42,7 +42,7 @@ const RATE_INTERVAL: &str = "30s";
 /// 200ms heartbeat with room for a loaded machine: a healthy collector must
 /// never be judged lost, or the healthy phase would (rightly) fail.
 const HEARTBEAT_LOST_AFTER: Duration = Duration::from_secs(3);
-/// Tuning of serve and the collectors (the same for all, as in production).
+/// The settings of serve and the collectors (each process gets those it reads).
 const TUNING_ENV: &[(&str, &str)] = &[
     ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
     ("BF4PS_HEARTBEAT_LOST_AFTER", "3s"),
@@ -272,7 +272,7 @@ fn bf4ps(db: &TestDb, args: &[&str]) -> Command {
             cmd.env_remove(k);
         }
     }
-    cmd.envs(TUNING_ENV.iter().copied());
+    cmd.envs(crate::support::read_by_command(args, TUNING_ENV));
     cmd
 }
 

@@ -10,7 +10,7 @@ use bf4ps_ops::queue;
 use bf4ps_ops::request::{
     Published, RefreshState, RequestError, publish_settings, request_refresh,
 };
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -761,7 +761,7 @@ async fn eta_formula_properties(_: PgPoolOptions, opts: PgConnectOptions) {
 
 /// What `serve` publishes, with this ETA window (s) and egress rate.
 fn published(eta_window_s: u64, egress_rate: f64) -> Published {
-    let mut t = Tuning::default();
+    let mut t = ServeTuning::default();
     t.request.eta_window = Duration::from_secs(eta_window_s);
     t.egress.egress_rate = egress_rate;
     t.validate().unwrap();

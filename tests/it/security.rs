@@ -7,8 +7,8 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::db::DbTarget;
-use bf4ps_ops::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
 use bf4ps_ops::domain::Lane;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Executor, PgPool};
@@ -46,8 +46,6 @@ fn collector_cmd(url: &str, fake_url: &str, name: &str) -> std::process::Command
         .env("BF4PS_LOG", "warn")
         .env("BF4PS_POLL_INTERVAL", "200ms")
         .env("BF4PS_HEARTBEAT_INTERVAL", "200ms")
-        .env("BF4PS_HEARTBEAT_LOST_AFTER", "2s")
-        .env("BF4PS_EGRESS_RATE", "1000")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     cmd

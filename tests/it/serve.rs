@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bf4ps_ops::serve::{Serve, ServeError, ServeSettings};
-use bf4ps_ops::tuning::Tuning;
+use bf4ps_ops::tuning::ServeTuning;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -31,9 +31,9 @@ async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     (code, r.text().await.expect("body"))
 }
 
-fn fast_tuning() -> Tuning {
+fn fast_tuning() -> ServeTuning {
     {
-        let mut t = Tuning::default();
+        let mut t = ServeTuning::default();
         t.gauges.gauge_interval = Duration::from_millis(200);
         t.poll.poll_interval = Duration::from_millis(100);
         t

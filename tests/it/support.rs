@@ -146,6 +146,27 @@ pub fn bin() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_bf4ps-ops"))
 }
 
+/// The part of `settings` (`BF4PS_*`, value) the command `args` names
+/// reads ([`bf4ps_ops::cli::placement::read_by`]): a test, like an operator,
+/// gives each process its own settings (a stray one only earns a warning).
+pub fn read_by_command<'a>(
+    args: &[&str],
+    settings: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let read_by = bf4ps_ops::cli::placement::read_by();
+    let command = args.join(" ");
+    settings
+        .iter()
+        .copied()
+        .filter(|(var, _)| {
+            read_by.get(*var).is_some_and(|by| {
+                by.iter()
+                    .any(|p| command == *p || command.starts_with(&format!("{p} ")))
+            })
+        })
+        .collect()
+}
+
 /// Runs the binary to completion with `DATABASE_URL` unset unless given.
 pub fn run_bin(args: &[&str], database_url: Option<&str>) -> std::process::Output {
     let mut cmd = bin();

@@ -1,15 +1,14 @@
 //! The Battlelog client against the fake Battlelog over real HTTP (no
 //! database): parsing and normalization per resource (the fake's live-shaped
 //! bodies and the fixtures under `tests/fixtures/battlelog/`), every failure
-//! class, redirects never followed, the fake's knobs, and the
-//! `fake-battlelog` subcommand.
+//! class, redirects never followed and the fake's knobs (its command,
+//! `bf4ps-lab fake-battlelog`, is tested in `lab/tests/lab/`).
 
 use std::collections::HashMap;
-use std::io::BufRead;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bf4ps_ops::dev::fake_battlelog::{
+use bf4ps_lab::fake_battlelog::{
     BODY_MARKER, FakeBattlelog, FakeServer, FakeSettings, Outcome, Scripted, is_unavailable,
     synthetic_data,
 };
@@ -811,7 +810,7 @@ async fn redirects_are_failures_and_never_followed() {
     let target = format!(
         "{}{}/bf4/warsawoverviewpopulate/21/1/",
         server.url(),
-        bf4ps_ops::dev::fake_battlelog::REDIRECT_PREFIX
+        bf4ps_lab::fake_battlelog::REDIRECT_PREFIX
     );
     assert!(crate::support::http_text(&target).await.is_some());
     assert_eq!(server.redirect_target_requests(), 1);
@@ -866,109 +865,4 @@ async fn the_fake_throttles_a_period_or_a_client_above_a_rate() {
     assert!(classes[..4].iter().all(Option::is_none), "{classes:?}");
     assert!(throttled >= 3, "{classes:?}");
     server.shutdown().await;
-}
-
-// ---------------------------------------------------------------------------
-// The subcommand.
-
-fn bin_without_bf4ps_env() -> std::process::Command {
-    let mut cmd = crate::support::bin();
-    cmd.env_remove("DATABASE_URL").env("NO_COLOR", "1");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("BF4PS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd
-}
-
-#[tokio::test]
-async fn cli_serves_until_sigterm_and_exits_zero() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-
-    let mut child = crate::support::ChildGuard(
-        bin_without_bf4ps_env()
-            .args(["fake-battlelog", "--listen", "127.0.0.1:0", "--seed", "9"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn bf4ps-ops"),
-    );
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(30)))
-        .await
-        .unwrap()
-        .expect("first stdout line");
-    let url = line
-        .trim()
-        .strip_prefix("fake-battlelog listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-    assert!(
-        url.starts_with("http://127.0.0.1:") && !url.ends_with(":0"),
-        "{url}"
-    );
-
-    let up = Upstream::new(&UpstreamSettings::with_url(url)).unwrap();
-    let got = up
-        .fetch(Platform::XboxOne, 1234, "p1234", Resource::Detailed)
-        .await
-        .unwrap();
-    let raw = synthetic_data(9, Platform::XboxOne, 1234, 0, Resource::Detailed);
-    assert_eq!(
-        got.data["kills"].as_i64(),
-        count(&raw["generalStats"]["kills"])
-    );
-
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
-    let status = crate::support::eventually(Duration::from_secs(15), "exit after SIGTERM", || {
-        let status = child.try_wait().unwrap();
-        async move { status }
-    })
-    .await;
-    let mut stderr = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
-    }
-    assert_eq!(status.code(), Some(0), "stderr: {stderr}");
-}
-
-fn assert_one_line_error(out: &std::process::Output, expect: &str) {
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "expected failure; stderr: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "expected one line on stderr, got:\n{err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    assert!(lines[0].contains(expect), "expected {expect:?} in {err:?}");
-}
-
-#[test]
-fn cli_rejects_bad_listen_addresses_in_one_line() {
-    let out = bin_without_bf4ps_env()
-        .args(["fake-battlelog", "--listen", "nonsense"])
-        .output()
-        .unwrap();
-    assert_one_line_error(&out, "invalid --listen (BF4PS_FAKE_LISTEN): \"nonsense\"");
-
-    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = busy.local_addr().unwrap().to_string();
-    let out = bin_without_bf4ps_env()
-        .args(["fake-battlelog", "--listen", &addr])
-        .output()
-        .unwrap();
-    assert_one_line_error(&out, &format!("cannot listen on {addr}"));
-
-    let out = bin_without_bf4ps_env()
-        .args(["fake-battlelog", "--listen", "127.0.0.1:0"])
-        .env("BF4PS_FAKE_RATE_5XX", "2")
-        .output()
-        .unwrap();
-    assert_one_line_error(&out, "BF4PS_FAKE_RATE_5XX");
 }

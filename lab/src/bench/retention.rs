@@ -7,8 +7,8 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other};
-use crate::retention::{self, RetentionRun};
-use crate::tuning::Tuning;
+use bf4ps_ops::retention::{self, RetentionRun};
+use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the retention benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -31,7 +31,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     sqlx::query("VACUUM ANALYZE collection_events")
         .execute(&db.pool)
         .await?;
-    let tuning = Tuning::default();
+    let tuning = ServeTuning::default();
     let settings = RetentionRun::new(&tuning.retention, false);
     let start = Instant::now();
     let report = retention::run_once(&db.pool, &settings, None, |p| {

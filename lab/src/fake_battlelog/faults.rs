@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::domain::{Platform, Resource};
-use crate::upstream::battlelog_platform_id;
+use bf4ps_ops::domain::{Platform, Resource};
+use bf4ps_ops::upstream::battlelog_platform_id;
 
 use super::{
     FakeSettings,
@@ -34,12 +34,12 @@ pub enum Scripted {
     MissingFields,
     /// 200 whose data lacks the stats object.
     NoStats,
-    /// This redirect status (3xx), to a path below [`REDIRECT_PREFIX`](super::REDIRECT_PREFIX).
+    /// This redirect status (3xx), to a path below [`super::REDIRECT_PREFIX`].
     Redirect(u16),
     /// 200 with the pinned not-found envelope.
     Unavailable,
     /// No answer until the client gives up (503 on shutdown or after
-    /// [`HANG_LIMIT`](super::HANG_LIMIT)).
+    /// `HANG_LIMIT`).
     Hang,
     /// 200 with the current stats after this delay.
     Delay(Duration),

@@ -18,16 +18,16 @@
 //! heartbeats and polls included), that CPU as a share of one core at 10
 //! jobs/s, and the largest peak RSS (VmHWM) of a collector.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::dev::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
-use crate::domain::{Lane, Platform, Resource};
-use crate::queue::{self, Collected};
-use crate::upstream::battlelog::normalize;
+use crate::fake_battlelog::{FakeBattlelog, FakeServer, FakeSettings, synthetic_body};
+use bf4ps_ops::domain::{Lane, Platform, Resource};
+use bf4ps_ops::queue::{self, Collected};
+use bf4ps_ops::upstream::battlelog::normalize;
 
 /// Linux reports process times in USER_HZ ticks, 100 per second.
 const TICKS_PER_S: f64 = 100.0;
@@ -248,16 +248,16 @@ struct Figures {
     p99_job_ms: f64,
 }
 
-/// A `bf4ps-ops collector` child, killed (and reaped) if still running
-/// when dropped.
+/// A `bf4ps-ops collector` child (`bf4ps-lab ops collector`: the product's
+/// code built with the lab), killed (and reaped) if still running when
+/// dropped.
 struct CollectorProcess {
     child: Child,
 }
 
 impl CollectorProcess {
     fn spawn(url: &str, name: &str, upstream: &str) -> Result<CollectorProcess, BenchError> {
-        let exe = std::env::current_exe().map_err(other)?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = crate::cli::ops_command(&[]).map_err(other)?;
         cmd.args([
             "collector",
             "--name",

@@ -1,6 +1,6 @@
-//! `bf4ps-ops demo`: the whole system in one process, for a newcomer's first
+//! `bf4ps-lab demo`: the whole system in one process, for a newcomer's first
 //! minute. Without `DATABASE_URL` it starts a private PostgreSQL
-//! ([`crate::dev::pgcluster`]); then it migrates, imports a demo population,
+//! ([`crate::pgcluster`]); then it migrates, imports a demo population,
 //! starts a fake Battlelog with a few percent of every failure class, a real
 //! `serve` (projector, monitor, feeder, retention, `/metrics`) and six real
 //! collectors (two interactive, four background), asks for an interactive
@@ -27,21 +27,21 @@ use clap::Args;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::collector::{CollectorMetrics, CollectorProcess, RunningCollector};
-use crate::config::parse_duration;
-use crate::db::DbTarget;
-use crate::dev::fake_battlelog::{FakeBattlelog, FakeSettings};
-use crate::dev::pgcluster::{PgClusterArgs, PrivateCluster};
-use crate::domain::{Lane, Platform};
-use crate::import::{self, ImportOptions, SoldierRow};
-use crate::metrics::parse_exposition;
-use crate::projector::Projector;
-use crate::registry::Registration;
-use crate::serve::{Serve, ServeSettings};
-use crate::tuning::Tuning;
-use crate::upstream::Upstream;
+use crate::fake_battlelog::{FakeBattlelog, FakeSettings};
+use crate::pgcluster::{PgClusterArgs, PrivateCluster};
+use bf4ps_ops::collector::{CollectorMetrics, CollectorProcess, RunningCollector};
+use bf4ps_ops::config::parse_duration;
+use bf4ps_ops::db::DbTarget;
+use bf4ps_ops::domain::{Lane, Platform};
+use bf4ps_ops::import::{self, ImportOptions, SoldierRow};
+use bf4ps_ops::metrics::parse_exposition;
+use bf4ps_ops::projector::Projector;
+use bf4ps_ops::registry::Registration;
+use bf4ps_ops::serve::{Serve, ServeSettings};
+use bf4ps_ops::tuning::{CollectorTuning, ServeTuning};
+use bf4ps_ops::upstream::Upstream;
 
-/// `bf4ps-ops demo` settings.
+/// `bf4ps-lab demo` settings.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
     /// Stop after this long and print a summary (default: run until Ctrl-C).
@@ -68,14 +68,21 @@ pub struct DemoArgs {
 const INTERACTIVE_COLLECTORS: usize = 2;
 const BACKGROUND_COLLECTORS: usize = 4;
 
+/// The demo's collectors: a heartbeat every 2 s (serve's loss threshold is
+/// 6 s).
+fn demo_collector_tuning() -> CollectorTuning {
+    let mut t = CollectorTuning::default();
+    t.heartbeat.heartbeat_interval = Duration::from_secs(2);
+    t
+}
+
 /// The demo's own tuning: short intervals so things visibly move. The fake
 /// is not Battlelog: the egress rate and the fleet budget are far above the
 /// safe Battlelog defaults (still enforced, so the gate is at work), and a
 /// throttled key pauses for seconds, not minutes.
-fn demo_tuning() -> Tuning {
+fn demo_tuning() -> ServeTuning {
     {
-        let mut t = Tuning::default();
-        t.registry.heartbeat_interval = Duration::from_secs(2);
+        let mut t = ServeTuning::default();
         t.registry.heartbeat_lost_after = Duration::from_secs(6);
         t.queue.lease_duration = Duration::from_secs(20);
         t.queue.max_claim_to_start = Duration::from_secs(5);
@@ -231,7 +238,7 @@ async fn run_on(
         target.clone(),
         &[Lane::Interactive, Lane::Background],
         upstream,
-        tuning.clone(),
+        demo_collector_tuning(),
     )
     .start(collectors_stop.clone());
     retire_previous_demo_collectors(&pool).await?;
@@ -285,11 +292,11 @@ async fn run_on(
         drawn: Default::default(),
     };
     live.line(&format!(
-        "bf4ps-ops demo: {soldiers} soldiers, {INTERACTIVE_COLLECTORS} interactive + \
+        "bf4ps-lab demo: {soldiers} soldiers, {INTERACTIVE_COLLECTORS} interactive + \
          {BACKGROUND_COLLECTORS} background collectors; {}\nfake Battlelog at {}\n\
          metrics at {metrics_url}",
         match args.duration {
-            Some(d) => format!("stopping after {}", crate::config::fmt_duration(d)),
+            Some(d) => format!("stopping after {}", bf4ps_ops::config::fmt_duration(d)),
             None => "Ctrl-C to stop".to_owned(),
         },
         fake.url(),
@@ -322,7 +329,7 @@ async fn run_on(
                     / now_events.0.duration_since(last_events.0).as_secs_f64().max(1e-3);
                 last_events = now_events;
                 let wake_ms = last_wake_to_claim_ms(&running);
-                let status = crate::status::gather(&pool, None).await;
+                let status = bf4ps_ops::status::gather(&pool, None).await;
                 live.screen(started.elapsed(), status.ok(), rate, &last_request, wake_ms);
             }
         }
@@ -365,7 +372,7 @@ async fn run_on(
         loop {
             let step = projector.run_once().await?;
             if step.projected == 0 && !step.held_back {
-                return Ok::<(), crate::projector::ProjectorError>(());
+                return Ok::<(), bf4ps_ops::projector::ProjectorError>(());
             }
             if step.projected == 0 {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -402,9 +409,9 @@ async fn run_on(
 /// A started in-process `serve`, stoppable.
 struct ServeHandle {
     addr: SocketAddr,
-    registry: crate::metrics::Registry,
+    registry: bf4ps_ops::metrics::Registry,
     cancel: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), crate::serve::ServeError>>,
+    task: tokio::task::JoinHandle<Result<(), bf4ps_ops::serve::ServeError>>,
 }
 
 impl ServeHandle {
@@ -412,7 +419,7 @@ impl ServeHandle {
         self.addr
     }
 
-    fn registry(&self) -> &crate::metrics::Registry {
+    fn registry(&self) -> &bf4ps_ops::metrics::Registry {
         &self.registry
     }
 
@@ -425,7 +432,7 @@ impl ServeHandle {
 
 async fn start_serve(
     target: &DbTarget,
-    tuning: &Tuning,
+    tuning: &ServeTuning,
     listen: SocketAddr,
 ) -> anyhow::Result<ServeHandle> {
     let try_start = |addr: SocketAddr| {
@@ -433,7 +440,7 @@ async fn start_serve(
     };
     let running = match try_start(listen).await {
         Ok(r) => r,
-        Err(crate::serve::ServeError::Bind { .. }) => {
+        Err(bf4ps_ops::serve::ServeError::Bind { .. }) => {
             eprintln!("{listen} is taken; serving /metrics on a free port instead");
             try_start(SocketAddr::from(([127, 0, 0, 1], 0))).await?
         }
@@ -504,7 +511,7 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
     )
     .fetch_one(pool)
     .await?;
-    let rows = crate::request::request_refresh(pool, &platform, persona, &[], None).await?;
+    let rows = bf4ps_ops::request::request_refresh(pool, &platform, persona, &[], None).await?;
     let eta = rows
         .iter()
         .filter_map(|r| r.eta_seconds)
@@ -522,7 +529,7 @@ async fn request_random(pool: &PgPool) -> anyhow::Result<String> {
     Ok(format!(
         "{platform}/{persona} → {} (ETA {})",
         states.join(", "),
-        crate::request::fmt_eta(eta)
+        bf4ps_ops::request::fmt_eta(eta)
     ))
 }
 
@@ -565,7 +572,7 @@ impl Live {
         if self.json {
             eprint!("{text}");
         } else {
-            crate::out!("{text}");
+            bf4ps_ops::out!("{text}");
         }
     }
 
@@ -580,7 +587,7 @@ impl Live {
     fn screen(
         &self,
         elapsed: Duration,
-        status: Option<crate::status::Status>,
+        status: Option<bf4ps_ops::status::Status>,
         events_per_s: f64,
         last_request: &str,
         wake_ms: Option<f64>,
@@ -594,7 +601,7 @@ impl Live {
     fn frame(
         &self,
         elapsed: Duration,
-        status: Option<crate::status::Status>,
+        status: Option<bf4ps_ops::status::Status>,
         events_per_s: f64,
         last_request: &str,
         wake_ms: Option<f64>,
@@ -605,7 +612,7 @@ impl Live {
             elapsed.as_secs(),
         );
         let queue = status.as_ref().map(|s| {
-            let q = |l: &crate::status::LaneQueue| {
+            let q = |l: &bf4ps_ops::status::LaneQueue| {
                 format!(
                     "{} pending, {} running",
                     l.pending.total(),
@@ -654,7 +661,7 @@ impl Live {
 }
 
 impl Summary {
-    /// Human-readable summary: a few lines, each within [`SCREEN_COLUMNS`].
+    /// Human-readable summary: a few lines, each within `SCREEN_COLUMNS`.
     pub fn render(&self) -> String {
         let lines = [
             format!(

@@ -11,11 +11,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::domain::Lane;
-use crate::listener::{Channel, Listener, ListenerOptions, WakeReason};
-use crate::queue::{self, ClaimedJob, Collected};
-use crate::registry::CollectorId;
-use crate::registry::{self, Registration};
+use bf4ps_ops::domain::Lane;
+use bf4ps_ops::listener::{Channel, Listener, ListenerOptions, WakeReason};
+use bf4ps_ops::queue::{self, ClaimedJob, Collected};
+use bf4ps_ops::registry::CollectorId;
+use bf4ps_ops::registry::{self, Registration};
 
 fn lost() -> BenchError {
     BenchError::Other("lease lost during the benchmark".into())
@@ -63,7 +63,7 @@ async fn unlimited_keys(pool: &PgPool) -> Result<(), BenchError> {
 /// collector finalizes it.
 pub(super) fn detailed_document(kills: i64) -> serde_json::Value {
     let mut doc = serde_json::Map::new();
-    for (i, column) in crate::upstream::battlelog::DETAILED_COLUMNS
+    for (i, column) in bf4ps_ops::upstream::battlelog::DETAILED_COLUMNS
         .iter()
         .enumerate()
     {
@@ -177,8 +177,8 @@ pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 /// The benchmark server with plain (`sslmode=disable`) or TLS
 /// (`sslmode=require`) connections; `None` for TLS when the server has
 /// `ssl = off`.
-async fn tls_target(ctx: &Ctx, tls: bool) -> Result<Option<crate::db::DbTarget>, BenchError> {
-    use crate::db::SslMode;
+async fn tls_target(ctx: &Ctx, tls: bool) -> Result<Option<bf4ps_ops::db::DbTarget>, BenchError> {
+    use bf4ps_ops::db::SslMode;
     if !tls {
         return Ok(Some(ctx.target.with_ssl_mode(SslMode::Disable)));
     }
@@ -458,7 +458,7 @@ async fn claim_scenario(
 /// (the grant moved into it in 0019; 0023 made them one function): its text
 /// taken from the embedded migration, created as `bench_claim_job_0018`.
 fn claim_job_0018() -> Result<String, BenchError> {
-    let released = crate::db::MIGRATOR
+    let released = bf4ps_ops::db::MIGRATOR
         .iter()
         .find(|m| m.version == 14)
         .ok_or_else(|| other("migration 0014 is not embedded"))?;

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::config::{ConfigError, err};
+use bf4ps_ops::config::{ConfigError, err};
 
-crate::config::settings! {
+bf4ps_ops::config::settings! {
     /// Knobs of the fake; the same struct for the CLI and in-process use.
     /// All rates are fractions in [0, 1]; the eight fault rates together at most 1.
     #[derive(PartialEq)]

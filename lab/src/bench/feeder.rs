@@ -31,9 +31,9 @@ use serde_json::json;
 use sqlx::ConnectOptions;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::feeder::{FeedStatement, Feeder};
-use crate::import::{ImportOptions, import_file};
-use crate::tuning::Tuning;
+use bf4ps_ops::feeder::{FeedStatement, Feeder};
+use bf4ps_ops::import::{ImportOptions, import_file};
+use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the feeder benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -113,7 +113,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     .execute(&db.pool)
     .await?;
     let seed_s = seeded.elapsed().as_secs_f64();
-    let mut tuning = Tuning::default();
+    let mut tuning = ServeTuning::default();
     tuning.feeder.feeder_target_depth = target;
     tuning.feeder.feeder_low_watermark = target / 2;
     tuning.validate().map_err(other)?;
@@ -197,7 +197,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb, active: i64) -> Result<Vec<Report>, 
     // from every soldier in the window), on the same rows.
     let (mut new, mut old) = (Vec::new(), Vec::new());
     for i in 0..samples {
-        new.push(choice_ms(&feeder, crate::feeder::SIGHTINGS_CHOICE, target).await?);
+        new.push(choice_ms(&feeder, bf4ps_ops::feeder::SIGHTINGS_CHOICE, target).await?);
         // (three of the old: 19 s each at 1,000,000)
         if i < 3 {
             old.push(choice_ms(&feeder, CHOICE_0016, target).await?);

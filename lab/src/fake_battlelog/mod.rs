@@ -25,7 +25,7 @@
 //!   client message echoes a body.
 //! - The one not-found answer is the envelope `{"type": "error", "message":
 //!   "Persona not found"}` that the client pins
-//!   ([`crate::upstream::battlelog::is_not_found`]).
+//!   (`bf4ps_ops::upstream::battlelog::is_not_found`).
 //! - Shutdown ends hanging and delayed requests; [`FakeServer::shutdown`]
 //!   returns once the server task has ended.
 
@@ -43,9 +43,9 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::ConfigError;
-use crate::domain::{Platform, Resource};
-use crate::upstream::UpstreamSettings;
+use bf4ps_ops::config::ConfigError;
+use bf4ps_ops::domain::{Platform, Resource};
+use bf4ps_ops::upstream::UpstreamSettings;
 
 use faults::{Inner, Shared};
 use network::{FakeListener, Peer, router};
@@ -63,7 +63,7 @@ pub const BODY_MARKER: &str = "FAKE-BATTLELOG-BODY-MARKER";
 /// A hanging request is answered (503) after this long at the latest.
 pub(crate) const HANG_LIMIT: Duration = Duration::from_secs(600);
 
-/// Default listen address of `bf4ps-ops fake-battlelog`.
+/// Default listen address of `bf4ps-lab fake-battlelog`.
 pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:9641";
 
 /// Redirects point below this path: the original path appended to it. The
@@ -276,7 +276,7 @@ impl Drop for FakeServer {
     }
 }
 
-/// `bf4ps-ops fake-battlelog`: serves until SIGINT or SIGTERM. The first
+/// `bf4ps-lab fake-battlelog`: serves until SIGINT or SIGTERM. The first
 /// stdout line is `fake-battlelog listening on http://ADDR`.
 pub(crate) async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), FakeError> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -306,9 +306,9 @@ pub(crate) async fn run_cli(listen: &str, settings: FakeSettings) -> Result<(), 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dev::fake_battlelog::stats::Soldier;
-    use crate::domain::ErrorClass;
-    use crate::upstream::battlelog::normalize;
+    use crate::fake_battlelog::stats::Soldier;
+    use bf4ps_ops::domain::ErrorClass;
+    use bf4ps_ops::upstream::battlelog::normalize;
     use std::net::IpAddr;
 
     #[test]

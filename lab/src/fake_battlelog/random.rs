@@ -1,7 +1,7 @@
 //! Deterministic randomness: every decision of the fake is a pure function
 //! of (seed, tags, platform, persona, resource, n).
 
-use crate::domain::Resource;
+use bf4ps_ops::domain::Resource;
 
 pub(super) const TAG_FAULT: u64 = 1;
 

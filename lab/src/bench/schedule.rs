@@ -49,7 +49,7 @@
 //!   (`active_detailed_fresh_final_ratio`: the last three days');
 //!   `active_detailed_fresh_bound_ratio` (and `_bound_final_ratio`): the
 //!   best any policy could do with that budget and that demand
-//!   ([`fresh_bound`]);
+//!   (`fresh_bound`);
 //! - `active_weekly_fresh_ratio` (and `_final_ratio`): the same soldiers'
 //!   weekly lists, weapons and vehicles both under 7 days old (what an
 //!   active order that puts detailed first costs them);
@@ -70,10 +70,10 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::config::{ActiveOrder, SchedulingPolicy};
-use crate::egress::EgressSettings;
-use crate::feeder::{Feeder, FeederSettings};
-use crate::listener::PollSettings;
+use bf4ps_ops::config::{ActiveOrder, SchedulingPolicy};
+use bf4ps_ops::egress::EgressSettings;
+use bf4ps_ops::feeder::{Feeder, FeederSettings};
+use bf4ps_ops::listener::PollSettings;
 
 const US: i64 = 1_000_000;
 const HOUR: i64 = 3_600 * US;
@@ -270,7 +270,7 @@ async fn simulate(
         .await?;
     let pool = &sim_pool;
     let t0: DateTime<Utc> = "2026-01-05T00:00:00Z".parse().map_err(other)?;
-    let budget_spacing = crate::egress::budget_spacing(Duration::from_secs(3600), world.budget);
+    let budget_spacing = bf4ps_ops::egress::budget_spacing(Duration::from_secs(3600), world.budget);
     sqlx::query(
         "UPDATE scheduling_settings SET budget_spacing = make_interval(secs => $1),
                 budget_requests = $2, budget_window = interval '1 hour',
@@ -776,12 +776,12 @@ fn pick_tier(rng: &mut fastrand::Rng) -> usize {
 async fn register_keys(pool: &PgPool, world: &World) -> Result<Vec<Uuid>, BenchError> {
     let mut ids = Vec::new();
     for k in 0..world.keys {
-        let id = crate::registry::register(
+        let id = bf4ps_ops::registry::register(
             pool,
-            &crate::registry::Registration {
+            &bf4ps_ops::registry::Registration {
                 name: format!("sim-{k}"),
                 hostname: format!("sim-host-{k}"),
-                lane: crate::domain::Lane::Background,
+                lane: bf4ps_ops::domain::Lane::Background,
                 egress_key: format!("sim-{k}"),
                 software_version: "bench".into(),
             },

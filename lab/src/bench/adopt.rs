@@ -125,7 +125,7 @@ async fn scenario(db: &ScratchDb, soldiers: i64) -> Result<Report, BenchError> {
     stop.cancel();
     let holds = sampler.await.map_err(other)??;
     let report = migrated?;
-    if report.plan.start != crate::db::Start::Bf4ps {
+    if report.plan.start != bf4ps_ops::db::Start::Bf4ps {
         return Err(other(format!("not adopted: {:?}", report.plan.start)));
     }
 
@@ -162,7 +162,7 @@ async fn scenario(db: &ScratchDb, soldiers: i64) -> Result<Report, BenchError> {
 /// Samples the table locks `bf4ps-ops migrate` holds on `tables` until
 /// `stop`; returns, per (table, mode), the longest continuous hold seen.
 async fn sample_locks(
-    target: crate::db::DbTarget,
+    target: bf4ps_ops::db::DbTarget,
     tables: Vec<String>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<BTreeMap<(String, String), f64>, BenchError> {

@@ -1,4 +1,4 @@
-//! A private PostgreSQL cluster for `bf4ps-ops demo` when no `DATABASE_URL`
+//! A private PostgreSQL cluster for `bf4ps-lab demo` when no `DATABASE_URL`
 //! is given: started from the locally installed server binaries in a
 //! directory under the project, on a free loopback port, stopped on exit.
 //!
@@ -50,7 +50,7 @@ use std::time::Duration;
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use crate::config::ConfigError;
+use bf4ps_ops::config::ConfigError;
 
 pub use error::ClusterError;
 use error::io_err;
@@ -161,7 +161,7 @@ impl PgClusterArgs {
 
     /// Options for [`PrivateCluster::start`] (installation allowed unless
     /// `--no-pg-install`; an empty `BF4PS_PG_BINDIR` counts as unset). The
-    /// root is `--pg-root`, else [`default_root`] (created as root).
+    /// root is `--pg-root`, else `default_root` (created as root).
     pub fn options(&self) -> Result<ClusterOptions, ClusterError> {
         let root = match &self.pg_root {
             Some(root) => root.clone(),

@@ -1,4 +1,4 @@
-//! `bf4ps-ops demo`: on the test server for a fixed duration, and on its
+//! `bf4ps-lab demo`: on the test server for a fixed duration, and on its
 //! own private PostgreSQL cluster (started, migrated, stopped, reused).
 
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ fn run_demo(args: &[&str], database_url: &str) -> (Output, Value) {
     (out, summary)
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn demo_runs_both_lanes_and_projects_exactly(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
     let (out, s) = run_demo(
@@ -85,8 +85,8 @@ fn demo_on_a_private_cluster_from_a_private_home_starts_stops_and_reuses_it() {
     std::fs::create_dir_all(&checkout).unwrap();
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
     let root = if nix::unistd::geteuid().is_root() {
-        let key = bf4ps_ops::dev::pgcluster::keyed_name(0, &checkout.canonicalize().unwrap());
-        PathBuf::from(bf4ps_ops::dev::pgcluster::SHARED_BASE).join(key)
+        let key = bf4ps_lab::pgcluster::keyed_name(0, &checkout.canonicalize().unwrap());
+        PathBuf::from(bf4ps_lab::pgcluster::SHARED_BASE).join(key)
     } else {
         checkout.join(".bf4ps")
     };

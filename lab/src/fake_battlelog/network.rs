@@ -19,8 +19,8 @@ use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::domain::Resource;
-use crate::upstream::{UpstreamSettings, platform_from_battlelog_id};
+use bf4ps_ops::domain::Resource;
+use bf4ps_ops::upstream::{UpstreamSettings, platform_from_battlelog_id};
 
 use super::{
     BODY_MARKER, HANG_LIMIT, REDIRECT_PREFIX,

@@ -11,9 +11,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::listener::{Channel, Listener, ListenerOptions};
-use crate::metrics::Registry;
-use crate::projector::{LoopOptions, Position, Projector};
+use bf4ps_ops::listener::{Channel, Listener, ListenerOptions};
+use bf4ps_ops::metrics::Registry;
+use bf4ps_ops::projector::{LoopOptions, Position, Projector};
 
 /// Inserts `n` events of a realistic job mix (created, claimed, started,
 /// succeeded/failed), 100k per statement.
@@ -80,7 +80,9 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
 
 async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     let mut reports = Vec::new();
-    let batch = crate::tuning::Tuning::default().projector.projector_batch;
+    let batch = bf4ps_ops::tuning::ServeTuning::default()
+        .projector
+        .projector_batch;
 
     // 1. Catch-up.
     let n = ctx.size(1_000_000, 10_000);
@@ -88,7 +90,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     insert_events(&db.pool, n, 0.0).await?;
     let registry = Registry::new();
     let secs = catch_up(&db.pool, &registry, batch, n as u64).await?;
-    let counted = crate::metrics::parse_exposition(&registry.render())
+    let counted = bf4ps_ops::metrics::parse_exposition(&registry.render())
         .into_iter()
         .filter(|(name, _, _)| name == "bf4ps_collection_events_total")
         .map(|(_, _, v)| v)

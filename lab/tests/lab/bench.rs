@@ -98,7 +98,7 @@ fn bench_all_quick_emits_valid_json_for_every_scenario() {
         }
         names.insert(name.to_owned());
     }
-    let expected: BTreeSet<String> = bf4ps_ops::dev::bench::BENCHES
+    let expected: BTreeSet<String> = bf4ps_lab::bench::BENCHES
         .iter()
         .map(|s| s.to_string())
         .collect();

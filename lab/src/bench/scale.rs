@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::gauges::GaugeRefresher;
-use crate::metrics::Registry;
-use crate::projector;
-use crate::retention::{self, RetentionRun};
-use crate::tuning::Tuning;
+use bf4ps_ops::gauges::GaugeRefresher;
+use bf4ps_ops::metrics::Registry;
+use bf4ps_ops::projector;
+use bf4ps_ops::retention::{self, RetentionRun};
+use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the scale benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -77,7 +77,7 @@ async fn measure(
     let events = recent + old;
     eprintln!("scale: inserting {events} events…");
     populate(db, recent, old).await?;
-    let batch = Tuning::default().projector.projector_batch;
+    let batch = ServeTuning::default().projector.projector_batch;
 
     // 1. Catch-up: every event, from an empty checkpoint.
     let registry = Registry::new();
@@ -89,7 +89,9 @@ async fn measure(
     let (mut status, mut gauges, mut render) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..samples {
         let t = Instant::now();
-        crate::status::gather(&db.pool, None).await.map_err(other)?;
+        bf4ps_ops::status::gather(&db.pool, None)
+            .await
+            .map_err(other)?;
         status.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
         refresher.refresh_once().await.map_err(other)?;
@@ -113,7 +115,7 @@ async fn measure(
     }
 
     // 4. Retention of the day older than 180 days.
-    let tuning = Tuning::default();
+    let tuning = ServeTuning::default();
     let settings = RetentionRun::new(&tuning.retention, false);
     let start = Instant::now();
     let deleted = retention::run_once(&db.pool, &settings, None, |_| {})

@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::random::{hash, mix, unit};
-use crate::domain::{Platform, Resource};
-use crate::upstream::battlelog_platform_id;
+use bf4ps_ops::domain::{Platform, Resource};
+use bf4ps_ops::upstream::battlelog_platform_id;
 
 use super::BODY_MARKER;
 
@@ -1093,7 +1093,7 @@ pub(crate) fn synthetic_body(
     .body(resource)
 }
 
-/// The envelope's `data` of [`synthetic_body`], parsed (tests compare it
+/// The envelope's `data` of `synthetic_body`, parsed (tests compare it
 /// with what the client normalized).
 pub fn synthetic_data(
     seed: u64,

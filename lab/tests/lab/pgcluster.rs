@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bf4ps_lab::pgcluster::{ClusterError, ClusterOptions, PrivateCluster};
 use bf4ps_ops::db::{DbTarget, MigrateReport};
-use bf4ps_ops::dev::pgcluster::{ClusterError, ClusterOptions, PrivateCluster};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use sqlx::postgres::{PgConnectOptions, PgConnection};

@@ -1,4 +1,4 @@
-//! Benchmarks: `bf4ps-ops bench NAME|all [--json] [--quick]`.
+//! Benchmarks: `bf4ps-lab bench NAME|all [--json] [--quick]`.
 //!
 //! Each benchmark creates its own scratch database(s) on the server named by
 //! `DATABASE_URL` (`bf4ps_bench_<pid>_<n>`), drops them when done, and never
@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use sqlx::PgPool;
 
-use crate::db::{DbError, DbTarget};
+use bf4ps_ops::db::{DbError, DbTarget};
 
 /// A failed benchmark run.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +81,7 @@ impl Report {
     /// Prints as one JSON line or as a human-readable block.
     pub fn print(&self, json: bool) {
         if json {
-            crate::outln!("{}", serde_json::to_string(self).unwrap_or_default());
+            bf4ps_ops::outln!("{}", serde_json::to_string(self).unwrap_or_default());
             return;
         }
         let params = match &self.params {
@@ -92,9 +92,9 @@ impl Report {
                 .join(" "),
             _ => String::new(),
         };
-        crate::outln!("{:<18} {params}", self.name);
+        bf4ps_ops::outln!("{:<18} {params}", self.name);
         for (k, v) in &self.figures {
-            crate::outln!("    {k:<28} {v}");
+            bf4ps_ops::outln!("    {k:<28} {v}");
         }
     }
 }
@@ -115,7 +115,7 @@ pub struct Ctx {
     /// with (empty: both policies with 8).
     pub keys: Vec<u32>,
     /// `schedule`: the sightings policy's order of active work.
-    pub active_order: crate::config::ActiveOrder,
+    pub active_order: bf4ps_ops::config::ActiveOrder,
 }
 
 impl Ctx {

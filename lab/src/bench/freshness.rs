@@ -9,8 +9,8 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
-use crate::gauges::GaugeRefresher;
-use crate::metrics::Registry;
+use bf4ps_ops::gauges::GaugeRefresher;
+use bf4ps_ops::metrics::Registry;
 
 /// Runs the freshness benchmark.
 pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
@@ -50,7 +50,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             .execute(&db.pool)
             .await?;
         }
-        crate::freshness::compact(&db.pool).await?;
+        bf4ps_ops::freshness::compact(&db.pool).await?;
         sqlx::query("VACUUM ANALYZE").execute(&db.pool).await?;
         let (mut gauges, mut status) = (Vec::new(), Vec::new());
         for _ in 0..samples {
@@ -58,7 +58,9 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             refresher.refresh_once().await.map_err(other)?;
             gauges.push(t.elapsed().as_secs_f64() * 1e3);
             let t = Instant::now();
-            crate::status::gather(&db.pool, None).await.map_err(other)?;
+            bf4ps_ops::status::gather(&db.pool, None)
+                .await
+                .map_err(other)?;
             status.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let (g50, s50) = (percentile(&mut gauges, 50.0), percentile(&mut status, 50.0));

@@ -40,7 +40,7 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     );
 
     // 2. NOTIFY delivery: commit of pg_notify returned → notification received.
-    let mut listener = db.target.listen("bf4ps-ops bench").await?;
+    let mut listener = db.target.listen("bf4ps-lab bench").await?;
     listener
         .listen("bf4ps_bench_reference")
         .await
@@ -102,15 +102,15 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     );
 
     // 4. CLI start-up: `bf4ps-ops collectors list` (process start, TLS as
-    //    the URL says, one query, exit) beside `psql -c 'SELECT 1'`.
+    //    the URL says, one query, exit; run as `bf4ps-lab ops`, the same
+    //    code) beside `psql -c 'SELECT 1'`.
     if let Some(url) = ctx.database_url.as_deref() {
         let url = super::collect::url_with_database(url, db.name())?;
         let runs = ctx.size(20, 5);
-        let exe = std::env::current_exe().map_err(|e| BenchError::Other(e.to_string()))?;
+        crate::cli::ops_command(&[]).map_err(|e| BenchError::Other(e.to_string()))?;
         let ours = start_up(runs, || {
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["collectors", "list", "--database-url", &url]);
-            cmd
+            crate::cli::ops_command(&["collectors", "list", "--database-url", &url])
+                .expect("the path of this binary was found above")
         })?;
         let mut report = Report::new(
             "reference",
