@@ -715,17 +715,38 @@ async fn pending_background_jobs(p: &PgPool) {
     .unwrap();
 }
 
-/// The order and lock of `bf4ps_claim_job`'s candidate queries, as it
-/// writes them.
-const CLAIM_ORDER: &str = "ORDER BY CASE j.priority_class
-                      WHEN 'interactive' THEN 1
-                      WHEN 'active' THEN 2
-                      WHEN 'recent' THEN 3
-                      WHEN 'bootstrap' THEN 4
-                  END,
-                  j.priority_value DESC, j.eligible_at, j.created_at, j.job_id
-         FOR UPDATE SKIP LOCKED
-         LIMIT 1";
+/// `bf4ps_claim_job`'s two candidate queries as its source file writes
+/// them (`schema/queue/bf4ps_claim_job.sql`), its variables as parameters:
+/// the lane's (`$1` lane, `$2` now) and one budget class's (`$1` now, `$2`
+/// class). Read from the file, so the plans checked are the claim's own.
+fn claim_candidates() -> (String, String) {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/queue/bf4ps_claim_job.sql");
+    let text = std::fs::read_to_string(&path).expect("read bf4ps_claim_job.sql");
+    let queries: Vec<String> = text
+        .match_indices("SELECT j.job_id INTO v_job")
+        .map(|(i, _)| {
+            let end = i + text[i..]
+                .find("LIMIT 1;")
+                .expect("a candidate ends with LIMIT 1;");
+            text[i..end + "LIMIT 1".len()]
+                .replace(" INTO v_job", "")
+                .replace("@schema@.", "")
+        })
+        .collect();
+    assert_eq!(
+        queries.len(),
+        2,
+        "bf4ps_claim_job has two candidate queries"
+    );
+    let lane = queries[0].replace("me.lane", "$1").replace("v_now", "$2");
+    let class = queries[1].replace("v_now", "$1").replace("v_class", "$2");
+    assert!(
+        !lane.contains("v_") && !lane.contains("me.") && !class.contains("v_"),
+        "a variable is left in the candidates: {lane}\n{class}"
+    );
+    (lane, class)
+}
 
 /// `EXPLAIN` of a prepared statement with its generic plan (what plpgsql
 /// runs after a few calls), as text.
@@ -771,18 +792,12 @@ async fn the_claim_and_freshness_plans_are_ordered_index_reads(
     .await
     .unwrap();
 
-    // bf4ps_claim_job's candidate: its text, its variables as parameters.
+    // bf4ps_claim_job's lane candidate (no budget, or the interactive lane).
+    let (lane, _) = claim_candidates();
     let plan = generic_plan(
         p,
-        &format!(
-            "PREPARE claim_candidate(text, timestamptz, text) AS
-             SELECT j.job_id
-             FROM collection_jobs AS j
-             WHERE j.status = 'pending' AND j.lane = $1 AND j.eligible_at <= $2
-               AND ($3 = 'any' OR bf4ps_budget_class(j.priority_class, j.last_error_at) = $3)
-             {CLAIM_ORDER}"
-        ),
-        "EXECUTE claim_candidate('background', now(), 'bootstrap')",
+        &format!("PREPARE claim_candidate(text, timestamptz) AS {lane}"),
+        "EXECUTE claim_candidate('background', now())",
     )
     .await;
     assert!(
@@ -849,16 +864,10 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
 
     // bf4ps_claim_job's class candidate: its text, its variables as
     // parameters, as plpgsql runs it after a few calls.
+    let (_, class) = claim_candidates();
     let plan = generic_plan(
         p,
-        &format!(
-            "PREPARE class_candidate(timestamptz, text) AS
-             SELECT j.job_id
-             FROM collection_jobs AS j
-             WHERE j.status = 'pending' AND j.lane = 'background' AND j.eligible_at <= $1
-               AND bf4ps_budget_class(j.priority_class, j.last_error_at) = $2
-             {CLAIM_ORDER}"
-        ),
+        &format!("PREPARE class_candidate(timestamptz, text) AS {class}"),
         "EXECUTE class_candidate(now(), 'active')",
     )
     .await;
