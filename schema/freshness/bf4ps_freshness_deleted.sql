@@ -1,7 +1,8 @@
 -- Freshness rollup: deleted collection_state rows take their four pairs
 -- out of their slots (a -1 per pair in freshness_deltas, in the writer's
--- own transaction). SECURITY DEFINER, so no writer needs a privilege on
--- our tables, and pinned, so no writer's temporary table gets the deltas.
+-- own transaction). It runs with its owner's rights, so no writer needs a
+-- privilege on our tables, and its search_path is pinned, so no writer's
+-- temporary table gets the deltas.
 --
 -- owner: bf4ps_definer
 -- execute: owner only

@@ -1,8 +1,8 @@
 -- Freshness rollup: inserted collection_state rows (BF4PS's discovery
 -- inserting default rows, an interactive request's new soldier) add their
 -- four pairs to their slots (a +1 per pair in freshness_deltas, in the
--- writer's own transaction). SECURITY DEFINER and pinned, as the other
--- freshness triggers.
+-- writer's own transaction). It runs with its owner's rights and a pinned
+-- search_path, as the other freshness triggers.
 --
 -- owner: bf4ps_definer
 -- execute: owner only

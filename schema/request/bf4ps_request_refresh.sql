@@ -35,7 +35,7 @@
 -- success (NULL: never), whatever the state.
 -- Errors (22023): unknown platform or resource, empty resource list,
 -- persona_id <= 0, a bad eta_window/egress_rate, a bad or missing name.
--- SECURITY DEFINER: the website's role needs only EXECUTE.
+-- It runs with its owner's rights: the website's role needs only EXECUTE.
 --
 -- owner: bf4ps_definer
 -- execute: bf4ps_website
