@@ -19,30 +19,8 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         // --help and --version print normally; usage errors are one line.
         Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("error: invalid arguments");
-            eprintln!("{first} (see --help)");
-            return ExitCode::from(2);
-        }
+        Err(e) => return bf4ps_ops::cli::usage_error(&e),
     };
     bf4ps_ops::telemetry::init(cli.log_filter(), cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(bf4ps_lab::cli::run(cli)) {
-        Ok(code) => code,
-        Err(e) => {
-            // One line: the error and its causes (each once), no backtrace.
-            eprintln!("error: {}", bf4ps_ops::telemetry::error_chain(e.as_ref()));
-            ExitCode::FAILURE
-        }
-    }
+    bf4ps_ops::cli::block_on_reported(bf4ps_lab::cli::run(cli))
 }

@@ -465,10 +465,7 @@ pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
                 eprintln!("{message}");
                 return ExitCode::from(2);
             }
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("error: invalid arguments");
-            eprintln!("{first} (see --help)");
-            return ExitCode::from(2);
+            return usage_error(&e);
         }
     };
     crate::telemetry::init(cli.log_filter(), cli.log_format);
@@ -481,6 +478,22 @@ pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
     for warning in placement::misplaced_vars(&placement::path_of_matches(&matches), vars) {
         tracing::warn!("{warning}");
     }
+    block_on_reported(run(cli))
+}
+
+/// A usage error as one line (`… (see --help)`), exit status 2. For every
+/// binary of the workspace (the lab's too).
+pub fn usage_error(e: &clap::Error) -> ExitCode {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("error: invalid arguments");
+    eprintln!("{first} (see --help)");
+    ExitCode::from(2)
+}
+
+/// Runs a command's future on a new multi-threaded runtime and reports its
+/// error as one line (the error and its causes, each once, no backtrace).
+/// For every binary of the workspace (the lab's too).
+pub fn block_on_reported(command: impl Future<Output = anyhow::Result<ExitCode>>) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -491,10 +504,9 @@ pub fn main(args: impl IntoIterator<Item = std::ffi::OsString>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(command) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the error and its causes (each once), no backtrace.
             eprintln!("error: {}", crate::telemetry::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
