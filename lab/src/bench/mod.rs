@@ -15,6 +15,7 @@ pub mod collect;
 pub mod feeder;
 pub mod freshness;
 pub(crate) mod notify_overhead;
+pub mod peer;
 pub mod projector;
 pub mod queue;
 pub mod reference;

@@ -171,6 +171,7 @@ pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         }
         reports.push(report);
     }
+    reports.push(super::peer::wake_vs_graphile_worker(ctx).await?);
     Ok(reports)
 }
 
@@ -201,13 +202,52 @@ async fn wake_scenario(
     listen: bool,
     tls: bool,
 ) -> Result<Report, BenchError> {
-    let collectors = 8;
     let samples = if listen {
         ctx.size(1_000, 50)
     } else {
         ctx.size(200, 8)
     };
     let poll = Duration::from_secs(1);
+    let mut w = wake_samples(db, listen, samples, poll).await?;
+    let max = w.total_ms.iter().copied().fold(0.0, f64::max);
+    Ok(Report::new(
+        "wake",
+        json!({"collectors": WAKE_COLLECTORS, "samples": samples, "listen": listen, "tls": tls,
+               "poll_interval_ms": poll.as_millis() as u64}),
+    )
+    .figure("p50_ms", percentile(&mut w.total_ms, 50.0))
+    .figure("p99_ms", percentile(&mut w.total_ms, 99.0))
+    .figure("max_ms", max)
+    .figure("woken_p50_ms", percentile(&mut w.woken_ms, 50.0))
+    .figure("woken_p99_ms", percentile(&mut w.woken_ms, 99.0))
+    .figure("claim_p50_ms", percentile(&mut w.claim_ms, 50.0))
+    .figure("claim_p99_ms", percentile(&mut w.claim_ms, 99.0)))
+}
+
+/// Idle interactive collectors in `bench wake`.
+pub(super) const WAKE_COLLECTORS: usize = 8;
+
+/// One wake measurement's samples, in milliseconds, one per job.
+pub(super) struct WakeSamples {
+    /// The job's insert committed (its answer back) → its claim committed.
+    pub total_ms: Vec<f64>,
+    /// The insert committed → the claiming collector woke (0 when the
+    /// notification arrived before the insert's answer).
+    pub woken_ms: Vec<f64>,
+    /// The collector woke → its claim committed (one claim statement).
+    pub claim_ms: Vec<f64>,
+}
+
+/// Inserts `samples` interactive jobs one at a time, each after the last
+/// was claimed, beside [`WAKE_COLLECTORS`] idle collectors woken by NOTIFY
+/// (`listen`) or by the poll alone, and times each.
+pub(super) async fn wake_samples(
+    db: &ScratchDb,
+    listen: bool,
+    samples: usize,
+    poll: Duration,
+) -> Result<WakeSamples, BenchError> {
+    let collectors = WAKE_COLLECTORS;
     let cancel = CancellationToken::new();
     let listener = Listener::spawn(
         db.target.clone(),
@@ -224,7 +264,7 @@ async fn wake_scenario(
             .await
             .map_err(|_| other("LISTEN connection did not come up"))?;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant)>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant, Instant)>();
     let mut workers = Vec::new();
     for i in 0..collectors {
         let me = register(&db.pool, &format!("wake-{i}"), Lane::Interactive).await?;
@@ -235,11 +275,13 @@ async fn wake_scenario(
                 if waiter.wait().await == WakeReason::Cancelled {
                     return Ok::<(), BenchError>(());
                 }
+                let mut woke = Instant::now();
                 // As a collector: claim and start in one transaction.
                 while let Some(job) = queue::claim_and_start(&pool, &me).await.map_err(other)? {
                     let claimed = Instant::now();
                     waiter.pass_on();
-                    let _ = tx.send((job.job_id, claimed));
+                    let _ = tx.send((job.job_id, woke, claimed));
+                    woke = claimed;
                     succeed(&mut *pool.acquire().await?, &me, &job).await?;
                 }
             }
@@ -248,6 +290,7 @@ async fn wake_scenario(
     // Let the catch-up wake settle: every collector idle before sampling.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut latencies = Vec::with_capacity(samples);
+    let (mut wakes, mut claims) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
     for i in 0..samples {
         let soldier: i64 = sqlx::query_scalar(
             "INSERT INTO soldiers (platform, persona_id, current_name, first_seen_at, last_seen_at)
@@ -264,7 +307,7 @@ async fn wake_scenario(
         .fetch_one(&db.pool)
         .await?;
         let committed = Instant::now();
-        let (got, claimed) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        let (got, woke, claimed) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .map_err(|_| other("job not claimed within 10 s"))?
             .ok_or_else(|| other("collectors stopped"))?;
@@ -272,6 +315,8 @@ async fn wake_scenario(
             return Err(other(format!("claimed job {got}, expected {job_id}")));
         }
         latencies.push(claimed.saturating_duration_since(committed).as_secs_f64() * 1e3);
+        wakes.push(woke.saturating_duration_since(committed).as_secs_f64() * 1e3);
+        claims.push(claimed.saturating_duration_since(woke).as_secs_f64() * 1e3);
         // Let the claiming collector finish and go idle again.
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -279,15 +324,11 @@ async fn wake_scenario(
     for w in workers {
         w.await.map_err(other)??;
     }
-    let max = latencies.iter().copied().fold(0.0, f64::max);
-    Ok(Report::new(
-        "wake",
-        json!({"collectors": collectors, "samples": samples, "listen": listen, "tls": tls,
-               "poll_interval_ms": poll.as_millis() as u64}),
-    )
-    .figure("p50_ms", percentile(&mut latencies, 50.0))
-    .figure("p99_ms", percentile(&mut latencies, 99.0))
-    .figure("max_ms", max))
+    Ok(WakeSamples {
+        total_ms: latencies,
+        woken_ms: wakes,
+        claim_ms: claims,
+    })
 }
 
 /// `claim`: claim_and_start → finalize_success throughput with 1, 4 and 16

@@ -40,31 +40,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     );
 
     // 2. NOTIFY delivery: commit of pg_notify returned → notification received.
-    let mut listener = db.target.listen("bf4ps-lab bench").await?;
-    listener
-        .listen("bf4ps_bench_reference")
-        .await
-        .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
-    let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
-    let driver = tokio::spawn(async move {
-        while let Ok(Some(_)) = listener.try_recv().await {
-            let _ = tx.send(Instant::now());
-        }
-    });
     let notify_n = ctx.size(2_000, 100);
-    let mut samples = Vec::with_capacity(notify_n);
-    for _ in 0..notify_n {
-        sqlx::query("SELECT pg_notify('bf4ps_bench_reference', '')")
-            .execute(&db.pool)
-            .await?;
-        let committed = Instant::now();
-        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .map_err(|_| BenchError::Other("notification not delivered within 5s".into()))?
-            .ok_or_else(|| BenchError::Other("LISTEN connection closed".into()))?;
-        samples.push(got.saturating_duration_since(committed).as_secs_f64() * 1e3);
-    }
-    driver.abort();
+    let mut samples = notify_delivery(db, notify_n).await?;
     reports.push(
         Report::new(
             "reference",
@@ -171,4 +148,35 @@ fn start_up(
     }
     let max = samples.iter().copied().fold(0.0, f64::max);
     Ok((percentile(&mut samples, 50.0), max))
+}
+
+/// `n` NOTIFY deliveries on `db`, in milliseconds: the commit of a
+/// `pg_notify` returned → the notification received on a LISTEN connection
+/// (0 when it arrived first).
+pub(super) async fn notify_delivery(db: &ScratchDb, n: usize) -> Result<Vec<f64>, BenchError> {
+    let mut listener = db.target.listen("bf4ps-lab bench").await?;
+    listener
+        .listen("bf4ps_bench_reference")
+        .await
+        .map_err(|e| BenchError::Other(format!("LISTEN: {e}")))?;
+    let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
+    let driver = tokio::spawn(async move {
+        while let Ok(Some(_)) = listener.try_recv().await {
+            let _ = tx.send(Instant::now());
+        }
+    });
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        sqlx::query("SELECT pg_notify('bf4ps_bench_reference', '')")
+            .execute(&db.pool)
+            .await?;
+        let committed = Instant::now();
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .map_err(|_| BenchError::Other("notification not delivered within 5s".into()))?
+            .ok_or_else(|| BenchError::Other("LISTEN connection closed".into()))?;
+        samples.push(got.saturating_duration_since(committed).as_secs_f64() * 1e3);
+    }
+    driver.abort();
+    Ok(samples)
 }
