@@ -22,7 +22,13 @@ fn http() -> reqwest::Client {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let r = http()
+    get_with(&http(), addr, path).await
+}
+
+/// [`get`] on `client` (one client for many requests: building one loads
+/// the TLS roots, which holds up a runtime that is busy already).
+async fn get_with(client: &reqwest::Client, addr: SocketAddr, path: &str) -> (u16, String) {
+    let r = client
         .get(format!("http://{addr}{path}"))
         .send()
         .await
@@ -924,11 +930,20 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
     );
 
     // Many concurrent requests: no assessment (database round trip) more
-    // than the task's own, at most one per second.
+    // than the task's own, at most one per second. One client for the
+    // burst: a client per request spent the test's runtime building clients
+    // (TLS roots) on a busy machine, until the requests' own 10 s timeouts
+    // fired before serve ever saw them.
     let before = view.assessments();
     let started = std::time::Instant::now();
+    let client = http();
     for _ in 0..3 {
-        let burst: Vec<_> = (0..150).map(|_| tokio::spawn(readyz(addr))).collect();
+        let burst: Vec<_> = (0..150)
+            .map(|_| {
+                let client = client.clone();
+                tokio::spawn(async move { get_with(&client, addr, "/readyz").await })
+            })
+            .collect();
         for r in burst {
             assert_eq!(r.await.unwrap().0, 200);
         }
@@ -986,7 +1001,12 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
     );
     // Still no round trip per request: answers stay quick.
     let started = std::time::Instant::now();
-    let burst: Vec<_> = (0..100).map(|_| tokio::spawn(readyz(addr))).collect();
+    let burst: Vec<_> = (0..100)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { get_with(&client, addr, "/readyz").await })
+        })
+        .collect();
     for r in burst {
         assert_eq!(r.await.unwrap().0, 503);
     }
