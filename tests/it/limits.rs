@@ -59,7 +59,10 @@ async fn start_serve(owned: &OwnedDb) -> (Proc, SocketAddr, serde_json::Value) {
             {
                 break v;
             }
-            assert!(start.elapsed() < WAIT, "serve was not ready within {WAIT:?}");
+            assert!(
+                start.elapsed() < WAIT,
+                "serve was not ready within {WAIT:?}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
@@ -120,9 +123,7 @@ async fn finding1_the_owner_ends_a_collector_idling_in_a_transaction(
     opts: PgConnectOptions,
 ) {
     let owned = OwnedDb::new(opts, true).await;
-    let (mut serve, addr, ready) = start_serve(&owned).await;
-    assert_eq!(ready["client_sessions_guarded"], true, "{ready}");
-    assert_eq!(ready["protections_off"], serde_json::json!([]), "{ready}");
+    let (mut serve, addr, _) = start_serve(&owned).await;
     let host = LoginRole::add("idle", "collector", 4).await;
     let (mut conn, pid) = host.connect(&owned.db, "idle-collector").await;
     sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
@@ -154,6 +155,9 @@ async fn finding1_the_owner_ends_a_collector_idling_in_a_transaction(
     let metrics = http_text(&format!("http://{addr}/metrics")).await.unwrap();
     assert_eq!(ended_count(&metrics, "open"), Some(1.0), "{metrics}");
     ready_and_projecting(&owned.db, &mut serve, addr).await;
+    let ready = readyz(addr).await.unwrap();
+    assert_eq!(ready["client_sessions_guarded"], true, "{ready}");
+    assert_eq!(ready["protections_off"], serde_json::json!([]), "{ready}");
     drop(serve);
 }
 
@@ -170,20 +174,11 @@ async fn finding1_a_refused_signal_never_aborts_the_monitor(
     let owned = OwnedDb::new(opts, true).await;
     exec(
         &owned.db.pool,
-        format!("REVOKE pg_signal_backend FROM {}", owned.owner.name),
+        format!("REVOKE pg_signal_backend FROM {}", owned.owner.role.name),
     )
     .await
     .unwrap();
     let (mut serve, addr, ready) = start_serve(&owned).await;
-    assert_eq!(ready["client_sessions_guarded"], false, "{ready}");
-    let off = ready["protections_off"].to_string();
-    assert!(
-        off.contains("pg_signal_backend") && !off.contains("pg_read_all_stats"),
-        "{off}"
-    );
-    serve
-        .wait_for_log("protection off", Duration::from_secs(5))
-        .await;
 
     let host = LoginRole::add("nosig", "collector", 4).await;
     let (mut conn, pid) = host.connect(&owned.db, "idle-collector").await;
@@ -204,7 +199,7 @@ async fn finding1_a_refused_signal_never_aborts_the_monitor(
     .unwrap();
 
     // The owner's own monitor step, in-process, on the owner's pool.
-    let owner_pool = owned.owner.pool(&owned.db).await;
+    let owner_pool = owned.owner.role.pool(&owned.db).await;
     let mut tuning = bf4ps_ops::tuning::ServeTuning::default();
     tuning.monitor.client_transaction_limit = Duration::from_millis(500);
     let monitor = bf4ps_ops::monitor::Monitor::new(
@@ -220,12 +215,13 @@ async fn finding1_a_refused_signal_never_aborts_the_monitor(
         .expect("a refused signal does not fail the step");
     assert!(alive(&owned.db, pid).await, "the session was not ended");
     // The sweep ran (this step's, or serve's own monitor's before it).
-    let state: String =
-        sqlx::query_scalar("SELECT heartbeat_state::text FROM collectors WHERE collector_uuid = $1")
-            .bind(uuid)
-            .fetch_one(&owned.db.pool)
-            .await
-            .unwrap();
+    let state: String = sqlx::query_scalar(
+        "SELECT heartbeat_state::text FROM collectors WHERE collector_uuid = $1",
+    )
+    .bind(uuid)
+    .fetch_one(&owned.db.pool)
+    .await
+    .unwrap();
     assert_eq!(state, "lost", "the sweep ran ({step:?})");
     // serve's own monitor says what it could not do, and goes on.
     let line = serve
@@ -233,6 +229,16 @@ async fn finding1_a_refused_signal_never_aborts_the_monitor(
         .await;
     assert!(line.contains(&format!("pid={pid}")), "{line}");
     ready_and_projecting(&owned.db, &mut serve, addr).await;
+    // /readyz and the log say which protection is off, and why.
+    assert_eq!(ready["client_sessions_guarded"], false, "{ready}");
+    let off = ready["protections_off"].to_string();
+    assert!(
+        off.contains("pg_signal_backend") && !off.contains("pg_read_all_stats"),
+        "{off}"
+    );
+    serve
+        .wait_for_log("protection off", Duration::from_secs(5))
+        .await;
     owner_pool.close().await;
     drop(conn);
     drop(serve);
@@ -283,7 +289,14 @@ async fn finding5_a_host_holding_all_its_connections_leaves_serve_and_others_the
         .unwrap();
     let too_many = (max - 1).to_string();
     let out = run_bin(
-        &["role", "add", "reader", &grabber.name, "--connections", &too_many],
+        &[
+            "role",
+            "add",
+            "reader",
+            &grabber.name,
+            "--connections",
+            &too_many,
+        ],
         Some(&crate::support::master_url()),
     );
     let err = String::from_utf8_lossy(&out.stderr);
@@ -294,16 +307,37 @@ async fn finding5_a_host_holding_all_its_connections_leaves_serve_and_others_the
     );
     // Idempotent: the same command again updates nothing but says so.
     let out = run_bin(
-        &["role", "add", "reader", &grabber.name, "--connections", "3", "--keep-free", "0", "--json"],
+        &[
+            "role",
+            "add",
+            "reader",
+            &grabber.name,
+            "--connections",
+            "3",
+            "--keep-free",
+            "0",
+            "--json",
+        ],
         Some(&crate::support::master_url()),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let added: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(added["created"], false, "{added}");
     assert_eq!(added["role"]["connection_limit"], 3, "{added}");
     // A role of another group is not taken over.
     let out = run_bin(
-        &["role", "add", "collector", &grabber.name, "--keep-free", "0"],
+        &[
+            "role",
+            "add",
+            "collector",
+            &grabber.name,
+            "--keep-free",
+            "0",
+        ],
         Some(&crate::support::master_url()),
     );
     assert!(!out.status.success());
@@ -313,8 +347,15 @@ async fn finding5_a_host_holding_all_its_connections_leaves_serve_and_others_the
         String::from_utf8_lossy(&out.stderr)
     );
     // role list shows each role with its limits and sessions.
-    let out = run_bin(&["role", "list", "--json"], Some(&crate::support::master_url()));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run_bin(
+        &["role", "list", "--json"],
+        Some(&crate::support::master_url()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let row = list
         .as_array()

@@ -678,15 +678,39 @@ impl LoginRole {
         use std::sync::atomic::{AtomicU32, Ordering};
         static N: AtomicU32 = AtomicU32::new(0);
         let pid = std::process::id();
-        let name = format!("bf4ps_it_{tag}_{pid}_a{}", N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "bf4ps_it_{tag}_{pid}_a{}",
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let password = uuid::Uuid::new_v4().simple().to_string();
         let pool = master_pool().await;
         sweep_stale_roles(&pool).await;
         let connections = connections.to_string();
-        let out = run_bin(
-            &["role", "add", group, &name, "--connections", &connections, "--keep-free", "0"],
-            Some(&master_url()),
-        );
+        // Other tests' roles count against the server's connections: wait
+        // (bounded) while they would not fit.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let out = loop {
+            let out = run_bin(
+                &[
+                    "role",
+                    "add",
+                    group,
+                    &name,
+                    "--connections",
+                    &connections,
+                    "--keep-free",
+                    "0",
+                ],
+                Some(&master_url()),
+            );
+            if out.status.success()
+                || !String::from_utf8_lossy(&out.stderr).contains("would not fit")
+                || Instant::now() > deadline
+            {
+                break out;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         assert!(
             out.status.success(),
             "role add {group} {name}: {}",
@@ -700,31 +724,29 @@ impl LoginRole {
     }
 }
 
-/// A test database owned by a login role that is not a superuser, set up
-/// as docs/security.md tells an administrator to: `deploy/sql/roles.sql`
-/// with `owner` set to it (unless `roles_sql` is false: then only
-/// membership of `bf4ps_definer`, what `migrate` cannot do without),
-/// and the database handed to it. Nothing is migrated: `serve`, run as the
-/// owner, migrates it. `db`'s pool is a superuser's, for setup and checks.
-/// Dropping it gives the database's objects back to the superuser first, so
-/// the owner can be dropped.
-pub struct OwnedDb {
-    /// The database, through a superuser's pool.
-    pub db: TestDb,
-    /// Its owner.
-    pub owner: LoginRole,
+/// The owner of a test database, a login role that is not a superuser,
+/// set up as docs/security.md tells an administrator to:
+/// `deploy/sql/roles.sql` with `owner` set to it (unless `roles_sql` is
+/// false: then only membership of `bf4ps_definer`, what `migrate` cannot do
+/// without), and the database handed to it. Nothing is migrated: `serve`,
+/// run as the owner, migrates it. Dropping it gives the database's objects
+/// back to the superuser first, so the role can be dropped.
+pub struct Owner {
+    /// The login role.
+    pub role: LoginRole,
+    db_url: String,
 }
 
-impl OwnedDb {
-    /// Sets the owner up on `#[sqlx::test(migrations = false)]`'s database.
-    pub async fn new(opts: PgConnectOptions, roles_sql: bool) -> OwnedDb {
-        let db = TestDb::new(opts).await;
-        let owner = LoginRole::create("own", &[]).await;
+impl Owner {
+    /// Makes an owner of `db` (a `#[sqlx::test(migrations = false)]`
+    /// database).
+    pub async fn setup(db: &TestDb, roles_sql: bool) -> Owner {
+        let role = LoginRole::create("own", &[]).await;
         if roles_sql {
             let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
             let out = Command::new("psql")
                 .arg(master_url())
-                .args(["-q", "-X", "-v", &format!("owner={}", owner.name), "-f"])
+                .args(["-q", "-X", "-v", &format!("owner={}", role.name), "-f"])
                 .arg(root.join("deploy/sql/roles.sql"))
                 .output()
                 .expect("run psql (apt-get install postgresql-client)");
@@ -734,29 +756,27 @@ impl OwnedDb {
                 String::from_utf8_lossy(&out.stderr)
             );
         } else {
-            exec(&db.pool, format!("GRANT bf4ps_definer TO {}", owner.name))
+            exec(&db.pool, format!("GRANT bf4ps_definer TO {}", role.name))
                 .await
                 .unwrap();
         }
         let dbname = db.target.options.get_database().unwrap().to_owned();
         exec(
             &db.pool,
-            format!("ALTER DATABASE \"{dbname}\" OWNER TO {}", owner.name),
+            format!("ALTER DATABASE \"{dbname}\" OWNER TO {}", role.name),
         )
         .await
         .unwrap();
-        OwnedDb { db, owner }
-    }
-
-    /// The database's URL as its owner.
-    pub fn owner_url(&self) -> String {
-        self.owner.url(&self.db)
+        Owner {
+            role,
+            db_url: db.url.clone(),
+        }
     }
 }
 
-impl Drop for OwnedDb {
+impl Drop for Owner {
     fn drop(&mut self) {
-        let (url, name) = (self.db.url.clone(), self.owner.name.clone());
+        let (url, name) = (self.db_url.clone(), self.role.name.clone());
         let _ = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -777,5 +797,28 @@ impl Drop for OwnedDb {
             })
         })
         .join();
+    }
+}
+
+/// A test database and its [`Owner`]; `db`'s pool is a superuser's, for
+/// setup and checks.
+pub struct OwnedDb {
+    /// The database, through a superuser's pool.
+    pub db: TestDb,
+    /// Its owner.
+    pub owner: Owner,
+}
+
+impl OwnedDb {
+    /// Sets the owner up on `#[sqlx::test(migrations = false)]`'s database.
+    pub async fn new(opts: PgConnectOptions, roles_sql: bool) -> OwnedDb {
+        let db = TestDb::new(opts).await;
+        let owner = Owner::setup(&db, roles_sql).await;
+        OwnedDb { db, owner }
+    }
+
+    /// The database's URL as its owner.
+    pub fn owner_url(&self) -> String {
+        self.owner.role.url(&self.db)
     }
 }
