@@ -167,9 +167,7 @@ pub enum RoleError {
     #[error("--connections {0} is not allowed: use 1 to 10000")]
     BadConnections(i32),
     /// The group role does not exist yet.
-    #[error(
-        "role {0} does not exist: run `bf4ps-ops migrate` (or deploy/sql/roles.sql) first"
-    )]
+    #[error("role {0} does not exist: run `bf4ps-ops migrate` (or deploy/sql/roles.sql) first")]
     NoGroup(&'static str),
     /// The role exists and is not a client role of this group.
     #[error("role {name} exists and {why}; nothing was changed")]
@@ -367,9 +365,11 @@ pub async fn add(pool: &sqlx::PgPool, options: &AddOptions) -> Result<Added, Rol
         .await?;
     }
     for (setting, value) in &limits.settings {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("ALTER ROLE {name} SET {setting} = '{value}'")))
-            .execute(&mut *tx)
-            .await?;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER ROLE {name} SET {setting} = '{value}'"
+        )))
+        .execute(&mut *tx)
+        .await?;
     }
     tx.commit().await?;
     let role = list(pool)

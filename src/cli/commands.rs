@@ -146,11 +146,7 @@ pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Resul
 
 /// Adds or lists client login roles (`role …`).
 pub async fn role(db: &DbArgs, command: RoleCommand) -> anyhow::Result<ExitCode> {
-    let pool = db
-        .checked_direct_target("`role`")
-        .await?
-        .connect(1)
-        .await?;
+    let pool = db.checked_direct_target("`role`").await?.connect(1).await?;
     match command {
         RoleCommand::List { json } => {
             let rows = crate::roles::list(&pool).await?;

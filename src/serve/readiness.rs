@@ -140,7 +140,10 @@ impl Readiness {
             "client_sessions_guarded".into(),
             self.protections_off.is_empty().into(),
         );
-        doc.insert("protections_off".into(), self.protections_off.clone().into());
+        doc.insert(
+            "protections_off".into(),
+            self.protections_off.clone().into(),
+        );
         doc.insert("reasons".into(), self.reasons(now).into());
         serde_json::Value::Object(doc)
     }
