@@ -28,6 +28,7 @@ pub mod queue;
 pub mod registry;
 pub mod request;
 pub mod retention;
+pub mod roles;
 pub mod serve;
 pub mod shutdown;
 pub mod status;

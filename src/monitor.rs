@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::db::locks::{self, EndedSession};
 use crate::db::{Pool, Pooled};
 use crate::metrics::Registry;
 
@@ -36,6 +37,13 @@ crate::config::settings! {
         /// on it): the monitor ends it. Ours hold a lock for milliseconds; this
         /// catches back-to-back transactions that each stay under the limit.
         client_lock_hold: std::time::Duration = "5s", "client-lock-hold", "BF4PS_CLIENT_LOCK_HOLD", "Events",
+            check crate::config::checks::positive;
+
+        /// Oldest snapshot a session of a reader role may hold (a transaction
+        /// or statement open this long that holds back VACUUM's horizon): the
+        /// monitor ends it. Dashboards and `status` read in milliseconds; an
+        /// old snapshot keeps every row version dead since it began.
+        reader_snapshot_limit: std::time::Duration = "60s", "reader-snapshot-limit", "BF4PS_READER_SNAPSHOT_LIMIT", "Events",
             check crate::config::checks::positive;
 
         /// Share of PostgreSQL's NOTIFY queue (8 GB) in use at which the monitor ends
@@ -113,7 +121,7 @@ impl Monitor {
     /// and shows the NOTIFY queue (`bf4ps_notify_queue_usage_ratio`) in
     /// `registry`.
     pub fn with_registry(mut self, registry: &Registry) -> Monitor {
-        for why in ["open", "blocking", "waiting", "notify_queue"] {
+        for why in ["open", "blocking", "waiting", "notify_queue", "snapshot"] {
             let _ = registry.counter("bf4ps_client_sessions_ended_total", &[("why", why)]);
         }
         registry
@@ -128,33 +136,9 @@ impl Monitor {
     /// too long, sweep lost heartbeats, then recover expired leases in
     /// batches until a short batch.
     pub async fn run_once_on(&self, pool: impl Pooled<'_>) -> Result<MonitorStep, MonitorError> {
-        let mut ended = crate::db::locks::end_client_sessions(
-            pool,
-            self.settings.client_transaction_limit,
-            self.settings.client_lock_hold,
-        )
-        .await
-        .map_err(MonitorError::Sessions)?;
-        let usage = crate::db::locks::notify_queue_usage(pool)
-            .await
-            .map_err(MonitorError::Sessions)?;
-        if let Some(r) = &self.registry {
-            r.gauge("bf4ps_notify_queue_usage_ratio", &[]).set(usage);
-        }
-        if usage >= self.settings.notify_queue_limit {
-            let holders = crate::db::locks::end_notify_queue_holders(pool)
-                .await
-                .map_err(MonitorError::Sessions)?;
-            if holders.is_empty() {
-                warn!(
-                    usage,
-                    limit = self.settings.notify_queue_limit,
-                    "the NOTIFY queue is filling and no client session of this database holds \
-                       it (see docs/runbook.md#bf4psnotifyqueuefilling)"
-                );
-            }
-            ended.extend(holders);
-        }
+        // Ending sessions never keeps the sweep and recovery from running:
+        // its failure is returned after them.
+        let (ended, sessions) = self.end_sessions(pool).await;
         for s in &ended {
             if s.ended
                 && let Some(r) = &self.registry
@@ -169,6 +153,7 @@ impl Monitor {
                 "blocking" => "kept another session waiting for a lock too long",
                 "waiting" => "held a transaction open too long, waiting for a lock nobody releases",
                 "notify_queue" => "kept the NOTIFY queue from draining",
+                "snapshot" => "held a snapshot too long (a reader)",
                 _ => "held a transaction open too long",
             };
             if s.ended {
@@ -201,11 +186,66 @@ impl Monitor {
                 break;
             }
         }
+        sessions.map_err(MonitorError::Sessions)?;
         Ok(MonitorStep {
             lost: lost.len(),
             recovered,
             ended_sessions: ended.iter().filter(|s| s.ended).count(),
         })
+    }
+
+    /// Ends the client sessions past their limits (each query on its own:
+    /// one failing keeps the others), and shows the NOTIFY queue. What it
+    /// ended or could not end, and the first failure.
+    async fn end_sessions(
+        &self,
+        pool: impl Pooled<'_>,
+    ) -> (Vec<EndedSession>, Result<(), sqlx::Error>) {
+        let mut ended = Vec::new();
+        let mut result = Ok(());
+        let mut keep = |found: Result<Vec<EndedSession>, sqlx::Error>,
+                        ended: &mut Vec<EndedSession>| match found {
+            Ok(found) => ended.extend(found),
+            Err(e) => {
+                if result.is_ok() {
+                    result = Err(e);
+                }
+            }
+        };
+        keep(
+            locks::end_client_sessions(
+                pool,
+                self.settings.client_transaction_limit,
+                self.settings.client_lock_hold,
+            )
+            .await,
+            &mut ended,
+        );
+        keep(
+            locks::end_old_reader_snapshots(pool, self.settings.reader_snapshot_limit).await,
+            &mut ended,
+        );
+        match locks::notify_queue_usage(pool).await {
+            Ok(usage) => {
+                if let Some(r) = &self.registry {
+                    r.gauge("bf4ps_notify_queue_usage_ratio", &[]).set(usage);
+                }
+                if usage >= self.settings.notify_queue_limit {
+                    let holders = locks::end_notify_queue_holders(pool).await;
+                    if matches!(&holders, Ok(h) if h.is_empty()) {
+                        warn!(
+                            usage,
+                            limit = self.settings.notify_queue_limit,
+                            "the NOTIFY queue is filling and no client session of this database \
+                             holds it (see docs/runbook.md#bf4psnotifyqueuefilling)"
+                        );
+                    }
+                    keep(holders, &mut ended);
+                }
+            }
+            Err(e) => keep(Err(e), &mut ended),
+        }
+        (ended, result)
     }
 }
 

@@ -332,6 +332,15 @@ impl Serve {
             * 3)
         .max(Duration::from_millis(500));
         let registry = Registry::with_gauge_expiry(expiry);
+        // What the monitor may do to client sessions: logged once, and in
+        // /readyz for as long as it runs.
+        let (role, privileges) = crate::db::locks::monitor_privileges(&pool)
+            .await
+            .map_err(|e| ServeError::Db(DbError::Other(e)))?;
+        let protections_off = privileges.off(&role);
+        for off in &protections_off {
+            tracing::warn!(role = %role, "protection off: {off}");
+        }
         let egress_keys = crate::registry::egress_keys(&pool).await?;
         projector::register_series(&registry, &egress_keys);
         retention::register_series(&registry);
@@ -371,7 +380,7 @@ impl Serve {
         let loop_settings = LoopOptions::default();
         let alive_within = (tuning.poll.poll_interval * 3).max(Duration::from_secs(15));
         let (readiness_task, readiness) =
-            readiness::channel(pool.clone(), state.clone(), alive_within);
+            readiness::channel(pool.clone(), state.clone(), alive_within, protections_off);
         let app = Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))

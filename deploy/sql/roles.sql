@@ -28,21 +28,29 @@ $$;
 -- requires membership of it.
 GRANT bf4ps_definer TO :"owner";
 
--- serve's monitor ends a collector's or website's session whose transaction
--- stays open past BF4PS_CLIENT_TRANSACTION_LIMIT (it would hold the fleet's
--- row locks and the projection horizon): signalling another role's backend
--- needs pg_signal_backend.
+-- serve's monitor bounds client sessions (docs/security.md#limits): a
+-- collector's or website's transaction past BF4PS_CLIENT_TRANSACTION_LIMIT,
+-- a reader's snapshot past BF4PS_READER_SNAPSHOT_LIMIT, a NOTIFY queue
+-- holder. PostgreSQL 15 shows another role's transaction start, state and
+-- waits only to members of pg_read_all_stats, and lets it end another
+-- role's session only as a member of pg_signal_backend. Without them serve
+-- logs at start, and /readyz says (protections_off), which bound is off.
+GRANT pg_read_all_stats TO :"owner";
 GRANT pg_signal_backend TO :"owner";
 
--- Login roles, one per unit (examples: adapt the names and set passwords
--- with \password NAME, or use certificate authentication):
+-- Login roles, one per host, each in its group with the limits a host needs
+-- (connection limit, temp_file_limit, statement and idle timeouts), as a
+-- superuser, once the database is migrated:
 --
---   CREATE ROLE bf4ps_owner LOGIN;                          -- migrate + serve
+--   CREATE ROLE bf4ps_owner LOGIN;                      -- migrate + serve
 --   CREATE DATABASE bf4ps OWNER bf4ps_owner;
---   CREATE ROLE bf4ps_collector_host1 LOGIN IN ROLE bf4ps_collector; -- one per host:
---                                 -- its collectors' names and egress keys are its own
---   CREATE ROLE bf4ps_web LOGIN IN ROLE bf4ps_website;      -- the website
---   CREATE ROLE bf4ps_grafana LOGIN IN ROLE bf4ps_reader;   -- dashboards, status
+--   bf4ps-ops role add collector bf4ps_collector_host1  -- one per host: its
+--                          -- collectors' names and egress keys are its own
+--   bf4ps-ops role add website bf4ps_web                -- the website
+--   bf4ps-ops role add reader bf4ps_grafana             -- dashboards, status
+--   bf4ps-ops role list                                 -- each with its limits
 --
--- and in pg_hba.conf accept them over TLS only, e.g.
+-- (DATABASE_URL a superuser's URL of the bf4ps database). Set each password
+-- with \password NAME, or use certificate authentication, and in
+-- pg_hba.conf accept them over TLS only, e.g.
 --   hostssl bf4ps all 10.0.0.0/8 scram-sha-256

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use super::{CollectorArgs, CollectorsCommand, ConfigCommand, DbArgs, ReaderArgs};
+use super::{CollectorArgs, CollectorsCommand, ConfigCommand, DbArgs, ReaderArgs, RoleCommand};
 use crate::collector::{CollectorMetrics, CollectorProcess};
 use crate::config::fmt_duration;
 use crate::db::{self, DbTarget, Pooling};
@@ -142,6 +142,91 @@ pub async fn collectors(db: &DbArgs, action: CollectorsCommand) -> anyhow::Resul
     };
     crate::outln!("collector {} ({uuid}) {done}", escape(&name));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Adds or lists client login roles (`role …`).
+pub async fn role(db: &DbArgs, command: RoleCommand) -> anyhow::Result<ExitCode> {
+    let pool = db.checked_direct_target("`role`").await?.connect(1).await?;
+    match command {
+        RoleCommand::List { json } => {
+            let rows = crate::roles::list(&pool).await?;
+            print_roles(&rows, json)?;
+        }
+        RoleCommand::Add {
+            group,
+            name,
+            connections,
+            keep_free,
+            json,
+        } => {
+            let added = crate::roles::add(
+                &pool,
+                &crate::roles::AddOptions {
+                    group,
+                    name,
+                    connections,
+                    keep_free,
+                },
+            )
+            .await?;
+            for other in &added.unlimited {
+                tracing::warn!(
+                    "client role {} has no connection limit, so the arithmetic cannot count \
+                     it: give it one with `bf4ps-ops role add GROUP {}`",
+                    escape(other),
+                    escape(other)
+                );
+            }
+            if json {
+                crate::outln!("{}", serde_json::to_string_pretty(&added)?);
+            } else {
+                crate::outln!(
+                    "{} {group} role {}",
+                    if added.created { "created" } else { "updated" },
+                    escape(&added.role.name)
+                );
+                print_roles(std::slice::from_ref(&added.role), false)?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_roles(rows: &[crate::roles::RoleRow], json: bool) -> anyhow::Result<()> {
+    if json {
+        crate::outln!("{}", serde_json::to_string_pretty(rows)?);
+        return Ok(());
+    }
+    crate::outln!(
+        "{:<32} {:<10} {:>5} {:>5}  SETTINGS",
+        "NAME",
+        "GROUP",
+        "LIMIT",
+        "NOW"
+    );
+    for r in rows {
+        let limit = match r.connection_limit {
+            n if n < 0 => "none".to_owned(),
+            n => n.to_string(),
+        };
+        let group = if r.login {
+            r.groups.join(",")
+        } else {
+            format!("{} (nologin)", r.groups.join(","))
+        };
+        crate::outln!(
+            "{:<32} {:<10} {:>5} {:>5}  {}",
+            escape(&r.name),
+            group,
+            limit,
+            r.connections,
+            escape(&r.settings.join(" "))
+        );
+    }
+    if rows.is_empty() {
+        crate::outln!("(no client roles)");
+    }
+    Ok(())
 }
 
 /// The lab binary, installed beside this one.

@@ -294,6 +294,12 @@ pub enum Command {
         #[command(subcommand)]
         command: SoldiersCommand,
     },
+    /// Client login roles, one per host: add one with its limits, list them.
+    /// Run as a superuser (or a role with CREATEROLE that may set temp_file_limit).
+    Role {
+        #[command(subcommand)]
+        command: RoleCommand,
+    },
     /// Collectors, queue, freshness, projector and retention at a glance.
     Status {
         /// Print JSON (stable field names, see docs/operations.md) instead of a table.
@@ -415,6 +421,39 @@ pub enum SoldiersCommand {
         #[arg(long, default_value_t = crate::import::DEFAULT_WORKERS as u32,
               value_parser = clap::value_parser!(u32).range(1..=32))]
         workers: u32,
+    },
+}
+
+/// `role` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum RoleCommand {
+    /// Create login role NAME in its group (collector, website or reader) with the limits a host
+    /// of that kind needs (connection limit, temp_file_limit, statement_timeout,
+    /// idle_in_transaction_session_timeout; idle_session_timeout for readers), or bring an
+    /// existing one to them. Refused when the client roles' connection limits and --keep-free
+    /// would not fit in max_connections - superuser_reserved_connections. Set its password
+    /// afterwards (psql's \password NAME) or use certificates.
+    Add {
+        /// collector, website or reader.
+        group: crate::roles::Group,
+        /// The login role, e.g. bf4ps_collector_host1 (lower-case letters, digits, underscores).
+        name: String,
+        /// Its connection limit (default: collector 20, website 10, reader 5).
+        #[arg(long)]
+        connections: Option<i32>,
+        /// Connections kept free beyond the client roles' limits, for serve, migrate, BF4PS's own
+        /// roles and operators.
+        #[arg(long, default_value_t = crate::roles::DEFAULT_KEEP_FREE)]
+        keep_free: i32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show each client login role: its groups, connection limit, sessions and settings.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -574,6 +613,7 @@ async fn run_command(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => commands::import(db, &file, skip_invalid, batch_rows, workers).await,
         Command::Status { json } => commands::status(db, json).await,
+        Command::Role { command } => commands::role(db, command).await,
         Command::Bench(lab) => commands::lab(db, log, "bench", lab.args),
         Command::Demo(lab) => commands::lab(db, log, "demo", lab.args),
         Command::FakeBattlelog(lab) => commands::lab(db, log, "fake-battlelog", lab.args),

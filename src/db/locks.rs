@@ -196,6 +196,64 @@ pub async fn holder(
     .await
 }
 
+/// Whether this session may signal the backend of `pg_stat_activity` row
+/// `a` (PostgreSQL 15 raises, rather than returning false, when it may not:
+/// one refused signal would fail the whole statement). Superusers' sessions
+/// are never ours to end (the queries skip them: a superuser is a member of
+/// every role, `bf4ps_definer` included).
+macro_rules! may_end {
+    () => {
+        "(pg_has_role('pg_signal_backend', 'USAGE') OR pg_has_role(a.usesysid, 'USAGE'))"
+    };
+}
+
+/// What the monitor may do to other roles' sessions: see their transactions
+/// (`pg_read_all_stats`: PostgreSQL 15 shows `xact_start`, `state`,
+/// `wait_event_type`, `query_start` and `backend_xmin` of another role's
+/// session to its members only) and end them (`pg_signal_backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct MonitorPrivileges {
+    /// Member of `pg_read_all_stats` (or a superuser).
+    pub see: bool,
+    /// Member of `pg_signal_backend` (or a superuser).
+    pub signal: bool,
+}
+
+impl MonitorPrivileges {
+    /// The protections that are off, one sentence each (empty: all on).
+    pub fn off(&self, role: &str) -> Vec<String> {
+        let mut off = Vec::new();
+        if !self.see {
+            off.push(format!(
+                "the monitor cannot see other roles' transactions (their ages and waits read as \
+                 empty), so it ends no overlong client transaction, old reader snapshot or \
+                 NOTIFY queue holder: grant pg_read_all_stats to {role} (deploy/sql/roles.sql)"
+            ));
+        }
+        if !self.signal {
+            off.push(format!(
+                "the monitor cannot end other roles' sessions, so overlong client transactions, \
+                 old reader snapshots and NOTIFY queue holders are only logged: grant \
+                 pg_signal_backend to {role} (deploy/sql/roles.sql)"
+            ));
+        }
+        off
+    }
+}
+
+/// This session's role and what its monitor may do ([`MonitorPrivileges`]).
+pub async fn monitor_privileges(
+    executor: impl PgExecutor<'_>,
+) -> Result<(String, MonitorPrivileges), sqlx::Error> {
+    let (role, see, signal): (String, bool, bool) = sqlx::query_as(
+        "SELECT current_user::text, pg_has_role('pg_read_all_stats', 'USAGE'), \
+                pg_has_role('pg_signal_backend', 'USAGE')",
+    )
+    .fetch_one(executor)
+    .await?;
+    Ok((role, MonitorPrivileges { see, signal }))
+}
+
 /// A client session the monitor ended ([`end_client_sessions`]).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub(crate) struct EndedSession {
@@ -211,7 +269,8 @@ pub(crate) struct EndedSession {
     /// kept another session waiting for a lock past the hold limit),
     /// `waiting` (it outlived the limit waiting for a lock nobody will
     /// release: an advisory lock of an idle session, another reader's) or
-    /// `notify_queue` (it may keep the filling NOTIFY queue from draining).
+    /// `notify_queue` (it may keep the filling NOTIFY queue from draining)
+    /// or `snapshot` (a reader's snapshot older than its limit).
     pub why: String,
     /// Whether it was ended (false: this role may not signal it; grant it
     /// pg_signal_backend).
@@ -243,7 +302,9 @@ pub(crate) async fn end_client_sessions(
         "  SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
         "         coalesce(a.application_name, '') AS application_name, ",
         "         extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
-        "         a.wait_event_type IS NOT DISTINCT FROM 'Lock' AS waiting ",
+        "         a.wait_event_type IS NOT DISTINCT FROM 'Lock' AS waiting, ",
+        may_end!(),
+        " AS may_end ",
         "  FROM pg_stat_activity a ",
         "  WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
         "    AND a.xact_start IS NOT NULL ",
@@ -281,7 +342,8 @@ pub(crate) async fn end_client_sessions(
         "                    WHERE waits.waiter = st.pid)",
         ") ",
         "SELECT c.pid, c.role, c.application_name, c.xact_age_s, ch.why, ",
-        "       coalesce(pg_terminate_backend(c.pid), false) AS ended ",
+        "       CASE WHEN c.may_end THEN coalesce(pg_terminate_backend(c.pid), false) ",
+        "            ELSE false END AS ended ",
         "FROM client c JOIN chosen ch USING (pid) ORDER BY c.pid"
     ))
     .bind(ms(limit))
@@ -311,7 +373,8 @@ pub(crate) async fn end_notify_queue_holders(
         "       coalesce(a.application_name, '') AS application_name, ",
         "       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
         "       'notify_queue' AS why, ",
-        "       coalesce(pg_terminate_backend(a.pid), false) AS ended ",
+        "       CASE WHEN ", may_end!(), " THEN coalesce(pg_terminate_backend(a.pid), false) ",
+        "            ELSE false END AS ended ",
         "FROM pg_stat_activity a ",
         "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
         "  AND (a.xact_start < now() - interval '1 second' ",
@@ -322,6 +385,41 @@ pub(crate) async fn end_notify_queue_holders(
         "  AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER') ",
         "ORDER BY a.pid"
     ))
+    .fetch_all(executor)
+    .await
+}
+
+/// Ends the sessions of reader roles (members of `bf4ps_reader` that are
+/// not ours) whose snapshot is older than `limit`: a transaction or
+/// statement open longer than that which holds back the xmin horizon
+/// (`backend_xmin` or `backend_xid` set), so VACUUM keeps every row version
+/// dead since it began (PostgreSQL 15 has no `transaction_timeout`, and a
+/// client may turn its own `idle_in_transaction_session_timeout` off).
+/// Collector and website roles are bounded by [`end_client_sessions`].
+pub(crate) async fn end_old_reader_snapshots(
+    executor: impl PgExecutor<'_>,
+    limit: Duration,
+) -> Result<Vec<EndedSession>, sqlx::Error> {
+    sqlx::query_as(concat!(
+        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "       coalesce(a.application_name, '') AS application_name, ",
+        "       extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
+        "       'snapshot' AS why, ",
+        "       CASE WHEN ",
+        may_end!(),
+        " THEN coalesce(pg_terminate_backend(a.pid), false) ",
+        "            ELSE false END AS ended ",
+        "FROM pg_stat_activity a ",
+        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
+        "  AND a.xact_start < now() - $1 * interval '1 millisecond' ",
+        "  AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL) ",
+        "  AND pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER') ",
+        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
+        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER') ",
+        "ORDER BY a.pid"
+    ))
+    .bind(ms(limit))
     .fetch_all(executor)
     .await
 }

@@ -294,7 +294,7 @@ pub const CATALOG: &[MetricDef] = &[
         name: "bf4ps_client_sessions_ended_total",
         kind: Counter,
         labels: &["why"],
-        help: "Client sessions the monitor ended: open (transaction past the limit), blocking (kept another waiting for a lock), waiting (waited past the limit on a lock nobody releases), notify_queue (kept the filling NOTIFY queue from draining).",
+        help: "Client sessions the monitor ended: open (transaction past the limit), blocking (kept another waiting for a lock), waiting (waited past the limit on a lock nobody releases), notify_queue (kept the filling NOTIFY queue from draining), snapshot (a reader's snapshot older than BF4PS_READER_SNAPSHOT_LIMIT).",
         exporter: Serve,
     },
     MetricDef {

@@ -18,8 +18,9 @@
 //!   failed to lead or project, or committed events have waited behind an
 //!   open transaction with nothing projected, for [`PROBLEM_GRACE`], with
 //!   its reason and the holder),
-//!   `projector_leader` (information, not a check) and
-//!   `reasons`. A new check is one more [`Check`] in [`assess`]: its field
+//!   `projector_leader`, `client_sessions_guarded` and `protections_off`
+//!   (information, not checks: which protection `serve`'s role lacks a
+//!   privilege for, and why) and `reasons`. A new check is one more [`Check`] in [`assess`]: its field
 //!   and its reason follow.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +73,11 @@ pub struct Readiness {
     pub projector_leader: bool,
     /// When it was assessed (`None`: not yet).
     pub at: Option<Instant>,
+    /// The protections that are off for want of a privilege of `serve`'s
+    /// role, one sentence each (information, not a check: `serve` still
+    /// does its work; found at start, see
+    /// [`crate::db::locks::MonitorPrivileges`]).
+    pub protections_off: Vec<String>,
 }
 
 impl Readiness {
@@ -89,6 +95,7 @@ impl Readiness {
             .collect(),
             projector_leader: false,
             at: None,
+            protections_off: Vec::new(),
         }
     }
 
@@ -129,6 +136,14 @@ impl Readiness {
             doc.insert(c.field.into(), c.ok.into());
         }
         doc.insert("projector_leader".into(), self.projector_leader.into());
+        doc.insert(
+            "client_sessions_guarded".into(),
+            self.protections_off.is_empty().into(),
+        );
+        doc.insert(
+            "protections_off".into(),
+            self.protections_off.clone().into(),
+        );
         doc.insert("reasons".into(), self.reasons(now).into());
         serde_json::Value::Object(doc)
     }
@@ -200,6 +215,7 @@ pub(crate) async fn assess(
         ],
         projector_leader: projector.is_leader(),
         at: Some(Instant::now()),
+        protections_off: Vec::new(),
     }
 }
 
@@ -235,16 +251,23 @@ pub struct ReadinessTask {
     alive_within: Duration,
     /// The last verdict's `ready`, to log changes only.
     was_ready: Mutex<Option<bool>>,
+    /// Copied into every verdict.
+    protections_off: Vec<String>,
 }
 
 /// A channel starting at [`Readiness::pending`]; the task assesses `pool`
-/// and `projector` (alive when it looped within `alive_within`).
+/// and `projector` (alive when it looped within `alive_within`), and every
+/// verdict lists `protections_off`.
 pub fn channel(
     pool: Pool,
     projector: ProjectorState,
     alive_within: Duration,
+    protections_off: Vec<String>,
 ) -> (ReadinessTask, ReadinessView) {
-    let (tx, rx) = watch::channel(Readiness::pending());
+    let (tx, rx) = watch::channel(Readiness {
+        protections_off: protections_off.clone(),
+        ..Readiness::pending()
+    });
     let assessments = Arc::new(AtomicU64::new(0));
     (
         ReadinessTask {
@@ -254,6 +277,7 @@ pub fn channel(
             projector,
             alive_within,
             was_ready: Mutex::new(None),
+            protections_off,
         },
         ReadinessView {
             latest: rx,
@@ -270,7 +294,10 @@ impl Periodic for ReadinessTask {
     /// One assessment, published; each change of readiness is logged with
     /// its reasons.
     async fn run_once(&self) -> Result<(), std::convert::Infallible> {
-        let verdict = assess(&self.pool, &self.projector, self.alive_within).await;
+        let verdict = Readiness {
+            protections_off: self.protections_off.clone(),
+            ..assess(&self.pool, &self.projector, self.alive_within).await
+        };
         let now = Instant::now();
         let ready = verdict.ready(now);
         {
@@ -314,6 +341,7 @@ mod tests {
             ],
             projector_leader: true,
             at: Some(now),
+            protections_off: vec!["the monitor cannot end other roles' sessions".into()],
         };
         assert_eq!(
             r.to_json(now),
@@ -323,6 +351,8 @@ mod tests {
                 "migrations_current": false,
                 "projector_alive": false,
                 "projector_leader": true,
+                "client_sessions_guarded": false,
+                "protections_off": ["the monitor cannot end other roles' sessions"],
                 "reasons": ["migrations not current", "projector not alive"],
             })
         );

@@ -90,7 +90,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{Connection, PgPool};
 use uuid::Uuid;
 
-use crate::support::{LoginRole, Proc, TestDb, bin, free_port, run_bin, sqlstate, within};
+use crate::support::{LoginRole, Owner, Proc, TestDb, bin, free_port, run_bin, sqlstate, within};
 
 /// SQLSTATE of a refused privilege (no grant; a wrong incarnation secret).
 const PRIVILEGE: &[&str] = &["42501"];
@@ -361,6 +361,8 @@ struct Fleet {
     /// The victim's own LOGIN role in `bf4ps_collector`.
     victim_role: LoginRole,
     next_persona: AtomicI64,
+    /// serve's role, the database's owner (dropped last).
+    owner: Owner,
 }
 
 /// The state of the projection in one snapshot.
@@ -379,14 +381,18 @@ struct Projection {
 impl Fleet {
     /// Starts the fleet on a fresh database and proves it healthy.
     async fn start(opts: PgConnectOptions) -> Fleet {
+        // serve as the documented owner (not a superuser, set up by
+        // deploy/sql/roles.sql), which migrates the empty database; each
+        // client a login role of its own, made by `role add`.
         let db = TestDb::new(opts).await;
-        let attacker = LoginRole::create("atk", &["bf4ps_collector"]).await;
-        let reader = LoginRole::create("rdr", &["bf4ps_reader"]).await;
-        let website = LoginRole::create("web", &["bf4ps_website"]).await;
-        let victim_role = LoginRole::create("vic", &["bf4ps_collector"]).await;
+        let owner = Owner::setup(&db, true).await;
+        let attacker = LoginRole::add("atk", "collector", 10).await;
+        let reader = LoginRole::add("rdr", "reader", 10).await;
+        let website = LoginRole::add("web", "website", 10).await;
+        let victim_role = LoginRole::add("vic", "collector", 10).await;
         let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
         let port = free_port();
-        let serve = Proc::spawn("serve", serve_cmd(&db.url, port));
+        let serve = Proc::spawn("serve", serve_cmd(&owner.role.url(&db), port));
         let serve_addr = SocketAddr::from(([127, 0, 0, 1], port));
         // The victim starts once serve has published the policy.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -416,6 +422,7 @@ impl Fleet {
             website,
             victim_role,
             next_persona: AtomicI64::new(2_000_000),
+            owner,
         };
         loop {
             fleet.serve.assert_running();
@@ -1116,7 +1123,7 @@ async fn all_refused(r: &mut Report, atk: &PgPool, statements: &[(&str, String)]
 // 1-4: values that break readers.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a01_an_event_at_infinity_is_refused_and_quarantined_when_the_owner_writes_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1154,7 +1161,7 @@ async fn a01_an_event_at_infinity_is_refused_and_quarantined_when_the_owner_writ
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a02_an_infinite_egress_pause_is_refused_and_harmless_when_the_owner_sets_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1225,7 +1232,7 @@ async fn a02_an_infinite_egress_pause_is_refused_and_harmless_when_the_owner_set
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a03_overflowing_durations_are_refused_and_quarantined_when_the_owner_writes_them(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1255,7 +1262,7 @@ async fn a03_overflowing_durations_are_refused_and_quarantined_when_the_owner_wr
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a04_a_job_eligible_at_minus_infinity_is_refused_and_claimed_when_the_owner_writes_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1312,7 +1319,7 @@ async fn a04_a_job_eligible_at_minus_infinity_is_refused_and_claimed_when_the_ow
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a04_infinite_collection_state_times_are_refused_and_harmless_when_the_owner_writes_them(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1387,7 +1394,7 @@ async fn a04_infinite_collection_state_times_are_refused_and_harmless_when_the_o
 /// Readers decode times through `bf4ps_sane_time`: it must clamp the
 /// infinities an owner can write, and keep a missing time missing (a NULL
 /// is "never", not 1970).
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a04_readers_clamp_infinite_times_and_keep_missing_ones_missing(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1474,7 +1481,7 @@ async fn a04_readers_clamp_infinite_times_and_keep_missing_ones_missing(
 // 5: taking over a live collector's name.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a05_registering_over_a_live_collector_never_retires_it(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1569,7 +1576,7 @@ async fn a05_registering_over_a_live_collector_never_retires_it(
 // 6: direct writes on what belongs to others.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_the_victims_running_job_cannot_be_cleared_extended_or_deleted(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1622,7 +1629,7 @@ async fn a06_the_victims_running_job_cannot_be_cleared_extended_or_deleted(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_pending_jobs_cannot_be_deferred_or_deleted(_: PgPoolOptions, opts: PgConnectOptions) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 pending jobs");
@@ -1671,7 +1678,7 @@ async fn a06_pending_jobs_cannot_be_deferred_or_deleted(_: PgPoolOptions, opts: 
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_events_cannot_be_forged_under_the_victims_identity(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1725,7 +1732,7 @@ async fn a06_events_cannot_be_forged_under_the_victims_identity(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_event_transaction_ids_cannot_be_forged(_: PgPoolOptions, opts: PgConnectOptions) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 forged tx_id");
@@ -1755,7 +1762,7 @@ async fn a06_event_transaction_ids_cannot_be_forged(_: PgPoolOptions, opts: PgCo
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_egress_pauses_and_the_budget_cannot_be_tampered_with(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1830,7 +1837,7 @@ async fn a06_egress_pauses_and_the_budget_cannot_be_tampered_with(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_freshness_deltas_cannot_be_forged(_: PgPoolOptions, opts: PgConnectOptions) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a06 forged freshness_deltas");
@@ -1861,7 +1868,7 @@ async fn a06_freshness_deltas_cannot_be_forged(_: PgPoolOptions, opts: PgConnect
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a06_soldier_data_cannot_be_rewritten_without_a_lease(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -1935,7 +1942,7 @@ async fn a06_soldier_data_cannot_be_rewritten_without_a_lease(
 // 7: shadowing our tables with temporary tables.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a07_temporary_tables_cannot_divert_or_steer_the_functions(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -2260,7 +2267,7 @@ async fn probe_compaction(f: &Fleet, held: &str) -> Result<String, String> {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a08_advisory_locks_of_a_reader_and_the_website_block_nothing(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -2286,7 +2293,7 @@ async fn a08_advisory_locks_of_a_reader_and_the_website_block_nothing(
     let base = f.checkpoint_projected().await;
     let port = free_port();
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let restarted = Proc::spawn("restarted serve", serve_cmd(&f.db.url, port));
+    let restarted = Proc::spawn("restarted serve", serve_cmd(&f.owner.role.url(&f.db), port));
     let (refresh, request, (restarted, restart)) = tokio::join!(
         probe_refresh(&f, held),
         probe_request_cli(&f, held),
@@ -2308,7 +2315,7 @@ async fn a08_advisory_locks_of_a_reader_and_the_website_block_nothing(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a08_the_lock_rows_and_leases_cannot_be_held_by_other_roles(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -2390,7 +2397,7 @@ async fn a08_the_lock_rows_and_leases_cannot_be_held_by_other_roles(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a08_a_foreign_migration_lock_keeps_nothing_from_starting(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -2432,7 +2439,7 @@ async fn a08_a_foreign_migration_lock_keeps_nothing_from_starting(
     }
     // A second serve (which migrates at start) starts and is ready.
     let port = free_port();
-    let mut cmd = serve_cmd(&f.db.url, port);
+    let mut cmd = serve_cmd(&f.owner.role.url(&f.db), port);
     cmd.env("BF4PS_MIGRATE_LOCK_TIMEOUT", "60s");
     let mut second = Proc::spawn("second serve", cmd);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -2478,7 +2485,7 @@ async fn try_register(
         .map(|(uuid, secret)| Incarnation { uuid, secret }))
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a09_registrations_are_bounded_per_login_role(_: PgPoolOptions, opts: PgConnectOptions) {
     // The published defaults (serve's BF4PS_REGISTRATIONS_PER_HOUR and
     // BF4PS_COLLECTORS_PER_ROLE).
@@ -2600,7 +2607,7 @@ fn longest_label(text: &str, fill: char) -> Option<(usize, String)> {
         .max_by_key(|(len, _)| *len)
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a09_oversized_names_and_control_characters_are_refused(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -2777,7 +2784,7 @@ async fn a09_oversized_names_and_control_characters_are_refused(
 // 10: attacks through the interface functions.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a10_every_function_refuses_a_wrong_secret(_: PgPoolOptions, opts: PgConnectOptions) {
     let mut f = Fleet::start(opts).await;
     let mut r = Report::new("a10 the victim's uuid with a wrong secret");
@@ -2890,7 +2897,7 @@ async fn a10_every_function_refuses_a_wrong_secret(_: PgPoolOptions, opts: PgCon
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a10_another_collectors_lease_is_answered_without_effect(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3051,7 +3058,7 @@ async fn fail_with(
         .await
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a10_bad_values_on_its_own_lease_are_refused_and_change_nothing(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3263,7 +3270,7 @@ async fn a10_bad_values_on_its_own_lease_are_refused_and_change_nothing(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a10_bad_collection_lists_and_profiles_are_refused(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3392,7 +3399,7 @@ async fn a10_bad_collection_lists_and_profiles_are_refused(
     r.finish();
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a10_a_throttle_report_cannot_pause_another_collectors_egress_key(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3455,7 +3462,7 @@ async fn try_register_on(
 // 11, 12: transactions kept open.
 // ---------------------------------------------------------------------------
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a11_a_collector_idling_in_a_transaction_after_a_claim_blocks_nobody(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3495,7 +3502,7 @@ async fn a11_a_collector_idling_in_a_transaction_after_a_claim_blocks_nobody(
 /// transaction, so never ended itself). Before issue 27 the monitor left a
 /// waiting session alone: the fleet's background lane stopped for as long
 /// as the reader liked.
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a11_a_collector_waiting_on_a_foreign_lock_inside_its_transaction_is_ended(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3556,7 +3563,7 @@ async fn a11_a_collector_waiting_on_a_foreign_lock_inside_its_transaction_is_end
 /// again. The monitor ends it once it keeps the victim waiting longer than
 /// BF4PS_CLIENT_LOCK_HOLD. Before issue 27 it never acted, and such a loop
 /// denied about 94% of the budget.
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a11_back_to_back_transactions_around_our_locks_are_ended(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3630,7 +3637,7 @@ async fn ended_by_the_monitor(f: &Fleet, r: &mut Report, pid: i32) {
     }
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a11_a_collector_idling_in_a_transaction_after_registering_blocks_no_registration(
     _: PgPoolOptions,
     opts: PgConnectOptions,
@@ -3682,7 +3689,7 @@ async fn try_register_on_conn(
     .map(|_| ())
 }
 
-#[sqlx::test]
+#[sqlx::test(migrations = false)]
 async fn a12_a_reader_holding_a_transaction_open_does_not_stall_projection(
     _: PgPoolOptions,
     opts: PgConnectOptions,

@@ -492,6 +492,7 @@ fn help_lists_only_operator_commands() {
             "collectors",
             "request",
             "soldiers",
+            "role",
             "status",
             "help"
         ],

@@ -107,6 +107,7 @@ const DATA_ACCESS: &[&str] = &[
     "status.rs",
     "freshness.rs",
     "retention.rs",
+    "roles.rs",
     "projector/store.rs",
     "projector/lag.rs",
 ];

@@ -18,6 +18,7 @@ mod freshness;
 mod import;
 mod job_cycle;
 mod layering;
+mod limits;
 mod listener;
 mod observability;
 mod pgbouncer;

@@ -925,6 +925,8 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
             "projector_alive": true,
             "projector_projecting": true,
             "projector_leader": true,
+            "client_sessions_guarded": true,
+            "protections_off": [],
             "reasons": [],
         })
     );

@@ -668,3 +668,157 @@ async fn sweep_stale_roles(pool: &PgPool) {
         }
     }
 }
+
+impl LoginRole {
+    /// A login role made as the docs tell an operator to: `bf4ps-ops role
+    /// add GROUP NAME --connections N` run as a superuser (the test's
+    /// master URL), then a password. `--keep-free 0`: tests share the
+    /// server with other tests, whose roles are counted too.
+    pub async fn add(tag: &str, group: &str, connections: u32) -> LoginRole {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let pid = std::process::id();
+        let name = format!(
+            "bf4ps_it_{tag}_{pid}_a{}",
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let password = uuid::Uuid::new_v4().simple().to_string();
+        let pool = master_pool().await;
+        sweep_stale_roles(&pool).await;
+        let connections = connections.to_string();
+        // Other tests' roles count against the server's connections: wait
+        // (bounded) while they would not fit.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let out = loop {
+            let out = run_bin(
+                &[
+                    "role",
+                    "add",
+                    group,
+                    &name,
+                    "--connections",
+                    &connections,
+                    "--keep-free",
+                    "0",
+                ],
+                Some(&master_url()),
+            );
+            if out.status.success()
+                || !String::from_utf8_lossy(&out.stderr).contains("would not fit")
+                || Instant::now() > deadline
+            {
+                break out;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(
+            out.status.success(),
+            "role add {group} {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exec(&pool, format!("ALTER ROLE {name} PASSWORD '{password}'"))
+            .await
+            .expect("set the test role's password");
+        pool.close().await;
+        LoginRole { name, password }
+    }
+}
+
+/// The owner of a test database, a login role that is not a superuser,
+/// set up as docs/security.md tells an administrator to:
+/// `deploy/sql/roles.sql` with `owner` set to it (unless `roles_sql` is
+/// false: then only membership of `bf4ps_definer`, what `migrate` cannot do
+/// without), and the database handed to it. Nothing is migrated: `serve`,
+/// run as the owner, migrates it. Dropping it gives the database's objects
+/// back to the superuser first, so the role can be dropped.
+pub struct Owner {
+    /// The login role.
+    pub role: LoginRole,
+    db_url: String,
+}
+
+impl Owner {
+    /// Makes an owner of `db` (a `#[sqlx::test(migrations = false)]`
+    /// database).
+    pub async fn setup(db: &TestDb, roles_sql: bool) -> Owner {
+        let role = LoginRole::create("own", &[]).await;
+        if roles_sql {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            let out = Command::new("psql")
+                .arg(master_url())
+                .args(["-q", "-X", "-v", &format!("owner={}", role.name), "-f"])
+                .arg(root.join("deploy/sql/roles.sql"))
+                .output()
+                .expect("run psql (apt-get install postgresql-client)");
+            assert!(
+                out.status.success(),
+                "deploy/sql/roles.sql: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            exec(&db.pool, format!("GRANT bf4ps_definer TO {}", role.name))
+                .await
+                .unwrap();
+        }
+        let dbname = db.target.options.get_database().unwrap().to_owned();
+        exec(
+            &db.pool,
+            format!("ALTER DATABASE \"{dbname}\" OWNER TO {}", role.name),
+        )
+        .await
+        .unwrap();
+        Owner {
+            role,
+            db_url: db.url.clone(),
+        }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let (url, name) = (self.db_url.clone(), self.role.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let pool = PgPoolOptions::new()
+                    .max_connections(1)
+                    .connect(&url)
+                    .await
+                    .ok()?;
+                exec(
+                    &pool,
+                    format!("REASSIGN OWNED BY {name} TO CURRENT_USER; DROP OWNED BY {name}"),
+                )
+                .await
+                .ok()
+            })
+        })
+        .join();
+    }
+}
+
+/// A test database and its [`Owner`]; `db`'s pool is a superuser's, for
+/// setup and checks.
+pub struct OwnedDb {
+    /// The database, through a superuser's pool.
+    pub db: TestDb,
+    /// Its owner.
+    pub owner: Owner,
+}
+
+impl OwnedDb {
+    /// Sets the owner up on `#[sqlx::test(migrations = false)]`'s database.
+    pub async fn new(opts: PgConnectOptions, roles_sql: bool) -> OwnedDb {
+        let db = TestDb::new(opts).await;
+        let owner = Owner::setup(&db, roles_sql).await;
+        OwnedDb { db, owner }
+    }
+
+    /// The database's URL as its owner.
+    pub fn owner_url(&self) -> String {
+        self.owner.role.url(&self.db)
+    }
+}

@@ -1,0 +1,461 @@
+//! Limits that hold without a superuser (issue 37): `serve` runs as the
+//! documented owner (a database owner that is not a superuser, set up by
+//! `deploy/sql/roles.sql`), every client as a login role of its own made by
+//! `bf4ps-ops role add`. One outcome test per finding: the attack is
+//! refused or harmless, and `serve` stays ready and projecting.
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::support::{
+    LoginRole, OwnedDb, Proc, TestDb, bin, eventually, exec, free_port, http_text, run_bin,
+    sqlstate,
+};
+
+/// Longest wait for anything here.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `serve` as the owner, with short limits so the monitor acts within a
+/// test (2 s for a client transaction and a reader's snapshot).
+fn serve_as(url: &str, port: u16) -> Command {
+    let mut cmd = bin();
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_remove("DATABASE_URL")
+        .env("NO_COLOR", "1");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("BF4PS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("DATABASE_URL", url)
+        .env("BF4PS_LOG", "info,sqlx=warn")
+        .env("BF4PS_MONITOR_INTERVAL", "200ms")
+        .env("BF4PS_CLIENT_TRANSACTION_LIMIT", "2s")
+        .env("BF4PS_READER_SNAPSHOT_LIMIT", "2s")
+        .env("BF4PS_POLL_INTERVAL", "200ms");
+    cmd
+}
+
+async fn readyz(addr: SocketAddr) -> Option<serde_json::Value> {
+    let body = http_text(&format!("http://{addr}/readyz")).await?;
+    serde_json::from_str(&body).ok()
+}
+
+/// Starts `serve` as the owner and waits until `/readyz` says ready.
+async fn start_serve(owned: &OwnedDb) -> (Proc, SocketAddr, serde_json::Value) {
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut serve = Proc::spawn("serve", serve_as(&owned.owner_url(), port));
+    let ready = {
+        let start = tokio::time::Instant::now();
+        loop {
+            serve.assert_running();
+            if let Some(v) = readyz(addr).await
+                && v["ready"] == true
+            {
+                break v;
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "serve was not ready within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    (serve, addr, ready)
+}
+
+/// `serve` is ready and projects an event committed now.
+async fn ready_and_projecting(db: &TestDb, serve: &mut Proc, addr: SocketAddr) {
+    serve.assert_running();
+    sqlx::query(
+        "INSERT INTO collection_events (event_type, metadata) VALUES ('limits_canary', '{}')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    eventually(WAIT, "serve projects the canary event", || async {
+        let behind: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM collection_events e, projector_checkpoint cp \
+             WHERE cp.projector = 'main' AND (e.tx_id, e.event_id) > (cp.tx_id, cp.event_id)",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        (behind == 0).then_some(())
+    })
+    .await;
+    let v = readyz(addr).await.expect("/readyz answers");
+    assert_eq!(v["ready"], true, "{v}");
+    assert_eq!(v["projector_projecting"], true, "{v}");
+}
+
+/// Whether backend `pid` still exists.
+async fn alive(db: &TestDb, pid: i32) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+        .bind(pid)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The value of series `name{why="…"}` in a `/metrics` text.
+fn ended_count(metrics: &str, why: &str) -> Option<f64> {
+    let prefix = format!("bf4ps_client_sessions_ended_total{{why=\"{why}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Finding 1: the documented owner sees other roles' transactions and ends
+/// them. A collector host's session idling in a transaction is ended at
+/// the limit (on `main`, without pg_read_all_stats, its `xact_start` reads
+/// NULL to the owner and it was still there after 127 s), and `/readyz`
+/// says every protection is on.
+#[sqlx::test(migrations = false)]
+async fn finding1_the_owner_ends_a_collector_idling_in_a_transaction(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let owned = OwnedDb::new(opts, true).await;
+    let (mut serve, addr, _) = start_serve(&owned).await;
+    let host = LoginRole::add("idle", "collector", 4).await;
+    let (mut conn, pid) = host.connect(&owned.db, "idle-collector").await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    // Turning its own timeout off changes nothing: the monitor bounds it.
+    sqlx::query("SET idle_in_transaction_session_timeout = 0")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM _sqlx_migrations")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let began = std::time::Instant::now();
+    eventually(WAIT, "the idle collector session is ended", || async {
+        (!alive(&owned.db, pid).await).then_some(())
+    })
+    .await;
+    eprintln!(
+        "measured: a collector idle in a transaction was ended after {:.1} s (limit 2 s)",
+        began.elapsed().as_secs_f64()
+    );
+    let line = serve
+        .wait_for_log("ended a client session", Duration::from_secs(5))
+        .await;
+    assert!(
+        line.contains(&format!("pid={pid}")) && line.contains(&host.name),
+        "{line}"
+    );
+    let metrics = http_text(&format!("http://{addr}/metrics")).await.unwrap();
+    assert_eq!(ended_count(&metrics, "open"), Some(1.0), "{metrics}");
+    ready_and_projecting(&owned.db, &mut serve, addr).await;
+    let ready = readyz(addr).await.unwrap();
+    assert_eq!(ready["client_sessions_guarded"], true, "{ready}");
+    assert_eq!(ready["protections_off"], serde_json::json!([]), "{ready}");
+    drop(serve);
+}
+
+/// Finding 1, the refused signal: an owner that may see but not signal
+/// other roles' sessions (no pg_signal_backend) logs the session it cannot
+/// end, and its monitor step still sweeps heartbeats and recovers leases
+/// (on `main` `pg_terminate_backend` raised and failed the whole step).
+/// `/readyz` names the protection that is off.
+#[sqlx::test(migrations = false)]
+async fn finding1_a_refused_signal_never_aborts_the_monitor(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let owned = OwnedDb::new(opts, true).await;
+    exec(
+        &owned.db.pool,
+        format!("REVOKE pg_signal_backend FROM {}", owned.owner.role.name),
+    )
+    .await
+    .unwrap();
+    let (mut serve, addr, ready) = start_serve(&owned).await;
+
+    let host = LoginRole::add("nosig", "collector", 4).await;
+    let (mut conn, pid) = host.connect(&owned.db, "idle-collector").await;
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query("SELECT count(*) FROM _sqlx_migrations")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // A healthy collector that went silent, for the sweep.
+    let uuid: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO collectors (collector_name, hostname, lane, egress_key, \
+                                 heartbeat_state, last_heartbeat_at) \
+         VALUES ('silent', 'h', 'background', 'k', 'healthy', now() - interval '1 hour') \
+         RETURNING collector_uuid",
+    )
+    .fetch_one(&owned.db.pool)
+    .await
+    .unwrap();
+
+    // The owner's own monitor step, in-process, on the owner's pool.
+    let owner_pool = owned.owner.role.pool(&owned.db).await;
+    let mut tuning = bf4ps_ops::tuning::ServeTuning::default();
+    tuning.monitor.client_transaction_limit = Duration::from_millis(500);
+    let monitor = bf4ps_ops::monitor::Monitor::new(
+        owner_pool.clone(),
+        &tuning.monitor,
+        &tuning.queue,
+        &tuning.registry,
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await; // past the 500 ms limit
+    let step = monitor
+        .run_once_on(&owner_pool)
+        .await
+        .expect("a refused signal does not fail the step");
+    assert!(alive(&owned.db, pid).await, "the session was not ended");
+    // The sweep ran (this step's, or serve's own monitor's before it).
+    let state: String = sqlx::query_scalar(
+        "SELECT heartbeat_state::text FROM collectors WHERE collector_uuid = $1",
+    )
+    .bind(uuid)
+    .fetch_one(&owned.db.pool)
+    .await
+    .unwrap();
+    assert_eq!(state, "lost", "the sweep ran ({step:?})");
+    // serve's own monitor says what it could not do, and goes on.
+    let line = serve
+        .wait_for_log("may not end it", Duration::from_secs(10))
+        .await;
+    assert!(line.contains(&format!("pid={pid}")), "{line}");
+    ready_and_projecting(&owned.db, &mut serve, addr).await;
+    // /readyz and the log say which protection is off, and why.
+    assert_eq!(ready["client_sessions_guarded"], false, "{ready}");
+    let off = ready["protections_off"].to_string();
+    assert!(
+        off.contains("pg_signal_backend") && !off.contains("pg_read_all_stats"),
+        "{off}"
+    );
+    serve
+        .wait_for_log("protection off", Duration::from_secs(5))
+        .await;
+    owner_pool.close().await;
+    drop(conn);
+    drop(serve);
+}
+
+/// Finding 5: one host holding every connection it may leaves `serve` and
+/// the other hosts theirs. A reader role made by `role add` with 3
+/// connections gets `53300` at the fourth; `serve` restarts and is ready,
+/// another host's collector role connects; `role add` refuses limits that
+/// would not fit in `max_connections`, is idempotent, and `role list`
+/// shows each role's limits. (On `main` there is no `role` command and no
+/// role has a connection limit.)
+#[sqlx::test(migrations = false)]
+async fn finding5_a_host_holding_all_its_connections_leaves_serve_and_others_theirs(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let owned = OwnedDb::new(opts, true).await;
+    let (serve, _, _) = start_serve(&owned).await;
+    let grabber = LoginRole::add("grab", "reader", 3).await;
+    let other = LoginRole::add("host", "collector", 4).await;
+    let opts: PgConnectOptions = grabber.url(&owned.db).parse().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(sqlx::PgConnection::connect_with(&opts).await.unwrap());
+    }
+    let refused = sqlx::PgConnection::connect_with(&opts)
+        .await
+        .expect_err("a fourth connection");
+    assert_eq!(sqlstate(&refused).as_deref(), Some("53300"), "{refused}");
+
+    // serve restarts (killed, so its sessions may linger) and is ready.
+    drop(serve);
+    let (mut serve, addr, _) = start_serve(&owned).await;
+    ready_and_projecting(&owned.db, &mut serve, addr).await;
+    // Another host connects.
+    let (mut conn, _) = other.connect(&owned.db, "other-host").await;
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(one, 1);
+
+    // The arithmetic: a limit that would not fit is refused, nothing changed.
+    let max: i64 = sqlx::query_scalar("SELECT current_setting('max_connections')::bigint")
+        .fetch_one(&owned.db.pool)
+        .await
+        .unwrap();
+    let too_many = (max - 1).to_string();
+    let out = run_bin(
+        &[
+            "role",
+            "add",
+            "reader",
+            &grabber.name,
+            "--connections",
+            &too_many,
+        ],
+        Some(&crate::support::master_url()),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("connection limits would not fit") && err.contains("max_connections"),
+        "{err}"
+    );
+    // Idempotent: the same command again updates nothing but says so.
+    let out = run_bin(
+        &[
+            "role",
+            "add",
+            "reader",
+            &grabber.name,
+            "--connections",
+            "3",
+            "--keep-free",
+            "0",
+            "--json",
+        ],
+        Some(&crate::support::master_url()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let added: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(added["created"], false, "{added}");
+    assert_eq!(added["role"]["connection_limit"], 3, "{added}");
+    // A role of another group is not taken over.
+    let out = run_bin(
+        &[
+            "role",
+            "add",
+            "collector",
+            &grabber.name,
+            "--keep-free",
+            "0",
+        ],
+        Some(&crate::support::master_url()),
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a reader role"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // role list shows each role with its limits and sessions.
+    let out = run_bin(
+        &["role", "list", "--json"],
+        Some(&crate::support::master_url()),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == grabber.name.as_str())
+        .expect("the grabber is listed")
+        .clone();
+    assert_eq!(row["groups"], serde_json::json!(["reader"]), "{row}");
+    assert_eq!(row["connection_limit"], 3, "{row}");
+    assert_eq!(row["connections"], 3, "{row}");
+    let settings = row["settings"].to_string();
+    for s in [
+        "temp_file_limit=256MB",
+        "statement_timeout=60s",
+        "idle_in_transaction_session_timeout=60s",
+        "idle_session_timeout=10min",
+    ] {
+        assert!(settings.contains(s), "{s}: {settings}");
+    }
+    drop(held);
+    drop(conn);
+    drop(serve);
+}
+
+/// Finding 8: temporary files and reader snapshots are bounded. A collector
+/// role's `WITH HOLD` cursor of 100 MB is refused at commit
+/// (`temp_file_limit`, 64 MB, which a client cannot lift: `53400`); a
+/// reader idling in a REPEATABLE READ transaction, its own timeout turned
+/// off, is ended by the monitor past `BF4PS_READER_SNAPSHOT_LIMIT`, with a
+/// log line and `bf4ps_client_sessions_ended_total{why="snapshot"}`. (On
+/// `main` the cursor left its files and the reader was never ended.)
+#[sqlx::test(migrations = false)]
+async fn finding8_temporary_files_and_reader_snapshots_are_bounded(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let owned = OwnedDb::new(opts, true).await;
+    let (mut serve, addr, _) = start_serve(&owned).await;
+    let host = LoginRole::add("tmp", "collector", 4).await;
+    let reader = LoginRole::add("snap", "reader", 3).await;
+
+    let (mut conn, _) = host.connect(&owned.db, "hold-cursor").await;
+    let lifted = sqlx::query("SET temp_file_limit = -1")
+        .execute(&mut conn)
+        .await
+        .expect_err("temp_file_limit is a superuser's setting");
+    assert_eq!(sqlstate(&lifted).as_deref(), Some("42501"), "{lifted}");
+    sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+    sqlx::query(
+        "DECLARE c CURSOR WITH HOLD FOR \
+         SELECT g, repeat(md5(g::text), 16) FROM generate_series(1, 200000) g",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let began = std::time::Instant::now();
+    let refused = sqlx::query("COMMIT")
+        .execute(&mut conn)
+        .await
+        .expect_err("the cursor's 100 MB exceed temp_file_limit");
+    eprintln!(
+        "measured: a WITH HOLD cursor of about 100 MB was refused at commit after {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    assert_eq!(sqlstate(&refused).as_deref(), Some("53400"), "{refused}");
+    assert!(refused.to_string().contains("temp_file_limit"), "{refused}");
+    drop(conn);
+
+    let (mut conn, pid) = reader.connect(&owned.db, "old-snapshot").await;
+    sqlx::query("SET idle_in_transaction_session_timeout = 0")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT count(*) FROM collectors")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let began = std::time::Instant::now();
+    eventually(WAIT, "the reader's old snapshot is ended", || async {
+        (!alive(&owned.db, pid).await).then_some(())
+    })
+    .await;
+    eprintln!(
+        "measured: a reader's REPEATABLE READ snapshot was ended after {:.1} s (limit 2 s)",
+        began.elapsed().as_secs_f64()
+    );
+    let line = serve
+        .wait_for_log("held a snapshot too long", Duration::from_secs(5))
+        .await;
+    assert!(
+        line.contains(&format!("pid={pid}")) && line.contains(&reader.name),
+        "{line}"
+    );
+    let metrics = http_text(&format!("http://{addr}/metrics")).await.unwrap();
+    assert_eq!(ended_count(&metrics, "snapshot"), Some(1.0), "{metrics}");
+    ready_and_projecting(&owned.db, &mut serve, addr).await;
+    drop(serve);
+}
