@@ -338,7 +338,12 @@ async fn knob_rates_hold_and_match_client_classes() {
         ..FakeSettings::default()
     };
     let server = fake(settings.clone()).await;
-    let up = Arc::new(client_with_timeout(&server, Duration::from_secs(3)));
+    // The timeout only has to tell the fake's hangs (never answered) from
+    // answers; an answer (2-5 ms) waits for this one-thread runtime, which
+    // parses up to 31 other documents meanwhile: beside stress-ng on both
+    // cores, 15 of 400 answers took over 3 s. A hang costs its 10 s once,
+    // while the other permits work on.
+    let up = Arc::new(client_with_timeout(&server, Duration::from_secs(10)));
     const N: i64 = 400;
     let limit = Arc::new(tokio::sync::Semaphore::new(32));
     let mut tasks = tokio::task::JoinSet::new();
