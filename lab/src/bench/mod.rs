@@ -409,15 +409,16 @@ fn scratch_pid(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// Whether `pid` is a running `bf4ps-lab` on this host.
+/// Whether a process `pid` runs on this host. Any process counts, not only
+/// one named `bf4ps-lab` (a copied binary has another name): a reused pid
+/// only delays the cleanup until that process is gone.
 fn lab_running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .is_ok_and(|comm| comm.trim_end() == "bf4ps-lab")
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Drops the scratch databases (`bf4ps_bench_<pid>_<n>`) that a run on
 /// this host left behind when it was killed: those whose comment names
-/// this host and whose pid is no running `bf4ps-lab`. Returns their names.
+/// this host and whose pid is no running process. Returns their names.
 /// Databases of other hosts' runs, and without the comment, are left alone.
 pub async fn sweep_stale(base: &DbTarget) -> Result<Vec<String>, BenchError> {
     let admin = quiet(base).connect(1).await?;
@@ -699,9 +700,8 @@ mod tests {
         assert_eq!(scratch_pid("bf4ps_bench_123"), None);
         assert_eq!(scratch_pid("bf4ps_bench_x_1"), None);
         assert_eq!(scratch_pid("bf4ps_ops_test_1_2"), None);
-        // This test binary is not called bf4ps-lab; no process has pid 0.
-        assert!(!lab_running(std::process::id()));
-        assert!(!lab_running(0));
+        assert!(lab_running(std::process::id()));
+        assert!(!lab_running(u32::MAX));
     }
 
     #[test]

@@ -373,7 +373,7 @@ pub async fn claim(ctx: &Ctx) -> Result<(), BenchError> {
 }
 
 /// Jobs per `claim` scenario by default (`--long`: 20,000; `--quick`: 300).
-const CLAIM_JOBS: usize = 5_000;
+const CLAIM_JOBS: usize = 4_000;
 
 async fn budget_shares(ctx: &Ctx, jobs: i64, reports: &[Report]) -> Result<(), BenchError> {
     let shares = ScratchDb::with(&ctx.target, 6, async |db| {
