@@ -60,25 +60,36 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
-    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL).
+    /// Run a benchmark on scratch databases (created and dropped on the server of DATABASE_URL);
+    /// `bench list` lists the benchmarks and their scenarios; `bench compare A.json B.json`
+    /// compares two `--json` runs.
     Bench {
-        /// Benchmark name, or `all`.
+        /// Benchmark name, `all`, `list` or `compare`.
         #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::bench::names()))]
         name: String,
+        /// `compare`: the two `--json` outputs to compare (before, after).
+        files: Vec<std::path::PathBuf>,
         /// One JSON object per line and scenario.
         #[arg(long)]
         json: bool,
         /// Smaller samples (smoke runs).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "long")]
         quick: bool,
-        /// Simulated days of `schedule` (default 30; with --quick 2): a shorter run at full
-        /// scale.
+        /// Larger samples than the default (the sizes before issue 39; some benchmarks take
+        /// over 10 minutes).
+        #[arg(long)]
+        long: bool,
+        /// Run only this scenario of the benchmark (`bench list` lists them).
+        #[arg(long)]
+        scenario: Option<String>,
+        /// Simulated days of `schedule` (default 5; with --long 30, with --quick 2).
         #[arg(long, value_parser = clap::value_parser!(u32).range(2..=365))]
         days: Option<u32>,
         /// `schedule`: scale the simulated world (population, new soldiers a day, keys and
-        /// budget together; 1 is 200,000 soldiers, 8 keys, 1,296 requests an hour).
-        #[arg(long, default_value = "1", value_parser = parse_scale)]
-        scale: f64,
+        /// budget together; 1 is 200,000 soldiers, 8 keys, 1,296 requests an hour; default 0.1,
+        /// with --long 1; --quick runs 0.05 of it).
+        #[arg(long, value_parser = parse_scale)]
+        scale: Option<f64>,
         /// `schedule`: run the default policy with each of these egress key counts at 0.2
         /// requests/s (full scale; each key brings 162 requests an hour of budget), e.g.
         /// `--keys 8,12,16,24`.
@@ -107,24 +118,51 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Bench {
             name,
+            files,
             json,
             quick,
+            long,
+            scenario,
             days,
             scale,
             keys,
             active_order,
         } => {
-            let ctx = crate::bench::Ctx {
-                target: DbTarget::parse(cli.database_url.as_deref())?,
-                database_url: cli.database_url.clone(),
-                quick,
-                days,
-                scale,
-                keys,
-                active_order,
+            match (name.as_str(), files.as_slice()) {
+                ("list", []) => {
+                    crate::bench::list();
+                    return Ok(ExitCode::SUCCESS);
+                }
+                ("compare", [before, after]) => {
+                    crate::bench::compare::run(before, after)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                ("compare", _) => {
+                    return Ok(usage(
+                        "bench compare needs two files: BEFORE.json AFTER.json",
+                    ));
+                }
+                (_, []) => {}
+                (_, _) => {
+                    return Ok(usage(&format!(
+                        "bench {name} takes no file arguments (only `bench compare` does)"
+                    )));
+                }
+            }
+            let size = match (quick, long) {
+                (true, _) => crate::bench::Size::Quick,
+                (_, true) => crate::bench::Size::Long,
+                _ => crate::bench::Size::Default,
             };
-            crate::bench::run(&ctx, &name, json).await?;
-            Ok(ExitCode::SUCCESS)
+            let target = DbTarget::parse(cli.database_url.as_deref())?;
+            let mut ctx =
+                crate::bench::Ctx::new(target.clone(), cli.database_url.clone(), size, json);
+            ctx.days = days;
+            ctx.scale = scale;
+            ctx.keys = keys;
+            ctx.active_order = active_order;
+            ctx.only = scenario;
+            bench(&ctx, &name, &target).await
         }
         Command::Demo(args) => demo(cli.database_url.as_deref(), args).await,
         Command::FakeBattlelog { listen, settings } => {
@@ -132,6 +170,38 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A usage error found after parsing: one line, exit code 2 (as clap's).
+fn usage(message: &str) -> ExitCode {
+    eprintln!("error: {message} (see --help)");
+    ExitCode::from(2)
+}
+
+/// Runs a benchmark until it ends or SIGINT/SIGTERM stops it: then the
+/// run is dropped where it is (its pools and child processes with it), its
+/// scratch databases are dropped, and the exit code is 130 (SIGINT) or 143
+/// (SIGTERM).
+async fn bench(ctx: &crate::bench::Ctx, name: &str, target: &DbTarget) -> anyhow::Result<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let code = tokio::select! {
+        result = crate::bench::run(ctx, name) => {
+            result?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ = int.recv() => 130,
+        _ = term.recv() => 143,
+    };
+    eprintln!("bench stopped by a signal: dropping its scratch databases…");
+    match crate::bench::drop_live(target).await {
+        Ok(n) => eprintln!("dropped {n} scratch database(s)"),
+        Err(e) => eprintln!(
+            "warning: dropping the scratch databases failed: {e} (the next run drops them)"
+        ),
+    }
+    Ok(ExitCode::from(code))
 }
 
 /// Runs the demo (`demo`).

@@ -46,20 +46,34 @@ const WRITE_BLOCKING: &[&str] = &[
 ];
 
 /// Runs the `adopt` scenario.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
     let sizes = [
         ctx.size(5_000, 1_000) as i64,
         ctx.size(20_000, 2_000) as i64,
     ];
     let mut reports = Vec::new();
-    for soldiers in sizes {
-        reports.push(
+    for (name, soldiers) in ["small", "large"].into_iter().zip(sizes) {
+        if !ctx.scenario("adopt", name) {
+            continue;
+        }
+        let report =
             ScratchDb::with_unmigrated(&ctx.target, 4, async |db| scenario(db, soldiers).await)
-                .await?,
-        );
+                .await?;
+        if name == "small" {
+            ctx.emit(&report);
+        }
+        reports.push(report);
     }
-    // The line through both sizes, at 200,000 soldiers.
-    let (small, large) = (&reports[0], &reports[1]);
+    // The line through both sizes, at 200,000 soldiers, on the large
+    // size's report (printed alone when only one size ran).
+    let (small, large) = match &reports[..] {
+        [small, large] => (small, large),
+        [large] if ctx.only.as_deref() == Some("large") => {
+            ctx.emit(large);
+            return Ok(());
+        }
+        _ => return Ok(()),
+    };
     let (n1, n2) = (sizes[0] as f64, sizes[1] as f64);
     let mut extrapolated = large.clone();
     for key in [
@@ -73,8 +87,8 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         let at = (y1 + slope * (TARGET_SOLDIERS - n1)).max(y2);
         extrapolated = extrapolated.figure(&format!("extrapolated_200k_{key}"), at);
     }
-    reports[1] = extrapolated;
-    Ok(reports)
+    ctx.emit(&extrapolated);
+    Ok(())
 }
 
 async fn scenario(db: &ScratchDb, soldiers: i64) -> Result<Report, BenchError> {

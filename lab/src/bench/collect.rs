@@ -42,9 +42,13 @@ struct Scenario {
 }
 
 /// Runs the `collect` scenarios.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let mut reports = vec![normalize_report(ctx.size(200, 20))?];
-    reports.push(finalize_report(ctx, ctx.size(200, 20) as i64).await?);
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
+    if ctx.scenario("collect", "normalize") {
+        ctx.emit(&normalize_report(ctx.size(200, 20))?);
+    }
+    if ctx.scenario("collect", "finalize") {
+        ctx.emit(&finalize_report(ctx, ctx.size(200, 20) as i64).await?);
+    }
     let url = ctx.database_url.as_deref().ok_or_else(|| {
         other("bench collect needs DATABASE_URL (or --database-url) for its collector processes")
     })?;
@@ -81,7 +85,13 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             }
         },
     ];
-    for s in scenarios {
+    for (s, name) in scenarios
+        .into_iter()
+        .zip(["throughput-1", "throughput-4", "battlelog-pace"])
+    {
+        if !ctx.scenario("collect", name) {
+            continue;
+        }
         let fake = FakeBattlelog::start(FakeSettings {
             latency: s.latency,
             latency_jitter: s.jitter,
@@ -97,8 +107,8 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         let f = result?;
         let jobs = s.soldiers * 4;
         let cpu_per_job_s = f.cpu.as_secs_f64() / jobs as f64;
-        reports.push(
-            Report::new(
+        ctx.emit(
+            &Report::new(
                 "collect",
                 json!({
                     "scenario": s.name,
@@ -119,7 +129,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             .figure("peak_rss_per_collector_bytes", f.peak_rss_bytes as f64),
         );
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// `normalize` on fake bodies of `n` soldiers, timed per resource.

@@ -1,6 +1,6 @@
-//! `bench feeder`: feed cycles of the sightings policy with 10,000,
-//! 100,000 and 1,000,000 soldiers in the active window (quick: 1,000 and
-//! 10,000), each in its own scratch database: every soldier seen in the
+//! `bench feeder`: feed cycles of the sightings policy with 10,000 and
+//! 100,000 soldiers in the active window (`--long`: and 1,000,000; quick:
+//! 1,000 and 10,000), each in its own scratch database: every soldier seen in the
 //! last 24 h (the worst case: a `soldiers import` marks every row a
 //! sighting of now), every detailed due, a tenth of the weapons due, 1% of
 //! the vehicles retrying. After the pairs are settled (`catch_up_s`: what a
@@ -36,14 +36,18 @@ use bf4ps_ops::import::{ImportOptions, import_file};
 use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the feeder benchmark.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let sizes: &[i64] = if ctx.quick {
-        &[1_000, 10_000]
-    } else {
-        &[10_000, 100_000, 1_000_000]
-    };
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
+    let sizes: &[i64] = ctx.sized(
+        &[10_000, 100_000, 1_000_000],
+        &[10_000, 100_000],
+        &[1_000, 10_000],
+    );
+    // The smallest size's reports, the reference of the larger ones.
     let mut reports: Vec<Report> = Vec::new();
-    for &active in sizes {
+    for (&active, name) in sizes.iter().zip(super::scenarios("feeder")) {
+        if !ctx.scenario("feeder", name) {
+            continue;
+        }
         let mut at_size =
             ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db, active).await).await?;
         // Each scenario's p50 against the smallest size's.
@@ -60,9 +64,14 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 );
             }
         }
-        reports.extend(at_size);
+        for r in &at_size {
+            ctx.emit(r);
+        }
+        if *name == "small" {
+            reports = at_size;
+        }
     }
-    Ok(reports)
+    Ok(())
 }
 
 async fn exec(db: &ScratchDb, sql: &'static str) -> Result<(), BenchError> {
@@ -341,7 +350,10 @@ fn backend_cpu_ms(pid: i32) -> Option<f64> {
 }
 
 /// Runs the import benchmark.
-pub(crate) async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub(crate) async fn run_import(ctx: &Ctx) -> Result<(), BenchError> {
+    if !ctx.scenario("import", "new-and-unchanged") {
+        return Ok(());
+    }
     let rows = ctx.size(1_000_000, 5_000);
     let path = std::env::temp_dir().join(format!("bf4ps-bench-import-{}.csv", std::process::id()));
     {
@@ -366,7 +378,6 @@ pub(crate) async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         let mut target = db.target.clone();
         target.options = target.options.disable_statement_logging();
         let pool = target.connect(opts.workers as u32 + 1).await?;
-        let mut reports = Vec::new();
         for scenario in ["new", "unchanged"] {
             let t = Instant::now();
             let r = import_file(&pool, &path, opts).await.map_err(other)?;
@@ -382,8 +393,8 @@ pub(crate) async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                     r.counts
                 )));
             }
-            reports.push(
-                Report::new(
+            ctx.emit(
+                &Report::new(
                     "import",
                     json!({"scenario": scenario, "rows": rows, "batch_rows": opts.batch_rows,
                            "workers": opts.workers}),
@@ -393,7 +404,7 @@ pub(crate) async fn run_import(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             );
         }
         pool.close().await;
-        Ok(reports)
+        Ok(())
     })
     .await;
     let _ = std::fs::remove_file(&path);

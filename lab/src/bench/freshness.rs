@@ -13,14 +13,14 @@ use bf4ps_ops::gauges::GaugeRefresher;
 use bf4ps_ops::metrics::Registry;
 
 /// Runs the freshness benchmark.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
     ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
 }
 
 /// Soldiers (4 pairs each) added per statement while growing.
 const CHUNK: i64 = 250_000;
 
-async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     let sizes: &[i64] = if ctx.quick {
         &[1_000, 10_000]
     } else {
@@ -30,9 +30,19 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
     seed_working_set(db).await?;
     let refresher = GaugeRefresher::new(db.pool.clone(), Registry::new(), None);
     let mut soldiers = 0i64;
-    let mut reports: Vec<Report> = Vec::new();
+    let mut grown = false;
     let mut first: Option<(f64, f64)> = None;
-    for &pairs in sizes {
+    for (&pairs, name) in sizes.iter().zip(super::scenarios("freshness")) {
+        // The database grows through every size; only the selected ones
+        // are measured.
+        if ctx.only.as_deref().is_some_and(|only| {
+            let at = super::scenarios("freshness")
+                .iter()
+                .position(|s| *s == only);
+            at.is_some_and(|at| at < sizes.len() && sizes[at] < pairs)
+        }) {
+            break;
+        }
         let target = pairs / 4;
         eprintln!("growing to {pairs} pairs…");
         while soldiers < target {
@@ -40,7 +50,8 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             grow(db, soldiers, n).await?;
             soldiers += n;
         }
-        if reports.is_empty() {
+        if !grown {
+            grown = true;
             // A working set of the usual size (the feeder's default depth).
             sqlx::query(
                 "INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason)
@@ -49,6 +60,9 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             )
             .execute(&db.pool)
             .await?;
+        }
+        if !ctx.scenario("freshness", name) {
+            continue;
         }
         bf4ps_ops::freshness::compact(&db.pool).await?;
         sqlx::query("VACUUM ANALYZE").execute(&db.pool).await?;
@@ -64,18 +78,23 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             status.push(t.elapsed().as_secs_f64() * 1e3);
         }
         let (g50, s50) = (percentile(&mut gauges, 50.0), percentile(&mut status, 50.0));
-        let (g0, s0) = *first.get_or_insert((g50, s50));
-        reports.push(
-            Report::new("freshness", json!({"pairs": pairs, "samples": samples}))
-                .figure("gauge_refresh_p50_ms", g50)
-                .figure("gauge_refresh_p99_ms", percentile(&mut gauges, 99.0))
-                .figure("status_p50_ms", s50)
-                .figure("status_p99_ms", percentile(&mut status, 99.0))
+        if *name == "small" {
+            first = Some((g50, s50));
+        }
+        let mut report = Report::new("freshness", json!({"pairs": pairs, "samples": samples}))
+            .figure("gauge_refresh_p50_ms", g50)
+            .figure("gauge_refresh_p99_ms", percentile(&mut gauges, 99.0))
+            .figure("status_p50_ms", s50)
+            .figure("status_p99_ms", percentile(&mut status, 99.0));
+        // Beside the smallest size when it ran.
+        if let Some((g0, s0)) = first {
+            report = report
                 .figure("gauge_refresh_p50_vs_smallest_ratio", g50 / g0)
-                .figure("status_p50_vs_smallest_ratio", s50 / s0),
-        );
+                .figure("status_p50_vs_smallest_ratio", s50 / s0);
+        }
+        ctx.emit(&report);
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// A fleet of the usual size, so the figures include what every refresh

@@ -1,17 +1,27 @@
-//! Benchmarks: `bf4ps-lab bench NAME|all [--json] [--quick]`.
+//! Benchmarks: `bf4ps-lab bench NAME|all|list [--json] [--quick|--long]
+//! [--scenario NAME]` and `bench compare A.json B.json`.
 //!
 //! Each benchmark creates its own scratch database(s) on the server named by
 //! `DATABASE_URL` (`bf4ps_bench_<pid>_<n>`), drops them when done, and never
-//! touches any other database. Results are [`Report`]s: a human table, or one
-//! JSON object per line and scenario with `--json`. Figure keys end in their
-//! unit (`_ms`, `_s`, `_per_s`, `_bytes`, `_ratio`).
+//! touches any other database: a run stopped by SIGINT or SIGTERM drops the
+//! ones it holds before it exits, and every run first drops those a killed
+//! run of this host left (its pid gone; see [`sweep_stale`]). Results are
+//! [`Report`]s, printed the moment they are measured ([`Ctx::emit`]): a human
+//! table, or one JSON object per line and scenario with `--json`. Figure keys
+//! end in their unit (`_ms`, `_s`, `_per_s`, `_bytes`, `_ratio`).
+//!
+//! A benchmark is a list of named scenarios ([`scenarios`]); `--scenario`
+//! runs one of them. Progress goes to stderr.
 //!
 //! Adding a benchmark: write `src/bench/<name>.rs` with
-//! `pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError>`, list it
-//! in [`BENCHES`] and add its arm to `run_one`.
+//! `pub async fn run(ctx: &Ctx) -> Result<(), BenchError>` that runs each
+//! scenario only if [`Ctx::scenario`] says so and emits its reports with
+//! [`Ctx::emit`]; list it in [`BENCHES`] and [`scenarios`] and add its arm to
+//! `run_one`.
 
 pub mod adopt;
 pub mod collect;
+pub mod compare;
 pub mod feeder;
 pub mod freshness;
 pub(crate) mod notify_overhead;
@@ -23,8 +33,10 @@ pub mod retention;
 pub mod scale;
 pub mod schedule;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 
@@ -100,29 +112,116 @@ impl Report {
     }
 }
 
+/// How big a run is: `--quick` (smoke runs, CI), the default (≤ 3 minutes
+/// per benchmark on the 2-core development VM) or `--long` (the sizes of
+/// the figures in `docs/benchmarks.md` before issue 39).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// `--quick`.
+    Quick,
+    /// No flag.
+    Default,
+    /// `--long`.
+    Long,
+}
+
 /// Shared context of a benchmark run.
 pub struct Ctx {
     /// The server to create scratch databases on.
     pub target: DbTarget,
     /// Its URL, for child processes (`collect` runs collector processes).
     pub database_url: Option<String>,
-    /// Smaller sample sizes (smoke runs, CI).
+    /// Sample sizes.
+    pub size: Size,
+    /// Smaller sample sizes (smoke runs, CI): `size == Size::Quick`.
     pub quick: bool,
     /// Simulated days of `schedule` (`None`: 30, or 2 when quick).
     pub days: Option<u32>,
-    /// `schedule`'s world scale (1: 200,000 soldiers, 8 keys, 1,296/h).
-    pub scale: f64,
+    /// `schedule --scale`: its world's scale (1: 200,000 soldiers, 8 keys,
+    /// 1,296/h; `None`: 0.1, or 1 with `--long`).
+    pub scale: Option<f64>,
     /// `schedule --keys`: full-scale key counts to run the sightings policy
     /// with (empty: both policies with 8).
     pub keys: Vec<u32>,
     /// `schedule`: the sightings policy's order of active work.
     pub active_order: bf4ps_ops::config::ActiveOrder,
+    /// `--scenario`: the one scenario to run (`None`: all of them).
+    pub only: Option<String>,
+    /// Print JSON lines instead of the human table.
+    pub json: bool,
+    progress: Arc<Mutex<Progress>>,
+}
+
+/// What the run is doing, for the progress lines on stderr.
+#[derive(Default)]
+struct Progress {
+    /// `bench scenario`, and when it started.
+    current: Option<(String, Instant)>,
+    /// Reports emitted so far.
+    emitted: usize,
 }
 
 impl Ctx {
-    /// `full` normally, `quick` with `--quick`.
+    /// A context; `size` also sets [`Ctx::quick`].
+    pub fn new(target: DbTarget, database_url: Option<String>, size: Size, json: bool) -> Ctx {
+        Ctx {
+            target,
+            database_url,
+            size,
+            quick: size == Size::Quick,
+            days: None,
+            scale: None,
+            keys: Vec::new(),
+            active_order: bf4ps_ops::config::ActiveOrder::Soldier,
+            only: None,
+            json,
+            progress: Arc::default(),
+        }
+    }
+
+    /// `full` normally and with `--long`, `quick` with `--quick`.
     pub fn size(&self, full: usize, quick: usize) -> usize {
         if self.quick { quick } else { full }
+    }
+
+    /// `long` with `--long`, `default` without a size flag, `quick` with
+    /// `--quick`.
+    pub fn sized<T>(&self, long: T, default: T, quick: T) -> T {
+        match self.size {
+            Size::Long => long,
+            Size::Default => default,
+            Size::Quick => quick,
+        }
+    }
+
+    /// Whether scenario `name` of benchmark `bench` runs (every scenario,
+    /// or the one of `--scenario`); when it does, it is announced on
+    /// stderr and becomes the one the progress lines name.
+    pub fn scenario(&self, bench: &str, name: &str) -> bool {
+        debug_assert!(
+            scenarios(bench).contains(&name),
+            "{bench}: scenario {name} is not listed in bench::scenarios"
+        );
+        if self.only.as_deref().is_some_and(|only| only != name) {
+            return false;
+        }
+        eprintln!("bench {bench}: {name}…");
+        if let Ok(mut p) = self.progress.lock() {
+            p.current = Some((format!("{bench} {name}"), Instant::now()));
+        }
+        true
+    }
+
+    /// Prints a report now (stdout is flushed line by line).
+    pub fn emit(&self, report: &Report) {
+        report.print(self.json);
+        if let Ok(mut p) = self.progress.lock() {
+            p.emitted += 1;
+        }
+    }
+
+    fn emitted(&self) -> usize {
+        self.progress.lock().map(|p| p.emitted).unwrap_or(0)
     }
 }
 
@@ -144,12 +243,61 @@ pub const BENCHES: &[&str] = &[
     "schedule",
 ];
 
-/// Names accepted by `bench`.
-pub fn names() -> Vec<&'static str> {
-    BENCHES.iter().copied().chain(["all"]).collect()
+/// The scenarios of benchmark `bench`, in the order it runs them (empty for
+/// an unknown name). A scenario is what is set up and measured together; it
+/// prints one report or a few.
+pub fn scenarios(bench: &str) -> &'static [&'static str] {
+    match bench {
+        "reference" => &["select1", "notify", "insert-commit", "cli-start-up"],
+        "adopt" => &["small", "large"],
+        "wake" => &["plain", "tls", "poll", "vs-graphile-worker"],
+        "claim" => &[
+            "plain-1",
+            "plain-4",
+            "plain-16",
+            "tls-1",
+            "tls-4",
+            "tls-16",
+            "budget-shares",
+            "before-0019",
+        ],
+        "claim-depth" => &["small", "medium", "large"],
+        "collect" => &[
+            "normalize",
+            "finalize",
+            "throughput-1",
+            "throughput-4",
+            "battlelog-pace",
+        ],
+        "feeder" => &["small", "medium", "large"],
+        "import" => &["new-and-unchanged"],
+        "projector" => &["catch-up", "steady"],
+        "notify-overhead" => &notify_overhead::SCENARIOS,
+        "retention" => &["delete"],
+        "freshness" => &["small", "medium", "large"],
+        "scale" => &["small", "large"],
+        "schedule" => &["policies"],
+        _ => &[],
+    }
 }
 
-async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
+/// Names accepted by `bench`: every benchmark, `all`, `list` and `compare`.
+pub fn names() -> Vec<&'static str> {
+    BENCHES
+        .iter()
+        .copied()
+        .chain(["all", "list", "compare"])
+        .collect()
+}
+
+/// `bench list`: every benchmark and its scenarios, one benchmark a line.
+pub fn list() {
+    for bench in BENCHES {
+        bf4ps_ops::outln!("{bench:<16} {}", scenarios(bench).join(" "));
+    }
+}
+
+async fn run_one(ctx: &Ctx, name: &str) -> Result<(), BenchError> {
     match name {
         "reference" => reference::run(ctx).await,
         "wake" => queue::wake(ctx).await,
@@ -172,25 +320,170 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<Vec<Report>, BenchError> {
     }
 }
 
-/// Runs one benchmark (or all), printing each report as it completes.
-pub async fn run(ctx: &Ctx, name: &str, json: bool) -> Result<(), BenchError> {
+/// How often a progress line goes to stderr while a scenario runs.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Runs one benchmark (or all), printing each report as it is measured and
+/// a progress line on stderr every [`PROGRESS_EVERY`]. Scratch databases
+/// left by killed runs of this host are dropped first.
+pub async fn run(ctx: &Ctx, name: &str) -> Result<(), BenchError> {
     let selected: Vec<&str> = if name == "all" {
         BENCHES.to_vec()
     } else {
         vec![name]
     };
-    for bench_name in selected {
-        if !json {
-            eprintln!("running {bench_name}…");
-        }
-        for report in run_one(ctx, bench_name).await? {
-            report.print(json);
+    if let Some(only) = &ctx.only {
+        let [bench] = selected[..] else {
+            return Err(other("--scenario needs one benchmark, not `all`"));
+        };
+        if !scenarios(bench).contains(&only.as_str()) {
+            return Err(other(format!(
+                "{bench} has no scenario {only:?} (it has: {})",
+                scenarios(bench).join(", ")
+            )));
         }
     }
-    Ok(())
+    match sweep_stale(&ctx.target).await {
+        Ok(dropped) if !dropped.is_empty() => eprintln!(
+            "dropped {} scratch database(s) of killed runs: {}",
+            dropped.len(),
+            dropped.join(", ")
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: looking for scratch databases of killed runs: {e}"),
+    }
+    let progress = ctx.progress.clone();
+    let ticker = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if let Ok(p) = progress.lock()
+                && let Some((what, since)) = &p.current
+            {
+                eprintln!("bench {what}: {} s…", since.elapsed().as_secs());
+            }
+        }
+    });
+    let result = async {
+        for bench_name in selected {
+            let before = ctx.emitted();
+            let started = Instant::now();
+            run_one(ctx, bench_name).await?;
+            eprintln!(
+                "bench {bench_name}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            if ctx.emitted() == before
+                && let Some(only) = &ctx.only
+            {
+                return Err(other(format!(
+                    "{bench_name}: scenario {only} does not run at this size (see docs/benchmarks.md)"
+                )));
+            }
+        }
+        Ok(())
+    }
+    .await;
+    ticker.abort();
+    result
 }
 
 static SCRATCH_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The scratch databases this process has created and not dropped yet
+/// (what [`drop_live`] drops when the run is stopped by a signal).
+static LIVE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// The comment a scratch database carries: which host's run created it
+/// (a run drops only its own host's leftovers, as only there can it tell
+/// whether their pid is gone).
+fn scratch_comment() -> String {
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    format!("bf4ps-lab bench on {host}")
+}
+
+/// The pid in a scratch database's name `bf4ps_bench_<pid>_<n>`.
+fn scratch_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix("bf4ps_bench_")?.split_once('_')?;
+    n.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
+/// Whether a process `pid` runs on this host. Any process counts, not only
+/// one named `bf4ps-lab` (a copied binary has another name): a reused pid
+/// only delays the cleanup until that process is gone.
+fn lab_running(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Drops the scratch databases (`bf4ps_bench_<pid>_<n>`) that a run on
+/// this host left behind when it was killed: those whose comment names
+/// this host and whose pid is no running process. Returns their names.
+/// Databases of other hosts' runs, and without the comment, are left alone.
+pub async fn sweep_stale(base: &DbTarget) -> Result<Vec<String>, BenchError> {
+    let admin = quiet(base).connect(1).await?;
+    let found: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT datname::text, shobj_description(oid, 'pg_database') FROM pg_database
+         WHERE datname LIKE 'bf4ps\\_bench\\_%'",
+    )
+    .fetch_all(&admin)
+    .await?;
+    let comment = scratch_comment();
+    let mut dropped = Vec::new();
+    for (name, on) in found {
+        let Some(pid) = scratch_pid(&name) else {
+            continue;
+        };
+        if on.as_deref() != Some(comment.as_str()) || pid == std::process::id() || lab_running(pid)
+        {
+            continue;
+        }
+        // The name was checked above: digits and underscores after the prefix.
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&admin)
+        .await?;
+        dropped.push(name);
+    }
+    admin.close().await;
+    Ok(dropped)
+}
+
+/// Drops every scratch database this process still holds (after a signal
+/// stopped the run; their pools may still be open: `WITH (FORCE)`).
+/// Returns how many it dropped.
+pub async fn drop_live(base: &DbTarget) -> Result<usize, BenchError> {
+    let names: Vec<String> = LIVE
+        .lock()
+        .map(|l| l.iter().cloned().collect())
+        .unwrap_or_default();
+    if names.is_empty() {
+        return Ok(0);
+    }
+    let admin = quiet(base).connect(1).await?;
+    for name in &names {
+        // Names of this process's own scratch databases (see `create_unmigrated`).
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&admin)
+        .await?;
+        if let Ok(mut live) = LIVE.lock() {
+            live.remove(name);
+        }
+    }
+    admin.close().await;
+    Ok(names.len())
+}
+
+/// `base` without statement logging (dropping a database can take a second).
+fn quiet(base: &DbTarget) -> DbTarget {
+    let mut quiet = base.clone();
+    quiet.options = sqlx::ConnectOptions::disable_statement_logging(quiet.options);
+    quiet
+}
 
 /// Any failure that is not a query error, as a [`BenchError::Other`].
 pub(crate) fn other(e: impl std::fmt::Display) -> BenchError {
@@ -288,13 +581,22 @@ impl ScratchDb {
             SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
         );
         // Dropping a database can take a second: no slow-statement warning.
-        let mut quiet = base.clone();
-        quiet.options = sqlx::ConnectOptions::disable_statement_logging(quiet.options);
-        let admin = quiet.connect(2).await?;
+        let admin = quiet(base).connect(2).await?;
         // The name is generated above from digits and underscores only.
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
             .await?;
+        if let Ok(mut live) = LIVE.lock() {
+            live.insert(name.clone());
+        }
+        // The host whose later runs may drop it if this one is killed
+        // (a literal: the host name's quotes doubled).
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "COMMENT ON DATABASE {name} IS '{}'",
+            scratch_comment().replace('\'', "''")
+        )))
+        .execute(&admin)
+        .await?;
         let mut target = base.with_database(&name);
         // Benchmarks run long statements on purpose: no slow-statement warnings.
         target.options = sqlx::ConnectOptions::disable_statement_logging(target.options);
@@ -362,7 +664,12 @@ impl ScratchDb {
                 .execute(&self.admin)
                 .await
             {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    if let Ok(mut live) = LIVE.lock() {
+                        live.remove(&self.name);
+                    }
+                    return Ok(());
+                }
                 Err(e) => last = Some(e),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -386,6 +693,25 @@ pub fn percentile(samples: &mut [f64], p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scratch_names() {
+        assert_eq!(scratch_pid("bf4ps_bench_123_0"), Some(123));
+        assert_eq!(scratch_pid("bf4ps_bench_123_45"), Some(123));
+        assert_eq!(scratch_pid("bf4ps_bench_123"), None);
+        assert_eq!(scratch_pid("bf4ps_bench_x_1"), None);
+        assert_eq!(scratch_pid("bf4ps_ops_test_1_2"), None);
+        assert!(lab_running(std::process::id()));
+        assert!(!lab_running(u32::MAX));
+    }
+
+    #[test]
+    fn every_benchmark_has_scenarios() {
+        for bench in BENCHES {
+            assert!(!scenarios(bench).is_empty(), "{bench}");
+        }
+        assert!(scenarios("nope").is_empty());
+    }
 
     #[test]
     fn percentiles() {

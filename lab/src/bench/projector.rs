@@ -74,17 +74,28 @@ pub(crate) async fn catch_up(
 }
 
 /// Runs the projector benchmark.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
     ScratchDb::with(&ctx.target, 12, async |db| measure(ctx, db).await).await
 }
 
-async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
-    let mut reports = Vec::new();
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     let batch = bf4ps_ops::tuning::ServeTuning::default()
         .projector
         .projector_batch;
+    if ctx.scenario("projector", "catch-up") {
+        catch_up_scenario(ctx, db, batch).await?;
+    }
+    // 2. Steady-state lag at a fixed write rate.
+    if ctx.scenario("projector", "steady") {
+        let rate = 2_000.0;
+        let seconds = ctx.size(20, 2) as f64;
+        ctx.emit(&steady_lag(db, rate, seconds, batch).await?);
+    }
+    Ok(())
+}
 
-    // 1. Catch-up.
+/// 1. Catch-up.
+async fn catch_up_scenario(ctx: &Ctx, db: &ScratchDb, batch: u32) -> Result<(), BenchError> {
     let n = ctx.size(1_000_000, 10_000);
     eprintln!("inserting {n} events…");
     insert_events(&db.pool, n, 0.0).await?;
@@ -100,20 +111,15 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             "catch-up counted {counted} events, inserted {n}"
         )));
     }
-    reports.push(
-        Report::new(
+    ctx.emit(
+        &Report::new(
             "projector",
             json!({"scenario": "catch_up", "events": n, "batch": batch}),
         )
         .figure("events_per_s", n as f64 / secs)
         .figure("elapsed_s", secs),
     );
-
-    // 2. Steady-state lag at a fixed write rate.
-    let rate = 2_000.0;
-    let seconds = ctx.size(20, 2) as f64;
-    reports.push(steady_lag(db, rate, seconds, batch).await?);
-    Ok(reports)
+    Ok(())
 }
 
 #[derive(Default)]

@@ -144,15 +144,22 @@ async fn seed_jobs(pool: &PgPool, n: i64, lane: Lane, persona_base: i64) -> Resu
 }
 
 /// `wake`: 8 idle interactive collectors; one interactive job inserted at a
-/// time; latency from the insert's commit to the claim's commit. With
-/// LISTEN over plain connections, over TLS (`sslmode=require`; figures
-/// compared with plain), and poll-only.
-pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let mut reports = Vec::new();
+/// time; latency from the insert's commit to the claim's commit (and its
+/// two parts: woken, claim). With LISTEN over plain connections, over TLS
+/// (`sslmode=require`; figures compared with plain), poll-only, and beside
+/// graphile-worker in interleaved rounds ([`super::peer`]).
+pub async fn wake(ctx: &Ctx) -> Result<(), BenchError> {
     let mut plain_p50 = None;
-    for (listen, tls) in [(true, false), (true, true), (false, false)] {
+    for (name, listen, tls) in [
+        ("plain", true, false),
+        ("tls", true, true),
+        ("poll", false, false),
+    ] {
+        if !ctx.scenario("wake", name) {
+            continue;
+        }
         let Some(target) = tls_target(ctx, tls).await? else {
-            reports.push(tls_skipped("wake"));
+            ctx.emit(&tls_skipped("wake"));
             continue;
         };
         let mut report = ScratchDb::with(&target, 16, async |db| {
@@ -169,10 +176,12 @@ pub async fn wake(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
             }
             _ => {}
         }
-        reports.push(report);
+        ctx.emit(&report);
     }
-    reports.push(super::peer::wake_vs_graphile_worker(ctx).await?);
-    Ok(reports)
+    if ctx.scenario("wake", "vs-graphile-worker") {
+        ctx.emit(&super::peer::wake_vs_graphile_worker(ctx).await?);
+    }
+    Ok(())
 }
 
 /// The benchmark server with plain (`sslmode=disable`) or TLS
@@ -338,15 +347,30 @@ pub(super) async fn wake_samples(
 /// the contract's bare statements, run by `pgbench` at the same
 /// concurrency (`replay.pgbench`; `replay_jobs_per_s`, `replay_ratio` =
 /// ours ÷ replay), the physical limit of the work on this server.
-pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let jobs = ctx.size(20_000, 300) as i64;
+pub async fn claim(ctx: &Ctx) -> Result<(), BenchError> {
+    let jobs = ctx.sized(20_000, CLAIM_JOBS, 300) as i64;
+    // Reports kept as references of later scenarios.
     let mut reports = Vec::new();
     for tls in [false, true] {
+        let wanted = [1usize, 4, 16]
+            .into_iter()
+            .filter(|w| {
+                let name = format!("{}-{w}", if tls { "tls" } else { "plain" });
+                ctx.only.as_deref().is_none_or(|only| only == name)
+            })
+            .collect::<Vec<_>>();
+        if wanted.is_empty() {
+            continue;
+        }
         let Some(target) = tls_target(ctx, tls).await? else {
-            reports.push(tls_skipped("claim"));
+            ctx.emit(&tls_skipped("claim"));
             continue;
         };
-        for workers in [1usize, 4, 16] {
+        for workers in wanted {
+            let name = format!("{}-{workers}", if tls { "tls" } else { "plain" });
+            if !ctx.scenario("claim", &name) {
+                continue;
+            }
             let mut report = ScratchDb::with(&target, workers as u32 + 2, async |db| {
                 claim_scenario(db, workers, jobs, tls, false, false).await
             })
@@ -374,11 +398,28 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 let now = report.figures["jobs_per_s"].as_f64().unwrap_or(0.0);
                 report = report.figure("jobs_per_s_vs_plain_ratio", now / base);
             }
+            ctx.emit(&report);
             reports.push(report);
         }
     }
     // 4 workers with the fleet budget's shares applied at every claim (the
     // default policy), beside the same workers without them.
+    if ctx.scenario("claim", "budget-shares") {
+        budget_shares(ctx, jobs, &reports).await?;
+    }
+    // 4 workers through the claim as it was before 0019 (no egress grant in
+    // it), beside the same workers through today's claim, which takes the
+    // grant (the key's slot, its fair share) in the same statement.
+    if ctx.scenario("claim", "before-0019") {
+        before_0019(ctx, jobs, &reports).await?;
+    }
+    Ok(())
+}
+
+/// Jobs per `claim` scenario by default (`--long`: 20,000; `--quick`: 300).
+const CLAIM_JOBS: usize = 4_000;
+
+async fn budget_shares(ctx: &Ctx, jobs: i64, reports: &[Report]) -> Result<(), BenchError> {
     let shares = ScratchDb::with(&ctx.target, 6, async |db| {
         claim_scenario(db, 4, jobs, false, true, false).await
     })
@@ -394,10 +435,11 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         }
         None => shares,
     };
-    reports.push(shares);
-    // 4 workers through the claim as it was before 0019 (no egress grant in
-    // it), beside the same workers through today's claim, which takes the
-    // grant (the key's slot, its fair share) in the same statement.
+    ctx.emit(&shares);
+    Ok(())
+}
+
+async fn before_0019(ctx: &Ctx, jobs: i64, reports: &[Report]) -> Result<(), BenchError> {
     let before = ScratchDb::with(&ctx.target, 6, async |db| {
         claim_scenario(db, 4, jobs, false, false, true).await
     })
@@ -413,8 +455,8 @@ pub async fn claim(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
         }
         None => before,
     };
-    reports.push(before);
-    Ok(reports)
+    ctx.emit(&before);
+    Ok(())
 }
 
 async fn claim_scenario(
@@ -582,6 +624,7 @@ async fn replay_scenario(
         url.push_str("sslmode=disable");
     }
     let out = tokio::process::Command::new("pgbench")
+        .kill_on_drop(true)
         .args(["-n", "-M", "prepared", "-c", &workers.to_string(), "-j"])
         .arg(workers.to_string())
         .args(["-t", &per_client.to_string(), "-f"])
@@ -626,31 +669,36 @@ async fn replay_scenario(
 }
 
 /// `claim-depth`: single-claim latency with 1k, 10k and 100k pending jobs.
-pub(crate) async fn claim_depth(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub(crate) async fn claim_depth(ctx: &Ctx) -> Result<(), BenchError> {
     let depths: &[i64] = if ctx.quick {
         &[1_000, 10_000]
     } else {
         &[1_000, 10_000, 100_000]
     };
     let samples = ctx.size(500, 50);
-    let mut reports = Vec::new();
     let mut p50_first = None;
-    for &depth in depths {
+    for (&depth, name) in depths.iter().zip(super::scenarios("claim-depth")) {
+        if !ctx.scenario("claim-depth", name) {
+            continue;
+        }
         let (mut lat, plan_rows) = ScratchDb::with(&ctx.target, 4, async |db| {
             depth_scenario(db, depth, samples).await
         })
         .await?;
         let p50 = percentile(&mut lat, 50.0);
-        let first = *p50_first.get_or_insert(p50);
-        reports.push(
-            Report::new("claim-depth", json!({"pending": depth, "samples": samples}))
-                .figure("p50_ms", p50)
-                .figure("p99_ms", percentile(&mut lat, 99.0))
-                .figure("p50_vs_smallest_ratio", p50 / first)
-                .figure("rows_scanned_per_claim", plan_rows),
-        );
+        // Beside the smallest depth when it ran.
+        if *name == "small" {
+            p50_first = Some(p50);
+        }
+        let mut report = Report::new("claim-depth", json!({"pending": depth, "samples": samples}))
+            .figure("p50_ms", p50)
+            .figure("p99_ms", percentile(&mut lat, 99.0));
+        if let Some(first) = p50_first {
+            report = report.figure("p50_vs_smallest_ratio", p50 / first);
+        }
+        ctx.emit(&report.figure("rows_scanned_per_claim", plan_rows));
     }
-    Ok(reports)
+    Ok(())
 }
 
 async fn depth_scenario(

@@ -13,14 +13,33 @@ use tokio::sync::mpsc;
 use super::{BenchError, Ctx, Report, ScratchDb, commit_rate, percentile};
 
 /// Runs the reference measurements.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
     ScratchDb::with(&ctx.target, 10, async |db| measure(ctx, db).await).await
 }
 
-async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
-    let mut reports = Vec::new();
-
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     // 1. SELECT 1 round trip on a pooled connection.
+    if ctx.scenario("reference", "select1") {
+        select1(ctx, db).await?;
+    }
+    // 2. NOTIFY delivery: commit of pg_notify returned → notification received.
+    if ctx.scenario("reference", "notify") {
+        notify(ctx, db).await?;
+    }
+    // 3. Single-row insert commits/s, 8 writers, no triggers.
+    if ctx.scenario("reference", "insert-commit") {
+        insert_commit(ctx, db).await?;
+    }
+    // 4. CLI start-up: `bf4ps-ops collectors list` (process start, TLS as
+    //    the URL says, one query, exit; run as `bf4ps-lab ops`, the same
+    //    code) beside `psql -c 'SELECT 1'`.
+    if ctx.scenario("reference", "cli-start-up") {
+        cli_start_up(ctx, db)?;
+    }
+    Ok(())
+}
+
+async fn select1(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     let samples_n = ctx.size(5_000, 200);
     let mut conn = db.pool.acquire().await?;
     let mut samples = Vec::with_capacity(samples_n);
@@ -30,28 +49,32 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         samples.push(t.elapsed().as_secs_f64() * 1e3);
     }
     drop(conn);
-    reports.push(
-        Report::new(
+    ctx.emit(
+        &Report::new(
             "reference",
             json!({"scenario": "select1_round_trip", "samples": samples_n}),
         )
         .figure("p50_ms", percentile(&mut samples, 50.0))
         .figure("p99_ms", percentile(&mut samples, 99.0)),
     );
+    Ok(())
+}
 
-    // 2. NOTIFY delivery: commit of pg_notify returned → notification received.
+async fn notify(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     let notify_n = ctx.size(2_000, 100);
     let mut samples = notify_delivery(db, notify_n).await?;
-    reports.push(
-        Report::new(
+    ctx.emit(
+        &Report::new(
             "reference",
             json!({"scenario": "notify_delivery", "samples": notify_n}),
         )
         .figure("p50_ms", percentile(&mut samples, 50.0))
         .figure("p99_ms", percentile(&mut samples, 99.0)),
     );
+    Ok(())
+}
 
-    // 3. Single-row insert commits/s, 8 writers, no triggers.
+async fn insert_commit(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     sqlx::query(
         "CREATE TABLE bench_reference (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int)",
     )
@@ -70,17 +93,17 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
         }
     })
     .await?;
-    reports.push(
-        Report::new(
+    ctx.emit(
+        &Report::new(
             "reference",
             json!({"scenario": "insert_commit", "writers": writers}),
         )
         .figure("commits_per_s", rate),
     );
+    Ok(())
+}
 
-    // 4. CLI start-up: `bf4ps-ops collectors list` (process start, TLS as
-    //    the URL says, one query, exit; run as `bf4ps-lab ops`, the same
-    //    code) beside `psql -c 'SELECT 1'`.
+fn cli_start_up(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     if let Some(url) = ctx.database_url.as_deref() {
         let url = super::collect::url_with_database(url, db.name())?;
         let runs = ctx.size(20, 5);
@@ -106,9 +129,9 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
                 .figure("psql_p50_ms", psql.0)
                 .figure("psql_max_ms", psql.1);
         }
-        reports.push(report);
+        ctx.emit(&report);
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// The sslmode a URL asks for (`prefer` when it says none, as libpq).

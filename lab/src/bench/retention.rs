@@ -11,11 +11,14 @@ use bf4ps_ops::retention::{self, RetentionRun};
 use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the retention benchmark.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
+    if !ctx.scenario("retention", "delete") {
+        return Ok(());
+    }
     ScratchDb::with(&ctx.target, 4, async |db| measure(ctx, db).await).await
 }
 
-async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
+async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<(), BenchError> {
     let expired = ctx.size(2_000_000, 20_000);
     let fresh = expired / 10;
     eprintln!("inserting {expired} expired and {fresh} recent events…");
@@ -48,13 +51,14 @@ async fn measure(ctx: &Ctx, db: &ScratchDb) -> Result<Vec<Report>, BenchError> {
             report.deleted
         )));
     }
-    Ok(vec![
-        Report::new(
+    ctx.emit(
+        &Report::new(
             "retention",
             json!({"expired_events": expired, "recent_events": fresh, "batch": settings.batch}),
         )
         .figure("events_per_s", report.deleted as f64 / secs)
         .figure("elapsed_s", secs)
         .figure("longest_batch_ms", report.longest_batch.as_secs_f64() * 1e3),
-    ])
+    );
+    Ok(())
 }

@@ -1,6 +1,7 @@
-//! `bench scale`: event volume. At 1M and 10M events (quick: 10k and 100k),
-//! each in its own scratch database: projector catch-up, `projector
-//! rebuild`, retention of one day's worth of events (800,000; quick: 8,000)
+//! `bench scale`: event volume. At 100k and 1M events (`--long`: 1M and
+//! 10M; quick: 10k and 100k), each in its own scratch database: projector
+//! catch-up, `projector rebuild`, retention of one day's worth of events
+//! (80,000; `--long`: 800,000; quick: 8,000)
 //! with its longest delete transaction (the longest lock hold), and what
 //! `status`, a gauge refresh and a `/metrics` render cost. The per-event
 //! costs at the larger size are reported against the smaller one (goal:
@@ -18,14 +19,18 @@ use bf4ps_ops::retention::{self, RetentionRun};
 use bf4ps_ops::tuning::ServeTuning;
 
 /// Runs the scale benchmark.
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
-    let (sizes, old_day): (&[usize], usize) = if ctx.quick {
-        (&[10_000, 100_000], 8_000)
-    } else {
-        (&[1_000_000, 10_000_000], 800_000)
-    };
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
+    let (sizes, old_day): (&[usize], usize) = ctx.sized(
+        (&[1_000_000, 10_000_000], 800_000),
+        (&[100_000, 1_000_000], 80_000),
+        (&[10_000, 100_000], 8_000),
+    );
+    // The small size's report, the reference of the large one.
     let mut reports: Vec<Report> = Vec::new();
-    for &events in sizes {
+    for (&events, name) in sizes.iter().zip(super::scenarios("scale")) {
+        if !ctx.scenario("scale", name) {
+            continue;
+        }
         let mut report = ScratchDb::with(&ctx.target, 6, async |db| {
             measure(ctx, db, events, old_day).await
         })
@@ -42,9 +47,10 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 report = report.figure(&name, now / base);
             }
         }
+        ctx.emit(&report);
         reports.push(report);
     }
-    Ok(reports)
+    Ok(())
 }
 
 /// Inserts `n` events spread evenly over the last 179 days (whole chunks

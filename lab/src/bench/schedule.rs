@@ -23,7 +23,9 @@
 //! `--scale F` multiplies the population, the new soldiers a day, the keys,
 //! the budget and the working set together (a smaller world, the same
 //! statements run fewer times: every share and ratio is the same world's);
-//! `--quick` is scale 0.05 for 2 days. `--keys N` gives the full-scale world
+//! `--quick` is 0.05 of the scale for 2 days, the default run scale 0.1
+//! (unless `--scale` says otherwise) for 5 days (about 3 minutes), `--long`
+//! scale 1 for 30 days; `--days` sets the days. `--keys N` gives the full-scale world
 //! N keys, each bringing 162 requests an hour of budget (today's 1,296 over
 //! 8) and its share of the working set.
 //!
@@ -69,7 +71,7 @@ use serde_json::json;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use super::{BenchError, Ctx, Report, ScratchDb, other, percentile};
+use super::{BenchError, Ctx, Report, ScratchDb, Size, other, percentile};
 use bf4ps_ops::config::{ActiveOrder, SchedulingPolicy};
 use bf4ps_ops::egress::EgressSettings;
 use bf4ps_ops::feeder::{Feeder, FeederSettings};
@@ -110,16 +112,22 @@ const FULL_KEYS: u32 = 8;
 const BUDGET_PER_KEY: f64 = 1_296.0 / FULL_KEYS as f64;
 
 impl World {
-    /// The world at `scale` (population, new soldiers a day, keys and budget
-    /// together; quick is scale 0.05 of it) with `full_keys` keys at full
+    /// The world at scale `f` (population, new soldiers a day, keys and
+    /// budget together; see [`world_scale`]) with `full_keys` keys at full
     /// scale, each bringing its share of the budget.
-    fn new(quick: bool, days: Option<u32>, scale: f64, full_keys: u32) -> World {
-        let f = if quick { 0.05 * scale } else { scale };
+    fn new(size: Size, days: Option<u32>, f: f64, full_keys: u32) -> World {
         let scaled = |x: f64| (x * f).round().max(1.0);
         World {
             soldiers: scaled(200_000.0) as usize,
             new_per_day: scaled(2_430.0) as usize,
-            days: days.map_or(if quick { 2 } else { 30 }, i64::from),
+            days: days.map_or(
+                match size {
+                    Size::Quick => 2,
+                    Size::Default => 5,
+                    Size::Long => 30,
+                },
+                i64::from,
+            ),
             keys: scaled(f64::from(full_keys)) as usize,
             key_spacing: 5 * US,
             budget: scaled(BUDGET_PER_KEY * f64::from(full_keys)) as u32,
@@ -133,14 +141,26 @@ impl World {
     }
 }
 
+/// The simulated world's scale: `--scale` (default 1 with `--long`, 0.1
+/// without), and 0.05 of it with `--quick`.
+fn world_scale(ctx: &Ctx) -> f64 {
+    match ctx.size {
+        Size::Quick => 0.05 * ctx.scale.unwrap_or(1.0),
+        Size::Default => ctx.scale.unwrap_or(0.1),
+        Size::Long => ctx.scale.unwrap_or(1.0),
+    }
+}
+
 /// Runs both policies at once, one scratch database each; with `--keys`,
 /// the sightings policy once per key count instead (two at a time).
-pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
+pub async fn run(ctx: &Ctx) -> Result<(), BenchError> {
+    if !ctx.scenario("schedule", "policies") {
+        return Ok(());
+    }
     if !ctx.keys.is_empty() {
-        let mut reports = Vec::new();
         for pair in ctx.keys.chunks(2) {
             let runs = pair.iter().map(|&k| {
-                let world = World::new(ctx.quick, ctx.days, ctx.scale, k);
+                let world = World::new(ctx.size, ctx.days, world_scale(ctx), k);
                 async move {
                     ScratchDb::with(&ctx.target, 4, async |db| {
                         simulate(
@@ -148,7 +168,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                             &world,
                             SchedulingPolicy::Sightings,
                             ctx.active_order,
-                            ctx.scale,
+                            world_scale(ctx),
                             k,
                         )
                         .await
@@ -157,12 +177,12 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 }
             });
             for r in futures_util::future::join_all(runs).await {
-                reports.push(r?);
+                ctx.emit(&r?);
             }
         }
-        return Ok(reports);
+        return Ok(());
     }
-    let world = World::new(ctx.quick, ctx.days, ctx.scale, FULL_KEYS);
+    let world = World::new(ctx.size, ctx.days, world_scale(ctx), FULL_KEYS);
     let (age, sightings) = tokio::join!(
         ScratchDb::with(&ctx.target, 4, async |db| {
             simulate(
@@ -170,7 +190,7 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 &world,
                 SchedulingPolicy::Age,
                 ctx.active_order,
-                ctx.scale,
+                world_scale(ctx),
                 FULL_KEYS,
             )
             .await
@@ -181,13 +201,15 @@ pub async fn run(ctx: &Ctx) -> Result<Vec<Report>, BenchError> {
                 &world,
                 SchedulingPolicy::Sightings,
                 ctx.active_order,
-                ctx.scale,
+                world_scale(ctx),
                 FULL_KEYS,
             )
             .await
         }),
     );
-    Ok(vec![age?, sightings?])
+    ctx.emit(&age?);
+    ctx.emit(&sightings?);
+    Ok(())
 }
 
 /// One soldier, as the simulation knows it.
