@@ -444,8 +444,9 @@ impl Batch {
                 CounterKey::Throttled(key) => {
                     registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)])
                 }
-                CounterKey::Interactive(outcome) => registry
-                    .counter("bf4ps_interactive_refreshes_total", &[("outcome", outcome)]),
+                CounterKey::Interactive(outcome) => {
+                    registry.counter("bf4ps_interactive_refreshes_total", &[("outcome", outcome)])
+                }
             };
             c.increment(*n);
         }
@@ -725,10 +726,10 @@ mod tests {
         let b = Batch::from_rows(
             &[
                 forever,
-            ancient,
-            slow,
-            negative,
-            far_back,
+                ancient,
+                slow,
+                negative,
+                far_back,
                 row(6, "claimed"),
             ],
             Duration::from_secs(60),
