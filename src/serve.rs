@@ -371,7 +371,8 @@ impl Serve {
             pool.clone(),
             registry.clone(),
             tuning.projector.projector_batch,
-        );
+        )
+        .with_interactive_fresh_within(tuning.projector.interactive_fresh_within);
         let state = projector.state();
         let wake: Box<dyn Wake> = match self.events_wake {
             Some(f) => f(&ctx),

@@ -103,6 +103,15 @@ pub const CATALOG: &[MetricDef] = &[
         help: "Age of the previous successful collection when a pair was refreshed.",
         exporter: Serve,
     },
+    MetricDef {
+        name: "bf4ps_interactive_refreshes_total",
+        kind: Counter,
+        labels: &["outcome"],
+        help: "Interactive refreshes the website asked for, counted when their job ended: \
+               fresh_in_time (succeeded within BF4PS_INTERACTIVE_FRESH_WITHIN of the request), \
+               late (succeeded after it), failed (gave up or unavailable).",
+        exporter: Serve,
+    },
     // --- from the collectors table ---
     MetricDef {
         name: "bf4ps_collector_heartbeat_lost",

@@ -2,6 +2,7 @@
 //! Prometheus series it moves (pure; tested without a database).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
 
@@ -35,6 +36,9 @@ pub(super) struct EventRow {
     pub(super) http_status: Option<i32>,
     pub(super) error_class: Option<String>,
     pub(super) previous_success_at: Option<String>,
+    /// For an interactive job's `succeeded`/`failed` event: when the website
+    /// asked (the job's `created` or `promoted` event), else `None`.
+    pub(super) requested_at: Option<DbTime>,
 }
 
 pub(super) fn parse_tx(text: &str) -> Result<u64, ProjectorError> {
@@ -73,6 +77,45 @@ pub(super) enum CounterKey {
     Error(String, String),
     Egress(String),
     Throttled(String),
+    Interactive(&'static str),
+}
+
+/// The outcomes of `bf4ps_interactive_refreshes_total`: a website request's
+/// job ended fresh within [`ProjectorSettings::interactive_fresh_within`](super::ProjectorSettings)
+/// of the request, fresh after it, or without data (gave up, unavailable).
+pub const INTERACTIVE_OUTCOMES: [&str; 3] = ["fresh_in_time", "late", "failed"];
+
+/// What an interactive job's finished attempt counts as: `None` unless it
+/// ended the job (a success, or a failure that is not retried) and its
+/// request is known.
+fn interactive_outcome(
+    r: &EventRow,
+    kind: Meaning,
+    occurred_at: DateTime<Utc>,
+    fresh_within: Duration,
+) -> Option<&'static str> {
+    let Some(DbTime::At(requested)) = r.requested_at else {
+        return None;
+    };
+    if r.lane.as_deref() != Some(Lane::Interactive.as_str()) {
+        return None;
+    }
+    match kind {
+        Meaning::Succeeded => {
+            let waited = (occurred_at - requested).to_std().unwrap_or_default();
+            Some(if waited <= fresh_within {
+                "fresh_in_time"
+            } else {
+                "late"
+            })
+        }
+        Meaning::Failed { bf4ps: false }
+            if matches!(r.result.as_deref(), Some("gave_up" | "unavailable")) =>
+        {
+            Some("failed")
+        }
+        _ => None,
+    }
 }
 
 /// The error classes with a `failed_<class>` rollup column, in the column
@@ -111,6 +154,8 @@ pub(super) struct Batch {
     /// Refresh ages (s) per (lane, resource).
     pub(super) ages: BTreeMap<(String, String), Vec<f64>>,
     pub(super) rollups: BTreeMap<RollupKey, RollupDelta>,
+    /// How soon after its request an interactive refresh counts as in time.
+    fresh_within: Duration,
 }
 
 /// What an event counts as in the rollups, whichever vocabulary wrote it:
@@ -243,8 +288,16 @@ pub(crate) fn hour_bucket(at: DateTime<Utc>) -> DateTime<Utc> {
 }
 
 impl Batch {
-    pub(super) fn from_rows(rows: &[EventRow]) -> Result<Batch, ProjectorError> {
-        let mut b = Batch::default();
+    /// Aggregates `rows`; an interactive refresh fresh within `fresh_within`
+    /// of its request counts as `fresh_in_time`.
+    pub(super) fn from_rows(
+        rows: &[EventRow],
+        fresh_within: Duration,
+    ) -> Result<Batch, ProjectorError> {
+        let mut b = Batch {
+            fresh_within,
+            ..Batch::default()
+        };
         for r in rows {
             b.count += 1;
             b.last = Position {
@@ -289,6 +342,12 @@ impl Batch {
         };
         if kind == Meaning::Other {
             return;
+        }
+        if let Some(outcome) = interactive_outcome(r, kind, occurred_at, self.fresh_within) {
+            *self
+                .counters
+                .entry(CounterKey::Interactive(outcome))
+                .or_default() += 1;
         }
         let key = (hour_bucket(occurred_at), resource.clone(), lane.clone());
         let delta = self.rollups.entry(key).or_default();
@@ -385,6 +444,9 @@ impl Batch {
                 CounterKey::Throttled(key) => {
                     registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)])
                 }
+                CounterKey::Interactive(outcome) => {
+                    registry.counter("bf4ps_interactive_refreshes_total", &[("outcome", outcome)])
+                }
             };
             c.increment(*n);
         }
@@ -472,6 +534,9 @@ pub fn register_series(registry: &Registry, egress_keys: &[String]) {
         let _ = registry.counter("bf4ps_egress_requests_total", &[("egress_key", key)]);
         let _ = registry.counter("bf4ps_egress_throttled_total", &[("egress_key", key)]);
     }
+    for outcome in INTERACTIVE_OUTCOMES {
+        let _ = registry.counter("bf4ps_interactive_refreshes_total", &[("outcome", outcome)]);
+    }
     let _ = registry.counter("bf4ps_projector_projected_events_total", &[]);
     let _ = registry.counter("bf4ps_projector_quarantined_events_total", &[]);
     registry.upkeep();
@@ -535,6 +600,7 @@ mod tests {
             http_status: None,
             error_class: None,
             previous_success_at: None,
+            requested_at: None,
         }
     }
 
@@ -552,7 +618,7 @@ mod tests {
         odd.error_class = Some("gremlins".into());
         odd.http_status = Some(503);
         let rows = vec![ok, bad, odd, row(4, "retry_scheduled"), row(5, "claimed")];
-        let b = Batch::from_rows(&rows).unwrap();
+        let b = Batch::from_rows(&rows, Duration::from_secs(60)).unwrap();
         assert_eq!(b.count, 5);
         assert_eq!(
             b.last,
@@ -593,7 +659,7 @@ mod tests {
         http.http_status = Some(301);
         let mut legacy = row(3, "failed");
         legacy.error_class = Some("rate_limited".into());
-        let b = Batch::from_rows(&[throttled, http, legacy]).unwrap();
+        let b = Batch::from_rows(&[throttled, http, legacy], Duration::from_secs(60)).unwrap();
         let d = b.rollups.values().next().unwrap();
         assert_eq!(d.failed, [0, 0, 1, 0, 0, 0, 1, 1, 0]);
         assert_eq!(
@@ -628,7 +694,7 @@ mod tests {
             row(6, "collection_duplicate_discarded"),
             row(7, "phase5b_step7_run_started"),
         ];
-        let b = Batch::from_rows(&rows).unwrap();
+        let b = Batch::from_rows(&rows, Duration::from_secs(60)).unwrap();
         assert_eq!(b.count, 7);
         let d = b.rollups.values().next().unwrap();
         assert_eq!(d.succeeded, 1);
@@ -657,14 +723,17 @@ mod tests {
         negative.duration_ms = Some(-1);
         let mut far_back = row(5, "succeeded");
         far_back.previous_success_at = Some("0001-01-01 00:00:00+00".into());
-        let b = Batch::from_rows(&[
-            forever,
-            ancient,
-            slow,
-            negative,
-            far_back,
-            row(6, "claimed"),
-        ])
+        let b = Batch::from_rows(
+            &[
+                forever,
+                ancient,
+                slow,
+                negative,
+                far_back,
+                row(6, "claimed"),
+            ],
+            Duration::from_secs(60),
+        )
         .unwrap();
         assert_eq!(b.count, 6);
         let ids: Vec<i64> = b.quarantined.iter().map(|q| q.event_id).collect();
@@ -707,5 +776,62 @@ mod tests {
             assert_eq!(label, class.as_str());
             assert!(UPSERT_ROLLUPS.contains(&format!("failed_{class},")));
         }
+    }
+
+    #[test]
+    fn interactive_refreshes_count_once_when_their_job_ends() {
+        let asked = DateTime::parse_from_rfc3339("2024-03-01T10:14:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let interactive = |id, t: &str, requested_at: Option<DbTime>| {
+            let mut r = row(id, t);
+            r.lane = Some("interactive".into());
+            r.requested_at = requested_at;
+            r
+        };
+        // Finished at 10:15: 60 s after the request.
+        let in_time = interactive(1, "succeeded", Some(DbTime::At(asked)));
+        let mut late = interactive(2, "succeeded", Some(DbTime::At(asked)));
+        late.occurred_at = DbTime::At(asked + chrono::Duration::seconds(61));
+        let mut gave_up = interactive(3, "failed", Some(DbTime::At(asked)));
+        gave_up.result = Some("gave_up".into());
+        let mut unavailable = interactive(4, "failed", Some(DbTime::At(asked)));
+        unavailable.result = Some("unavailable".into());
+        // Not the end of the job, or no request known: not counted.
+        let mut retried = interactive(5, "failed", Some(DbTime::At(asked)));
+        retried.result = Some("retry".into());
+        let unknown = interactive(6, "succeeded", None);
+        let forever = interactive(7, "succeeded", Some(DbTime::After));
+        let mut background = row(8, "succeeded");
+        background.requested_at = Some(DbTime::At(asked));
+        let rows = [
+            in_time,
+            late,
+            gave_up,
+            unavailable,
+            retried,
+            unknown,
+            forever,
+            background,
+            interactive(9, "claimed", Some(DbTime::At(asked))),
+        ];
+        let b = Batch::from_rows(&rows, Duration::from_secs(60)).unwrap();
+        let counted: Vec<(&str, u64)> = b
+            .counters
+            .iter()
+            .filter_map(|(k, n)| match k {
+                CounterKey::Interactive(o) => Some((*o, *n)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(counted, [("failed", 2), ("fresh_in_time", 1), ("late", 1)]);
+        // A tighter threshold makes the first one late too.
+        let b = Batch::from_rows(&rows, Duration::from_secs(59)).unwrap();
+        assert_eq!(
+            b.counters.get(&CounterKey::Interactive("late")),
+            Some(&2),
+            "{:?}",
+            b.counters
+        );
     }
 }

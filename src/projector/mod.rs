@@ -45,7 +45,7 @@ mod store;
 use chrono::{DateTime, Utc};
 
 pub(crate) use batch::RollupDelta;
-pub use batch::register_series;
+pub use batch::{INTERACTIVE_OUTCOMES, register_series};
 pub use lag::{Horizon, HorizonHolder, Lag, horizon, lag};
 pub use rebuild::{RebuildReport, rebuild};
 pub(crate) use run::WakeFuture;
@@ -58,6 +58,12 @@ crate::config::settings! {
         /// Events read per projector transaction.
         projector_batch: u32 = "5000", "projector-batch", "BF4PS_PROJECTOR_BATCH", "Events",
             check crate::config::checks::at_least_one;
+
+        /// An interactive refresh whose job succeeds within this of the website's
+        /// request counts as `fresh_in_time` in `bf4ps_interactive_refreshes_total`
+        /// (the interactive SLO's good events), later as `late`.
+        interactive_fresh_within: std::time::Duration = "60s", "interactive-fresh-within", "BF4PS_INTERACTIVE_FRESH_WITHIN", "Events",
+            check crate::config::checks::positive;
     }
 }
 

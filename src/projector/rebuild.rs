@@ -96,7 +96,8 @@ async fn replay(
         if rows.is_empty() {
             break;
         }
-        let b = Batch::from_rows(&rows)?;
+        // A rebuild writes rollups only, never counters: no threshold applies.
+        let b = Batch::from_rows(&rows, Duration::ZERO)?;
         store::upsert_rollups(&mut tx, &b.rollups).await?;
         store::quarantine(&mut tx, &b.quarantined).await?;
         events += b.count;

@@ -104,6 +104,8 @@ pub struct Projector {
     pool: Pool,
     registry: Registry,
     batch: u32,
+    /// See [`Projector::with_interactive_fresh_within`].
+    fresh_within: Duration,
     progress: watch::Sender<Progress>,
     state: ProjectorState,
     hook: Option<BeforeCommitHook>,
@@ -114,6 +116,9 @@ pub struct Projector {
     /// read behind it means the database went back in time.
     high: Mutex<Position>,
 }
+
+/// `BF4PS_INTERACTIVE_FRESH_WITHIN`'s default.
+const DEFAULT_FRESH_WITHIN: Duration = Duration::from_secs(60);
 
 /// How often the loop checks that the database is the one it left.
 const IDENTITY_EVERY: Duration = Duration::from_secs(1);
@@ -245,6 +250,7 @@ impl Projector {
             pool: pool.into(),
             registry,
             batch: batch.max(1),
+            fresh_within: DEFAULT_FRESH_WITHIN,
             progress,
             state: ProjectorState {
                 is_leader: Arc::new(AtomicBool::new(false)),
@@ -256,6 +262,14 @@ impl Projector {
             in_doubt: Mutex::new(None),
             high: Mutex::new(Position::default()),
         }
+    }
+
+    /// Counts an interactive refresh as `fresh_in_time` when its job
+    /// succeeded within `within` of the website's request (default 60 s,
+    /// `BF4PS_INTERACTIVE_FRESH_WITHIN`).
+    pub fn with_interactive_fresh_within(mut self, within: Duration) -> Projector {
+        self.fresh_within = within;
+        self
     }
 
     /// Installs a hook run between the batch's writes and its commit (tests:
@@ -323,7 +337,7 @@ impl Projector {
         } else {
             held_back(&mut *tx).await?
         };
-        let batch = Batch::from_rows(&rows)?;
+        let batch = Batch::from_rows(&rows, self.fresh_within)?;
         // The checkpoint's newest event time over every projector that ever
         // led: the last-event gauge shows it, never this batch's own maximum.
         let moved = store::advance_checkpoint(

@@ -18,7 +18,14 @@ use super::{
 const READ_BATCH: &str = concat!(
     "SELECT event_id, tx_id::text AS tx_text, occurred_at, event_type, lane, resource, ",
     "egress_key_snapshot, result, duration_ms, http_status, error_class, ",
-    "metadata->>'previous_success_at' AS previous_success_at ",
+    "metadata->>'previous_success_at' AS previous_success_at, ",
+    // An interactive job's finished attempt: when the website asked (the
+    // job's `created` or `promoted` event in the interactive lane), read
+    // through the (job_id, occurred_at) index; NULL for every other event.
+    "CASE WHEN lane = 'interactive' AND event_type IN ('succeeded', 'failed') ",
+    "AND job_id IS NOT NULL THEN (SELECT min(r.occurred_at) FROM collection_events AS r ",
+    "WHERE r.job_id = collection_events.job_id AND r.lane = 'interactive' ",
+    "AND r.event_type IN ('created', 'promoted')) END AS requested_at ",
     "FROM collection_events ",
     "WHERE (tx_id, event_id) > ($1::text::xid8, $2) ",
     "AND tx_id < coalesce($4::text::xid8, (SELECT bf4ps_projection_horizon())) ",

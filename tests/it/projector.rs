@@ -1149,3 +1149,100 @@ async fn an_event_that_cannot_be_projected_is_quarantined_and_projection_goes_on
         .unwrap();
     assert_eq!(n, 2);
 }
+
+/// The interactive SLO's counter: a website request (`bf4ps_request_refresh`)
+/// whose job an interactive collector finishes counts once, when the job
+/// ends, by how long after the request it was fresh; a job that ends without
+/// data counts as failed; attempts that are retried, background jobs and
+/// repeated projection count nothing.
+#[sqlx::test]
+async fn interactive_refreshes_are_counted_once_by_time_to_fresh(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use bf4ps_ops::domain::Lane;
+    use bf4ps_ops::request::request_refresh;
+
+    let db = TestDb::new(opts).await;
+    let registry = Registry::new();
+    projector::register_series(&registry, &[]);
+    let p = Projector::new(db.pool.clone(), registry.clone(), 100)
+        .with_interactive_fresh_within(Duration::from_secs(60));
+    let refreshes = |text: &str, outcome: &str| {
+        sample(
+            text,
+            "bf4ps_interactive_refreshes_total",
+            &[("outcome", outcome)],
+        )
+    };
+    let before = registry.render();
+    for outcome in projector::INTERACTIVE_OUTCOMES {
+        assert_eq!(refreshes(&before, outcome), Some(0.0), "{outcome}");
+    }
+
+    let request = async |persona: i64| -> i64 {
+        let rows = request_refresh(
+            &db.pool,
+            "pc",
+            persona,
+            &["detailed".to_owned()],
+            Some(&format!("Web{persona}")),
+        )
+        .await
+        .expect("request");
+        rows[0].job_id.expect("a job")
+    };
+    let who = crate::fixtures::collector(&db.pool, "web-1", Lane::Interactive).await;
+    let finish = async |job_id: i64| {
+        let job = crate::fixtures::claim_and_start(&db.pool, &who).await;
+        assert_eq!(job.job_id, job_id);
+        crate::fixtures::succeed(&db.pool, &who, &job.lease(&who), 7).await;
+    };
+    // In time: asked now, fresh now.
+    let in_time = request(1001).await;
+    finish(in_time).await;
+    // Late: asked two minutes ago (the request's event says when).
+    let late = request(1002).await;
+    crate::support::exec(
+        &db.pool,
+        format!(
+            "UPDATE collection_events SET occurred_at = now() - interval '2 minutes' \
+             WHERE job_id = {late} AND event_type = 'created'"
+        ),
+    )
+    .await
+    .unwrap();
+    finish(late).await;
+    // Failed: a retried attempt counts nothing, the attempt that gives up once.
+    let failed = request(1003).await;
+    for result in ["retry", "gave_up"] {
+        crate::support::exec(
+            &db.pool,
+            format!(
+                "INSERT INTO collection_events (job_id, lane, resource, event_type, result, \
+                 error_class, duration_ms) VALUES ({failed}, 'interactive', 'detailed', \
+                 'failed', '{result}', 'server', 5)"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    // A background success is no website request.
+    insert(&db.pool, &Ev::succeeded(10)).await;
+
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_events")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    project_until(&p, n as u64).await;
+    let text = registry.render();
+    assert_eq!(refreshes(&text, "fresh_in_time"), Some(1.0));
+    assert_eq!(refreshes(&text, "late"), Some(1.0));
+    assert_eq!(refreshes(&text, "failed"), Some(1.0));
+    // Nothing is counted twice.
+    assert_eq!(p.run_once().await.unwrap().projected, 0);
+    assert_eq!(
+        total(&registry.render(), "bf4ps_interactive_refreshes_total"),
+        3.0
+    );
+}

@@ -191,6 +191,29 @@ const MAY_BE_ZERO: &[(&str, &str, &str, Zero, &str)] = &[
         "the heartbeat-lost column is 0 before the kill",
     ),
     (
+        "freshness.json",
+        "Website refreshes by outcome",
+        "A",
+        Zero::Allowed,
+        "the website asks for no refresh in this run",
+    ),
+    (
+        "freshness.json",
+        "SLO burn rate: page windows",
+        "B",
+        Zero::Allowed,
+        "no website refresh (interactive 0); background reads 0 once the collectors keep a \
+         quarter of the active pairs fresh for 5m",
+    ),
+    (
+        "freshness.json",
+        "SLO burn rate: page windows",
+        "D",
+        Zero::Allowed,
+        "no website refresh (interactive 0); background reads 0 once the collectors keep a \
+         quarter of the active pairs fresh for 30m",
+    ),
+    (
         "fleet.json",
         "Drained or disabled",
         "A",
@@ -824,11 +847,17 @@ async fn prometheus_sees_work_and_pages_on_a_lost_collector(
     assert_have_data(&prom, &all, false, Duration::from_secs(25)).await;
 
     // A healthy run pages nobody; the heartbeat alert was never even pending.
+    // Except the background freshness SLO: the seeded backlog is stale by
+    // design (no active soldier's detailed within its 24h cadence, two
+    // thirds of the weekly lists beyond 7d: under a quarter of the active
+    // pairs fresh), which is what it pages on (docs/slo.md).
     let alerts = prom.alerts().await.expect("alerts");
     let paging: Vec<&Alert> = alerts
         .iter()
         .filter(|a| {
-            a.state == "firing" && a.labels.get("severity").map(String::as_str) == Some("critical")
+            a.state == "firing"
+                && a.labels.get("severity").map(String::as_str) == Some("critical")
+                && !a.name.starts_with("BF4PSBackgroundSLOBurn")
         })
         .collect();
     assert!(
