@@ -150,8 +150,7 @@ impl SlotGate {
                 if refusals > 0 {
                     tracing::info!(
                         refusals,
-                        "PostgreSQL has connection slots again (after \
-                                              SQLSTATE 53300)"
+                        "PostgreSQL has connection slots again (after SQLSTATE 53300)"
                     );
                 }
             }
@@ -172,8 +171,8 @@ impl SlotGate {
             sqlstate = "53300",
             refusals,
             retry_in_ms = delay.as_millis() as u64,
-            "PostgreSQL has no connection slot left (SQLSTATE 53300, \
-                        too_many_connections); holding new connections back"
+            "PostgreSQL has no connection slot left (SQLSTATE 53300, too_many_connections); \
+             holding new connections back"
         );
     }
 

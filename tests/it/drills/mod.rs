@@ -10,13 +10,15 @@
 //!
 //! - [`connections`]: other clients take every connection slot;
 //! - [`clock_skew`]: collectors whose hosts' clocks are an hour ahead and an
-//!   hour behind (libfaketime).
+//!   hour behind (libfaketime);
+//! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted.
 //!
 //! They run after the rest of the suite, one at a time (`scripts/test`).
 
 mod clock_skew;
 mod connections;
 pub(crate) mod history;
+mod pgbouncer_restart;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -74,7 +76,22 @@ impl Fleet {
     ) -> Fleet {
         let server = Standalone::init();
         server.start_with(server_options);
+        Fleet::start_on(server, None, first, serve_env, fake, collectors).await
+    }
+
+    /// [`Fleet::start`] on a started `server`; `serve` and the collectors
+    /// reach it through `route` (a URL and the environment that goes with
+    /// it, e.g. a pooler's) when given, else directly.
+    pub(crate) async fn start_on(
+        server: Standalone,
+        route: Option<(String, Vec<(&'static str, String)>)>,
+        first: i64,
+        serve_env: &[(&str, &str)],
+        fake: Option<bf4ps_lab::fake_battlelog::FakeSettings>,
+        collectors: Vec<CollectorSpec>,
+    ) -> Fleet {
         let url = server.url();
+        let (fleet_url, route_env) = route.unwrap_or_else(|| (url.clone(), Vec::new()));
         let out = run_bin(&["migrate"], Some(&url));
         assert!(
             out.status.success(),
@@ -98,7 +115,8 @@ impl Fleet {
         .unwrap();
         let upstream = fake.url();
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let mut cmd = fleet_cmd(&url, &["serve", "--listen", &addr.to_string()]);
+        let mut cmd = fleet_cmd(&fleet_url, &["serve", "--listen", &addr.to_string()]);
+        cmd.envs(route_env.iter().map(|(k, v)| (k, v)));
         for (k, v) in serve_env {
             cmd.env(k, v);
         }
@@ -111,7 +129,7 @@ impl Fleet {
             .iter()
             .map(|c| {
                 let mut cmd = fleet_cmd(
-                    &url,
+                    &fleet_url,
                     &[
                         "collector",
                         "--name",
@@ -126,6 +144,7 @@ impl Fleet {
                         &upstream,
                     ],
                 );
+                cmd.envs(route_env.iter().map(|(k, v)| (k, v)));
                 for (k, v) in &c.env {
                     cmd.env(k, v);
                 }
