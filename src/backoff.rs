@@ -9,6 +9,8 @@
 //! - the collector's claim errors: [`CLAIM_ERRORS`];
 //! - the collector's finalization retries: [`FINALIZE_RETRIES`];
 //! - the projector's failed steps: [`PROJECTOR_ERRORS`];
+//! - new connections after the server said it has no slot left (SQLSTATE
+//!   53300, `db::Pool`): [`TOO_MANY_CONNECTIONS`];
 //! - and every periodic task's cadence (polls, cycles, sweeps): [`jittered`],
 //!   ±20%, so processes sharing a database do not fall into step.
 //!
@@ -97,6 +99,16 @@ pub(crate) const PROJECTOR_ERRORS: Backoff = Backoff {
     base: Duration::from_millis(100),
     max: Duration::from_secs(5),
     spread: 0.2,
+};
+
+/// How long a pool holds new connections back after the server refused
+/// one for want of a slot (SQLSTATE 53300, `db::Pool`): 250 ms doubling up
+/// to 4 s, ±50%, so processes restarted together spread their attempts and
+/// one whose server has slots again is back within 6 s.
+pub(crate) const TOO_MANY_CONNECTIONS: Backoff = Backoff {
+    base: Duration::from_millis(250),
+    max: Duration::from_secs(4),
+    spread: 0.5,
 };
 
 impl Backoff {

@@ -17,7 +17,11 @@
 //!   connection closed ([`PoolConn::answered`], or [`answered`] for a
 //!   statement on the pool); so is a connection that finds itself on a
 //!   read-only server ([`is_read_only`]); the caller retries with its
-//!   bounded backoff.
+//!   bounded backoff;
+//! - a server with no connection slot left (SQLSTATE 53300) is not
+//!   hammered: [`Pool`] holds new connections back with a jittered backoff
+//!   and says so naming 53300 ([`SlotsExhausted`],
+//!   [`DbError::TooManyConnections`]).
 
 pub mod locks;
 mod migrate;
@@ -35,7 +39,8 @@ pub use migrate::{
     BF4PS_CATALOG, MIGRATOR, MigrateOptions, MigratePlan, MigrateReport, MigrateSettings, Start,
     catalog, migrations_current,
 };
-pub use pool::{Acquired, Pool, PoolConn, Pooled};
+pub(crate) use pool::is_too_many_connections;
+pub use pool::{Acquired, Pool, PoolConn, Pooled, SlotsExhausted};
 pub use target::SslMode;
 pub use target::{DbTarget, Pooling};
 pub(crate) use target::{read_password_file, redact};
@@ -259,6 +264,19 @@ pub enum DbError {
         /// The server process both connections reported.
         pid: i32,
     },
+    /// The server has no connection slot left (SQLSTATE 53300), or a pool
+    /// is holding new connections back after it said so.
+    #[error(
+        "PostgreSQL at {addr} has no connection slot left (SQLSTATE 53300, too_many_connections): \
+         {reason} (other clients hold every slot: raise max_connections, or shrink the pools \
+         sharing the server; serve and collectors back off and resume by themselves)"
+    )]
+    TooManyConnections {
+        /// host:port.
+        addr: String,
+        /// The server's message, or how long new connections are held back.
+        reason: String,
+    },
     /// The server is read-only (a hot standby): this command writes.
     #[error("the database at {addr} is read-only ({reason}): {READ_ONLY_ADVICE}")]
     ReadOnly {
@@ -283,6 +301,26 @@ pub(crate) fn addr_of(opts: &PgConnectOptions) -> String {
 pub(crate) fn explain(error: sqlx::Error, addr: &str, opts: &PgConnectOptions) -> DbError {
     if let Some(reason) = tls_failure(&error, opts) {
         return DbError::Tls {
+            addr: addr.to_owned(),
+            reason,
+        };
+    }
+    if is_too_many_connections(&error) {
+        let reason = match &error {
+            sqlx::Error::Database(db) => db.message().to_owned(),
+            sqlx::Error::Io(e) => match e
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<SlotsExhausted>())
+            {
+                Some(held) => format!(
+                    "new connections held back for another {} ms",
+                    held.retry_in.as_millis()
+                ),
+                None => e.to_string(),
+            },
+            other => other.to_string(),
+        };
+        return DbError::TooManyConnections {
             addr: addr.to_owned(),
             reason,
         };

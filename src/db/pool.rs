@@ -33,9 +33,20 @@
 //!
 //! Direct mode delegates every call to sqlx unchanged (the fast path:
 //! cached named statements, one round trip per statement).
+//!
+//! Both modes hold new connections back while the server has no slot left
+//! ([`SlotGate`]): after a connection refused with SQLSTATE 53300
+//! (`too_many_connections`) a checkout that would need a new connection
+//! fails at once with [`SlotsExhausted`] (no attempt) until a jittered
+//! backoff ends (`backoff::TOO_MANY_CONNECTIONS`); each refusal is logged
+//! naming 53300, the first success after them once. Checkouts of idle
+//! connections go on meanwhile.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::{self, BoxStream, StreamExt, TryStreamExt};
@@ -72,6 +83,110 @@ impl<'a, T> Pooled<'a> for T where
 pub struct Pool {
     pool: PgPool,
     pinned: bool,
+    gate: Arc<SlotGate>,
+}
+
+/// The server has no connection slot left (SQLSTATE 53300): a checkout
+/// that needed a new connection was refused without trying one.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "PostgreSQL has no connection slot left (SQLSTATE 53300, too_many_connections): no new \
+     connection is tried for another {} ms",
+    retry_in.as_millis()
+)]
+pub struct SlotsExhausted {
+    /// Until the next attempt.
+    pub retry_in: Duration,
+}
+
+/// Whether `error` is the server refusing a connection for want of a slot
+/// (SQLSTATE 53300), or [`SlotsExhausted`].
+pub(crate) fn is_too_many_connections(error: &Error) -> bool {
+    match error {
+        Error::Database(db) => db.code().as_deref() == Some("53300"),
+        Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<SlotsExhausted>().is_some()),
+        _ => false,
+    }
+}
+
+/// New connections held back while the server has no slot left (the
+/// module's doc). One per [`Pool`], shared by its clones.
+#[derive(Debug, Default)]
+pub(crate) struct SlotGate {
+    /// Refusals in a row (0: open; read without the lock on the hot path).
+    refusals: AtomicU32,
+    /// No new connection before this.
+    until: Mutex<Option<Instant>>,
+}
+
+impl SlotGate {
+    /// `Err(SlotsExhausted)` while held back and a checkout would need a
+    /// new connection (`idle` idle connections in the pool).
+    pub(crate) fn admit(&self, idle: usize) -> Result<(), Error> {
+        if idle > 0 || self.refusals.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        let until = *self.until.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match until {
+            Some(until) if until > now => Err(Error::Io(std::io::Error::other(SlotsExhausted {
+                retry_in: until - now,
+            }))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Learns from a checkout's outcome: a refusal (53300) holds new
+    /// connections back, longer for each in a row; a success opens again.
+    pub(crate) fn observe<T>(&self, outcome: &Result<T, Error>) {
+        match outcome {
+            Err(e) if matches!(e, Error::Database(_)) && is_too_many_connections(e) => {
+                self.refused();
+            }
+            Ok(_) if self.refusals.load(Ordering::Relaxed) > 0 => {
+                let refusals = self.refusals.swap(0, Ordering::Relaxed);
+                if refusals > 0 {
+                    tracing::info!(
+                        refusals,
+                        "PostgreSQL has connection slots again (after SQLSTATE 53300)"
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The server refused a connection for want of a slot: new ones are
+    /// held back, longer for each refusal in a row.
+    fn refused(&self) {
+        let refusals = self
+            .refusals
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        let delay = crate::backoff::TOO_MANY_CONNECTIONS.delay(refusals);
+        *self.until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + delay);
+        tracing::warn!(
+            sqlstate = "53300",
+            refusals,
+            retry_in_ms = delay.as_millis() as u64,
+            "PostgreSQL has no connection slot left (SQLSTATE 53300, too_many_connections); \
+             holding new connections back"
+        );
+    }
+
+    /// [`SlotGate::admit`], `checkout`, [`SlotGate::observe`].
+    async fn around<T>(
+        &self,
+        idle: usize,
+        checkout: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        self.admit(idle)?;
+        let outcome = checkout.await;
+        self.observe(&outcome);
+        outcome
+    }
 }
 
 impl fmt::Debug for Pool {
@@ -102,6 +217,7 @@ impl From<PgPool> for Pool {
         Pool {
             pool,
             pinned: false,
+            gate: Arc::default(),
         }
     }
 }
@@ -110,7 +226,11 @@ impl Pool {
     /// A pool whose connections reach a transaction pooler (`pool` must be
     /// opened with the statement cache off: [`super::DbTarget::open`]).
     pub(crate) fn pinned(pool: PgPool) -> Pool {
-        Pool { pool, pinned: true }
+        Pool {
+            pool,
+            pinned: true,
+            gate: Arc::default(),
+        }
     }
 
     /// Whether statements are pinned (the pool reaches a transaction pooler).
@@ -120,11 +240,14 @@ impl Pool {
 
     /// Begins a transaction (pinned: with [`PINNED_BEGIN`]).
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
-        if self.pinned {
-            self.pool.begin_with(PINNED_BEGIN).await
-        } else {
-            self.pool.begin().await
-        }
+        let begin = async {
+            if self.pinned {
+                self.pool.begin_with(PINNED_BEGIN).await
+            } else {
+                self.pool.begin().await
+            }
+        };
+        self.gate.around(self.pool.num_idle(), begin).await
     }
 
     /// Begins a read-only REPEATABLE READ transaction: one snapshot for
@@ -137,6 +260,12 @@ impl Pool {
     /// `jit_above_cost` and compiling it took 13–100 ms of a 1 ms read
     /// (`bench scale`, docs/benchmarks.md).
     pub(crate) async fn begin_snapshot(&self) -> Result<Transaction<'static, Postgres>, Error> {
+        self.gate
+            .around(self.pool.num_idle(), self.begin_snapshot_ungated())
+            .await
+    }
+
+    async fn begin_snapshot_ungated(&self) -> Result<Transaction<'static, Postgres>, Error> {
         if self.pinned {
             self.pool
                 .begin_with(
@@ -154,7 +283,10 @@ impl Pool {
     /// Checks one connection out (a collector runs a job's steps on it).
     pub async fn conn(&self) -> Result<PoolConn, Error> {
         Ok(PoolConn {
-            conn: self.pool.acquire().await?,
+            conn: self
+                .gate
+                .around(self.pool.num_idle(), self.pool.acquire())
+                .await?,
             pinned: self.pinned,
         })
     }
@@ -341,11 +473,17 @@ impl<'p> Executor<'p> for &'_ Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        if !self.pinned {
-            return (&self.pool).fetch_many(query);
+        if let Err(e) = self.gate.admit(self.pool.num_idle()) {
+            return stream::once(async move { Err(e) }).boxed();
         }
-        let pool = self.pool.clone();
-        replay(async move { pinned_run(&mut *pool.acquire().await?, query).await })
+        let gate = self.gate.clone();
+        let items = if !self.pinned {
+            (&self.pool).fetch_many(query)
+        } else {
+            let pool = self.pool.clone();
+            replay(async move { pinned_run(&mut *pool.acquire().await?, query).await })
+        };
+        items.inspect(move |item| gate.observe(item)).boxed()
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Option<PgRow>, Error>>
@@ -353,13 +491,16 @@ impl<'p> Executor<'p> for &'_ Pool {
         'p: 'e,
         E: 'q + Execute<'q, Postgres>,
     {
-        if !self.pinned {
-            return (&self.pool).fetch_optional(query);
-        }
-        let pool = self.pool.clone();
+        let (pool, gate, pinned) = (self.pool.clone(), self.gate.clone(), self.pinned);
         Box::pin(async move {
-            let items = pinned_run(&mut *pool.acquire().await?, query).await?;
-            Ok(first_row(items))
+            let run = async {
+                if !pinned {
+                    return (&pool).fetch_optional(query).await;
+                }
+                let items = pinned_run(&mut *pool.acquire().await?, query).await?;
+                Ok(first_row(items))
+            };
+            gate.around(pool.num_idle(), run).await
         })
     }
 
@@ -371,13 +512,16 @@ impl<'p> Executor<'p> for &'_ Pool {
     where
         'p: 'e,
     {
-        if !self.pinned {
-            return (&self.pool).prepare_with(sql, parameters);
-        }
-        let pool = self.pool.clone();
+        let (pool, gate, pinned) = (self.pool.clone(), self.gate.clone(), self.pinned);
         Box::pin(async move {
-            let mut conn = pool.acquire().await?;
-            pinned_prepare(&mut conn, sql, parameters).await
+            let run = async {
+                if !pinned {
+                    return (&pool).prepare_with(sql, parameters).await;
+                }
+                let mut conn = pool.acquire().await?;
+                pinned_prepare(&mut conn, sql, parameters).await
+            };
+            gate.around(pool.num_idle(), run).await
         })
     }
 
@@ -385,13 +529,16 @@ impl<'p> Executor<'p> for &'_ Pool {
     where
         'p: 'e,
     {
-        if !self.pinned {
-            return (&self.pool).describe(sql);
-        }
-        let pool = self.pool.clone();
+        let (pool, gate, pinned) = (self.pool.clone(), self.gate.clone(), self.pinned);
         Box::pin(async move {
-            let mut conn = pool.acquire().await?;
-            pinned_describe(&mut conn, sql).await
+            let run = async {
+                if !pinned {
+                    return (&pool).describe(sql).await;
+                }
+                let mut conn = pool.acquire().await?;
+                pinned_describe(&mut conn, sql).await
+            };
+            gate.around(pool.num_idle(), run).await
         })
     }
 }
@@ -401,14 +548,17 @@ impl<'a> Acquire<'a> for &'_ Pool {
     type Connection = Acquired<'static>;
 
     fn acquire(self) -> BoxFuture<'a, Result<Acquired<'static>, Error>> {
-        let (pool, pinned) = (self.pool.clone(), self.pinned);
+        let (pool, gate, pinned) = (self.pool.clone(), self.gate.clone(), self.pinned);
         Box::pin(async move {
-            if pinned {
-                let tx = pool.begin_with(PINNED_BEGIN_READ_ONLY).await?;
-                Ok(Acquired::ReadOnly(tx))
-            } else {
-                Ok(Acquired::Pooled(pool.acquire().await?))
-            }
+            let run = async {
+                if pinned {
+                    let tx = pool.begin_with(PINNED_BEGIN_READ_ONLY).await?;
+                    Ok(Acquired::ReadOnly(tx))
+                } else {
+                    Ok(Acquired::Pooled(pool.acquire().await?))
+                }
+            };
+            gate.around(pool.num_idle(), run).await
         })
     }
 
@@ -489,5 +639,40 @@ impl<'c> Acquire<'c> for &'c mut PoolConn {
         } else {
             Box::pin(self.conn.begin())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After a refusal, a checkout that needs a new connection fails at
+    /// once with [`SlotsExhausted`] (recognised as 53300) while one that
+    /// finds an idle connection goes on; a success opens the gate again.
+    #[test]
+    fn the_slot_gate_holds_new_connections_back_after_53300() {
+        let gate = SlotGate::default();
+        assert!(gate.admit(0).is_ok());
+        gate.refused();
+        let held = gate.admit(0).expect_err("held back");
+        assert!(is_too_many_connections(&held), "{held}");
+        assert!(held.to_string().contains("53300"), "{held}");
+        assert!(
+            gate.admit(1).is_ok(),
+            "an idle connection is still handed out"
+        );
+        // The first refusal holds back 250 ms ± 50%.
+        let Error::Io(io) = &held else {
+            panic!("{held:?}")
+        };
+        let retry_in = io
+            .get_ref()
+            .and_then(|i| i.downcast_ref::<SlotsExhausted>())
+            .expect("SlotsExhausted")
+            .retry_in;
+        assert!(retry_in <= Duration::from_millis(375), "{retry_in:?}");
+        gate.observe(&Ok::<(), Error>(()));
+        assert!(gate.admit(0).is_ok(), "open again after a success");
+        assert_eq!(gate.refusals.load(Ordering::Relaxed), 0);
     }
 }

@@ -345,6 +345,9 @@ impl DbTarget {
         PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
+            // A full server (53300) is not retried inside sqlx: `Pool` backs
+            // off, jittered, and says so (vendor/README.md, change 5).
+            .retry_too_many_connections(false)
             // sqlx pings every idle connection on acquire by default: one extra
             // round trip per query. Ping only those idle long enough to have
             // been dropped by a restart or a firewall (as pgxpool does).
@@ -400,6 +403,7 @@ impl DbTarget {
             .max_connections(1)
             .min_connections(0)
             .acquire_timeout(Duration::from_secs(10))
+            .retry_too_many_connections(false)
             .idle_timeout(None)
             .max_lifetime(None)
             .test_before_acquire(false)

@@ -43,7 +43,7 @@ const TTL_S: u64 = 10;
 
 /// Timings of the processes (short leases and cadences; no rate limit: the
 /// fake is not Battlelog).
-const FLEET_ENV: &[(&str, &str)] = &[
+pub(crate) const FLEET_ENV: &[(&str, &str)] = &[
     ("BF4PS_LEASE_DURATION", "5s"),
     ("BF4PS_MAX_CLAIM_TO_START", "2s"),
     ("BF4PS_HEARTBEAT_INTERVAL", "200ms"),
@@ -61,7 +61,7 @@ const FLEET_ENV: &[(&str, &str)] = &[
 
 /// The OS user PostgreSQL (and so Patroni) runs as: `postgres` when we are
 /// root, ourselves otherwise.
-fn as_server_user(mut cmd: Command) -> Command {
+pub(crate) fn as_server_user(mut cmd: Command) -> Command {
     if nix::unistd::geteuid().is_root() {
         let user = nix::unistd::User::from_name("postgres")
             .ok()
@@ -90,7 +90,7 @@ fn require(tool: &str, package: &str) -> PathBuf {
 }
 
 /// The newest `/usr/lib/postgresql/N/bin`.
-fn pg_bindir() -> PathBuf {
+pub(crate) fn pg_bindir() -> PathBuf {
     let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
         .expect("/usr/lib/postgresql (Debian's postgresql package)")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -333,7 +333,7 @@ impl Drop for Ha {
 }
 
 /// SIGTERM, then wait for the process to exit (it drains).
-async fn stop(p: &mut Proc) {
+pub(crate) async fn stop(p: &mut Proc) {
     let _ = kill(p.pid(), Signal::SIGTERM);
     let exited = within(Duration::from_secs(20), || {
         let gone = p.exited().is_some();
@@ -343,7 +343,7 @@ async fn stop(p: &mut Proc) {
     assert!(exited.is_some(), "a process did not stop on SIGTERM");
 }
 
-fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
@@ -351,7 +351,7 @@ fn http() -> reqwest::Client {
         .expect("http client")
 }
 
-fn fleet_cmd(url: &str, args: &[&str]) -> Command {
+pub(crate) fn fleet_cmd(url: &str, args: &[&str]) -> Command {
     let mut cmd = crate::support::bin();
     for (k, _) in std::env::vars() {
         if k.starts_with("BF4PS_") {
@@ -368,7 +368,7 @@ fn fleet_cmd(url: &str, args: &[&str]) -> Command {
 }
 
 /// `/readyz` of `addr`: ready, and the reasons.
-async fn readyz(addr: SocketAddr) -> Option<(bool, String)> {
+pub(crate) async fn readyz(addr: SocketAddr) -> Option<(bool, String)> {
     let r = http()
         .get(format!("http://{addr}/readyz"))
         .send()
@@ -389,7 +389,7 @@ async fn pool(url: &str) -> PgPool {
 
 /// Job ids a collector's log says it finalized as succeeded (the line is
 /// written after the commit returned).
-fn told_succeeded(collector: &Proc) -> Vec<i64> {
+pub(crate) fn told_succeeded(collector: &Proc) -> Vec<i64> {
     collector
         .log_lines("succeeded")
         .iter()
@@ -777,18 +777,18 @@ async fn a_patroni_failover_loses_nothing_and_every_process_follows() {
 
 /// One PostgreSQL server of the test's own (`initdb`, `pg_ctl`), on a fixed
 /// loopback port, run as the `postgres` OS user: what a restore replaces.
-struct Standalone {
-    dir: PathBuf,
-    bindir: PathBuf,
-    port: u16,
+pub(crate) struct Standalone {
+    pub(crate) dir: PathBuf,
+    pub(crate) bindir: PathBuf,
+    pub(crate) port: u16,
 }
 
 impl Standalone {
-    fn data(&self) -> PathBuf {
+    pub(crate) fn data(&self) -> PathBuf {
         self.dir.join("data")
     }
 
-    fn run(&self, program: &str, args: &[&str]) {
+    pub(crate) fn run(&self, program: &str, args: &[&str]) {
         let mut cmd = Command::new(self.bindir.join(program));
         cmd.args(args).current_dir(&self.dir);
         let out = as_server_user(cmd).output().expect("run a server program");
@@ -846,7 +846,7 @@ impl Standalone {
         s
     }
 
-    fn init() -> Standalone {
+    pub(crate) fn init() -> Standalone {
         let s = Standalone::empty();
         let data = s.data();
         s.run(
@@ -863,12 +863,12 @@ impl Standalone {
         s
     }
 
-    fn start(&self) {
+    pub(crate) fn start(&self) {
         self.start_with("");
     }
 
     /// Starts it with `extra` server options (`-c name=value …`).
-    fn start_with(&self, extra: &str) {
+    pub(crate) fn start_with(&self, extra: &str) {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 {extra}",
             self.port,
@@ -891,7 +891,7 @@ impl Standalone {
         );
     }
 
-    fn stop_immediate(&self) {
+    pub(crate) fn stop_immediate(&self) {
         let data = self.data();
         self.run(
             "pg_ctl",
@@ -906,7 +906,7 @@ impl Standalone {
         );
     }
 
-    fn stop_fast(&self) {
+    pub(crate) fn stop_fast(&self) {
         let data = self.data();
         self.run(
             "pg_ctl",
@@ -914,7 +914,7 @@ impl Standalone {
         );
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!(
             "postgres://postgres@127.0.0.1:{}/postgres?sslmode=disable",
             self.port
@@ -1363,7 +1363,7 @@ async fn a_frozen_server_is_noticed_within_15_s_and_everything_recovers() {
 }
 
 /// `serve`'s `/metrics` body, if it answers.
-async fn scrape(addr: SocketAddr) -> Option<String> {
+pub(crate) async fn scrape(addr: SocketAddr) -> Option<String> {
     http()
         .get(format!("http://{addr}/metrics"))
         .send()
@@ -1376,7 +1376,7 @@ async fn scrape(addr: SocketAddr) -> Option<String> {
 
 /// Counts `succeeded` events at `url` (a connection of its own: the server
 /// may be gone).
-async fn successes_at(url: &str) -> Option<i64> {
+pub(crate) async fn successes_at(url: &str) -> Option<i64> {
     let mut conn = tokio::time::timeout(Duration::from_secs(2), sqlx::PgConnection::connect(url))
         .await
         .ok()?

@@ -11,6 +11,7 @@ mod boundary;
 mod cli;
 mod collector;
 mod docs;
+mod drills;
 mod egress;
 mod failover;
 mod feeder;

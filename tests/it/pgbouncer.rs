@@ -102,7 +102,7 @@ fn collector_tuning() -> CollectorTuning {
 // ------------------------------------------------------------- PgBouncer
 
 /// Debian installs it in /usr/sbin, which a non-root PATH may lack.
-fn pgbouncer_binary() -> PathBuf {
+pub(crate) fn pgbouncer_binary() -> PathBuf {
     const HOW: &str = "these tests need PgBouncer: run scripts/test (it installs Debian's \
                        `pgbouncer` package) or `apt-get install pgbouncer`";
     let candidates = std::env::var_os("PATH")

@@ -378,7 +378,16 @@ impl<DB: Database> PoolInner<DB> {
                 Ok(Err(Error::Io(e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => (),
 
                 // We got a transient database error, retry.
-                Ok(Err(Error::Database(error))) if error.is_transient_in_connect_phase() => (),
+                // bf4ps-ops: too_many_connections (SQLSTATE 53300) only when
+                // the pool's options say so: a full server is not helped by
+                // every waiting acquire retrying on its own (10 ms doubling, no
+                // jitter, nothing logged, the cause lost in PoolTimedOut);
+                // bf4ps-ops's pools get the error at once and back off
+                // (db::Pool holds new connections back, jittered, and says why).
+                Ok(Err(Error::Database(error)))
+                    if error.is_transient_in_connect_phase()
+                        && (self.options.retry_too_many_connections
+                            || error.code().as_deref() != Some("53300")) => {}
 
                 // Any other error while connection should immediately
                 // terminate and bubble the error up

@@ -44,6 +44,8 @@ use std::time::{Duration, Instant};
 /// the perspectives of both API designer and consumer.
 pub struct PoolOptions<DB: Database> {
     pub(crate) test_before_acquire: bool,
+    // bf4ps-ops: see `retry_too_many_connections`.
+    pub(crate) retry_too_many_connections: bool,
     pub(crate) after_connect: Option<
         Arc<
             dyn Fn(&mut DB::Connection, PoolConnectionMetadata) -> BoxFuture<'_, Result<(), Error>>
@@ -94,6 +96,7 @@ impl<DB: Database> Clone for PoolOptions<DB> {
     fn clone(&self) -> Self {
         PoolOptions {
             test_before_acquire: self.test_before_acquire,
+            retry_too_many_connections: self.retry_too_many_connections,
             after_connect: self.after_connect.clone(),
             before_acquire: self.before_acquire.clone(),
             after_release: self.after_release.clone(),
@@ -147,6 +150,7 @@ impl<DB: Database> PoolOptions<DB> {
             before_acquire: None,
             after_release: None,
             test_before_acquire: true,
+            retry_too_many_connections: true,
             // A production application will want to set a higher limit than this.
             max_connections: 10,
             min_connections: 0,
@@ -313,6 +317,15 @@ impl<DB: Database> PoolOptions<DB> {
     /// Defaults to `true`.
     pub fn test_before_acquire(mut self, test: bool) -> Self {
         self.test_before_acquire = test;
+        self
+    }
+
+    /// bf4ps-ops: whether a connection refused with `too_many_connections`
+    /// (SQLSTATE 53300) is retried inside the acquire (10 ms doubling, no
+    /// jitter, until the acquire times out: upstream's behaviour, the
+    /// default). `false` returns the error to the caller at once.
+    pub fn retry_too_many_connections(mut self, retry: bool) -> Self {
+        self.retry_too_many_connections = retry;
         self
     }
 
