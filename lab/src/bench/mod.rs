@@ -324,7 +324,7 @@ async fn run_one(ctx: &Ctx, name: &str) -> Result<(), BenchError> {
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Runs one benchmark (or all), printing each report as it is measured and
-/// a progress line on stderr every [`PROGRESS_EVERY`]. Scratch databases
+/// a progress line on stderr every `PROGRESS_EVERY` (10 s). Scratch databases
 /// left by killed runs of this host are dropped first.
 pub async fn run(ctx: &Ctx, name: &str) -> Result<(), BenchError> {
     let selected: Vec<&str> = if name == "all" {
