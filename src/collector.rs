@@ -209,10 +209,10 @@ pub struct Stats {
     pub idle_waits: AtomicU64,
     /// Wake-to-claim latency of the last claim made right after a wake-up
     /// for a job that became eligible while this collector was idle and
-    /// that the egress gate let through at once, in microseconds (claim
-    /// transaction start − the job's `eligible_at`, both on the database
-    /// clock): the notification path, without the time a job queued behind
-    /// busy collectors or the egress spacing.
+    /// that the egress gate let through at once, in microseconds (this
+    /// process's clock, from the wake-up to the claim's answer, as `bench
+    /// wake` measures it): the notification path, without the time a job
+    /// queued behind busy collectors or the egress spacing.
     pub last_wake_to_claim_us: AtomicU64,
 }
 
@@ -462,6 +462,8 @@ impl Collector {
         let mut notified = false;
         // When this collector last began to wait, idle (this host's clock).
         let mut idle_since: Option<DateTime<Utc>> = None;
+        // When the last wait ended with a notification (for wake → claim).
+        let mut woke_at: Option<Instant> = None;
         loop {
             if drain.is_cancelled() || abort.is_cancelled() {
                 return Ok(());
@@ -483,13 +485,18 @@ impl Collector {
                                 .claims_after_notify
                                 .fetch_add(1, Ordering::Relaxed);
                             let arrived_idle = idle_since.is_some_and(|t| job.eligible_at >= t);
-                            if arrived_idle && gate_waited.is_zero() {
-                                let waited = (job.claimed_at - job.eligible_at)
-                                    .to_std()
-                                    .unwrap_or_default();
+                            if arrived_idle
+                                && gate_waited.is_zero()
+                                && let Some(woke) = woke_at
+                            {
+                                // This process's clock, as `bench wake`
+                                // measures it: from the wake-up to the
+                                // claim's answer (the job's `eligible_at`
+                                // is its inserting transaction's start,
+                                // not its commit).
                                 self.stats
                                     .last_wake_to_claim_us
-                                    .store(waited.as_micros() as u64, Ordering::Relaxed);
+                                    .store(woke.elapsed().as_micros() as u64, Ordering::Relaxed);
                             }
                         }
                         idle_since = None;
@@ -542,6 +549,7 @@ impl Collector {
                 return Ok(());
             }
             notified = wake == WakeReason::Notified;
+            woke_at = notified.then(Instant::now);
         }
     }
 
