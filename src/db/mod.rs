@@ -60,6 +60,15 @@ pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// reading; so this is an application-level deadline.
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
+/// The server-side bound on every statement of a collector's pool
+/// ([`DbTarget::open_bounded`]): `statement_timeout` just under
+/// [`ANSWER_DEADLINE`], so a statement the collector abandons is cancelled
+/// by the server first (SQLSTATE 57014) and never commits later (issue 37:
+/// a claim queued behind a lock holder committed after its caller had
+/// given up, spending the key's grant on a job nobody fetched). The
+/// pinned pools' `SET LOCAL` spells it out (9500 ms).
+pub const STATEMENT_BOUND: Duration = Duration::from_millis(9_500);
+
 /// A statement abandoned at [`ANSWER_DEADLINE`].
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[error(
