@@ -150,7 +150,9 @@ impl Monitor {
                 .increment(1);
             }
             let what = match s.why.as_str() {
-                "blocking" => "kept another session waiting for a lock too long",
+                "blocking" => {
+                    "kept another session waiting for a lock too long (itself waiting or not)"
+                }
                 "waiting" => "held a transaction open too long, waiting for a lock nobody releases",
                 "notify_queue" => "kept the NOTIFY queue from draining",
                 "snapshot" => "held a snapshot too long (a reader)",
@@ -158,11 +160,11 @@ impl Monitor {
             };
             if s.ended {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s, why = %s.why,
+                      database = %s.database, transaction_s = s.xact_age_s, why = %s.why,
                       "ended a client session that {what}");
             } else {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s, why = %s.why,
+                      database = %s.database, transaction_s = s.xact_age_s, why = %s.why,
                       "a client session {what} and this role may not end it (grant \
                        pg_signal_backend to serve's role)");
             }
@@ -236,7 +238,7 @@ impl Monitor {
                         warn!(
                             usage,
                             limit = self.settings.notify_queue_limit,
-                            "the NOTIFY queue is filling and no client session of this database \
+                            "the NOTIFY queue is filling and no client session of the cluster \
                              holds it (see docs/runbook.md#bf4psnotifyqueuefilling)"
                         );
                     }
