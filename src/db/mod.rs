@@ -15,8 +15,10 @@
 //!   [`ANSWER_DEADLINE`] (a frozen server: connections open, nothing
 //!   answers, which TCP keepalives cannot see) is abandoned and its
 //!   connection closed ([`PoolConn::answered`], or [`answered`] for a
-//!   statement on the pool); so is a connection that finds itself on a
-//!   read-only server ([`is_read_only`]); the caller retries with its
+//!   statement on the pool), and a collector's pool has the server cancel
+//!   it first ([`STATEMENT_BOUND`]: an abandoned statement never commits
+//!   later); a connection that finds itself on a read-only server
+//!   ([`is_read_only`]) is closed too; the caller retries with its
 //!   bounded backoff;
 //! - a server with no connection slot left (SQLSTATE 53300) is not
 //!   hammered: [`Pool`] holds new connections back with a jittered backoff

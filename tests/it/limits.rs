@@ -496,7 +496,13 @@ async fn finding6_a_listener_in_another_database_is_ended_when_the_queue_fills(
         .fetch_one(&mut conn)
         .await
         .unwrap();
-    for sql in ["LISTEN bf4ps_it_flood_x", "BEGIN", "SELECT 1"] {
+    // Its own idle timeout turned off: only the monitor can end it.
+    for sql in [
+        "SET idle_in_transaction_session_timeout = 0",
+        "LISTEN bf4ps_it_flood_x",
+        "BEGIN",
+        "SELECT 1",
+    ] {
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .execute(&mut conn)
             .await
