@@ -426,27 +426,44 @@ pub(crate) async fn notify_queue_usage(executor: impl PgExecutor<'_>) -> Result<
 /// that may keep the NOTIFY queue from draining: a listener reads
 /// notifications only between transactions, so one inside a transaction
 /// open for more than a second, or stuck writing to a client that does not
-/// read, holds the queue's tail. Called when the queue fills.
+/// read, holds the queue's tail. Called when the queue fills. This
+/// database's sessions first; those of other databases once none is left
+/// here (the next pass, a second later, if the queue still fills), but for
+/// a database where a `serve` of ours is connected: its monitor guards it.
 pub(crate) async fn end_notify_queue_holders(
     executor: impl PgExecutor<'_>,
 ) -> Result<Vec<EndedSession>, sqlx::Error> {
     sqlx::query_as(concat!(
-        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
-        "       coalesce(a.application_name, '') AS application_name, ",
-        "       coalesce(a.datname::text, '') AS database, ",
-        "       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
+        "WITH held AS (",
+        "  SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "         coalesce(a.application_name, '') AS application_name, ",
+        "         coalesce(a.datname::text, '') AS database, ",
+        "         a.datname = current_database() AS ours, ",
+        // Another database where a `serve` of ours is connected (a member
+        // of bf4ps_definer that is not a superuser): its own monitor
+        // guards it.
+        "         EXISTS (SELECT 1 FROM pg_stat_activity s JOIN pg_roles r ON r.oid = s.usesysid ",
+        "                 WHERE s.datname = a.datname AND s.pid <> a.pid AND NOT r.rolsuper ",
+        "                   AND pg_has_role(s.usesysid, 'bf4ps_definer', 'MEMBER')) AS guarded, ",
+        "         coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
+        "         ", may_end!(), " AS may_end ",
+        "  FROM pg_stat_activity a ",
+        "  WHERE a.datname IS NOT NULL AND a.pid <> pg_backend_pid() ",
+        "    AND (a.xact_start < now() - interval '1 second' ",
+        "         OR (a.wait_event = 'ClientWrite' AND a.query_start < now() - interval '1 second')) ",
+        "    AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
+        "    AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')",
+        ") ",
+        "SELECT h.pid, h.role, h.application_name, h.database, h.xact_age_s, ",
         "       'notify_queue' AS why, ",
-        "       CASE WHEN ", may_end!(), " THEN coalesce(pg_terminate_backend(a.pid), false) ",
+        "       CASE WHEN h.may_end THEN coalesce(pg_terminate_backend(h.pid), false) ",
         "            ELSE false END AS ended ",
-        "FROM pg_stat_activity a ",
-        "WHERE a.datname IS NOT NULL AND a.pid <> pg_backend_pid() ",
-        "  AND (a.xact_start < now() - interval '1 second' ",
-        "       OR (a.wait_event = 'ClientWrite' AND a.query_start < now() - interval '1 second')) ",
-        "  AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
-        "       OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
-        "       OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
-        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER') ",
-        "ORDER BY a.pid"
+        "FROM held h ",
+        // This database's first; the unguarded others' once none is left here.
+        "WHERE h.ours OR (NOT h.guarded AND NOT EXISTS (SELECT 1 FROM held o WHERE o.ours)) ",
+        "ORDER BY h.pid"
     ))
     .fetch_all(executor)
     .await
