@@ -3814,9 +3814,10 @@ async fn backend_alive(f: &Fleet, pid: i32) -> bool {
 /// limit. Round after round for 20 s, the attacker's session claims (it
 /// holds the fleet budget's row) and then waits for a session advisory lock
 /// of its own other, idle session; the victim's claims queue behind it.
-/// Each round the monitor ends the holder within the hold limit (1 s) plus
-/// its cadence, not at the transaction limit (30 s, the default), and the
-/// idle session with it; the victim keeps finishing jobs throughout. On
+/// Each round the monitor ends the holder once the victim's claim has
+/// waited the hold limit (1 s; the claims come every 2 s under the budget),
+/// not at the transaction limit (30 s, the default), and the idle session
+/// with it; the victim keeps finishing jobs throughout. On
 /// `main` the first round lasted until the 30 s limit (a waiting holder
 /// counted as a waiter) and the idle session was never ended. The budget is
 /// 30 requests a minute, and the victim keeps at least half of it.
@@ -3827,8 +3828,9 @@ async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit
 ) {
     const KEY: i64 = 0x0a13_0a13;
     const ATTACK: Duration = Duration::from_secs(20);
-    // The hold limit (1 s), the monitor's cadence (0.2 s) and slack for a
-    // busy host: far below the transaction limit (30 s).
+    // The victim's next claim (2 s apart under the budget), the hold limit
+    // (1 s), the monitor's cadence (0.2 s) and slack for a busy host: far
+    // below the transaction limit (30 s).
     const ROUND_MAX: Duration = Duration::from_secs(8);
     // The budget near issue 37's (20 successes a minute): 30 a minute.
     const BUDGET_PER_MIN: f64 = 30.0;
