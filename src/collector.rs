@@ -8,8 +8,12 @@
 //!   once; finalize after it, its own transaction);
 //! - the lease is renewed every third of its duration while the request is
 //!   in flight; a lost lease abandons the attempt and commits nothing;
-//! - the heartbeat runs on its own task, never blocked by a slow fetch, and
-//!   carries the operator's drain/disable/retire decisions back;
+//! - the heartbeat runs on its own task, never blocked by a slow fetch nor
+//!   by a claim (the function skips a locked row), and carries the
+//!   operator's drain/disable/retire decisions back;
+//! - every statement is bounded on the server just under the answer
+//!   deadline (the CLI opens the pool with [`DbTarget::open_bounded`]): a
+//!   claim it abandons never commits later;
 //! - on drain (first SIGTERM/SIGINT, or `collectors drain`), the current job
 //!   is finished and nothing more is claimed; on abort (second signal) the
 //!   attempt is dropped and its lease left to expire and be recovered;

@@ -34,8 +34,9 @@ crate::config::settings! {
 
         /// Longest a session of a collector or website role may keep another
         /// waiting for a lock (its transaction older than this while someone waits
-        /// on it): the monitor ends it. Ours hold a lock for milliseconds; this
-        /// catches back-to-back transactions that each stay under the limit.
+        /// on it), whether or not it waits itself: the monitor ends it. Ours hold a
+        /// lock for milliseconds; this catches back-to-back transactions that each
+        /// stay under the limit, and a holder waiting on its own idle session.
         client_lock_hold: std::time::Duration = "5s", "client-lock-hold", "BF4PS_CLIENT_LOCK_HOLD", "Events",
             check crate::config::checks::positive;
 
@@ -47,7 +48,7 @@ crate::config::settings! {
             check crate::config::checks::positive;
 
         /// Share of PostgreSQL's NOTIFY queue (8 GB) in use at which the monitor ends
-        /// the client sessions that keep it from draining (a listener inside an open
+        /// the client sessions (of any database of the cluster) that keep it from draining (a listener inside an open
         /// transaction reads nothing); a full queue fails every notifying commit, every
         /// finalization included. Normal use is about 0.
         notify_queue_limit: f64 = "0.01", "notify-queue-limit", "BF4PS_NOTIFY_QUEUE_LIMIT", "Events",
@@ -150,7 +151,9 @@ impl Monitor {
                 .increment(1);
             }
             let what = match s.why.as_str() {
-                "blocking" => "kept another session waiting for a lock too long",
+                "blocking" => {
+                    "kept another session waiting for a lock too long (itself waiting or not)"
+                }
                 "waiting" => "held a transaction open too long, waiting for a lock nobody releases",
                 "notify_queue" => "kept the NOTIFY queue from draining",
                 "snapshot" => "held a snapshot too long (a reader)",
@@ -158,11 +161,11 @@ impl Monitor {
             };
             if s.ended {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s, why = %s.why,
+                      database = %s.database, transaction_s = s.xact_age_s, why = %s.why,
                       "ended a client session that {what}");
             } else {
                 warn!(pid = s.pid, role = %s.role, application = %s.application_name,
-                      transaction_s = s.xact_age_s, why = %s.why,
+                      database = %s.database, transaction_s = s.xact_age_s, why = %s.why,
                       "a client session {what} and this role may not end it (grant \
                        pg_signal_backend to serve's role)");
             }
@@ -236,7 +239,7 @@ impl Monitor {
                         warn!(
                             usage,
                             limit = self.settings.notify_queue_limit,
-                            "the NOTIFY queue is filling and no client session of this database \
+                            "the NOTIFY queue is filling and no client session of the cluster \
                              holds it (see docs/runbook.md#bf4psnotifyqueuefilling)"
                         );
                     }

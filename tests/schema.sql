@@ -388,13 +388,38 @@ DECLARE
     c record;
 BEGIN
     PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
-    SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+    SELECT x.heartbeat_state, x.enabled, x.drained, x.last_heartbeat_at INTO c
     FROM public.collectors AS x
-    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL
-    FOR UPDATE;
+    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL;
     IF NOT FOUND THEN
         retired := true;
         claimable := false;
+        restored := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF c.heartbeat_state = 'healthy' AND c.last_heartbeat_at <= now()
+       AND c.last_heartbeat_at > now() - (
+           SELECT s.heartbeat_lost_after / 6 FROM public.scheduling_settings AS s) THEN
+        -- Recorded recently enough: answer only.
+        retired := false;
+        claimable := c.enabled AND NOT c.drained;
+        restored := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+    FROM public.collectors AS x
+    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Locked by another transaction (or retired meanwhile): answer from
+        -- the unlocked read, record nothing now.
+        SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+        FROM public.collectors AS x
+        WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL;
+        retired := NOT FOUND;
+        claimable := FOUND AND c.enabled AND NOT c.drained;
         restored := false;
         RETURN NEXT;
         RETURN;
@@ -615,10 +640,23 @@ CREATE FUNCTION public.bf4ps_collector_renew(p_uuid uuid, p_secret uuid, p_job_i
     AS $$
 DECLARE
     v_expires timestamptz;
+    v_duration interval;
 BEGIN
     PERFORM public.bf4ps_collector_check_secret(p_uuid, p_secret);
+    SELECT s.lease_duration INTO v_duration FROM public.scheduling_settings AS s;
+    SELECT j.lease_expires_at INTO v_expires
+    FROM public.collection_jobs AS j
+    WHERE j.job_id = p_job_id AND j.collector_uuid = p_uuid AND j.lease_token = p_lease_token
+      AND j.status IN ('claimed', 'running') AND j.lease_expires_at > now();
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_expires > now() + v_duration * 0.75 AND v_expires <= now() + v_duration THEN
+        -- Renewed recently enough: answer only.
+        RETURN v_expires;
+    END IF;
     UPDATE public.collection_jobs AS j
-    SET lease_expires_at = now() + (SELECT s.lease_duration FROM public.scheduling_settings AS s),
+    SET lease_expires_at = now() + v_duration,
         updated_at = now()
     WHERE j.job_id = p_job_id AND j.collector_uuid = p_uuid AND j.lease_token = p_lease_token
       AND j.status IN ('claimed', 'running') AND j.lease_expires_at > now()

@@ -2,6 +2,17 @@
 -- update last_heartbeat_at only; after an outage exactly one
 -- heartbeat_restored. Returns the operator's verdict.
 --
+-- Rated (issue 37): a healthy incarnation's heartbeat within a sixth of the
+-- published heartbeat_lost_after of its last recorded one (5 s of 30 s by
+-- default: half the collectors' default 10 s interval) writes nothing and
+-- only answers, so a loop of calls costs reads, not WAL; the recorded
+-- heartbeats stay at most a sixth of heartbeat_lost_after plus the caller's
+-- interval apart, far inside heartbeat_lost_after. It never waits for a
+-- lock: the collector's row is locked with SKIP LOCKED, and while another
+-- transaction holds it (the collector's own claim or finalization) this
+-- heartbeat answers from an unlocked read and records nothing (the next one
+-- does).
+--
 -- owner: bf4ps_definer
 -- execute: bf4ps_collector
 CREATE OR REPLACE FUNCTION @schema@.bf4ps_collector_heartbeat(p_uuid uuid, p_secret uuid)
@@ -14,13 +25,38 @@ DECLARE
     c record;
 BEGIN
     PERFORM @schema@.bf4ps_collector_check_secret(p_uuid, p_secret);
-    SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+    SELECT x.heartbeat_state, x.enabled, x.drained, x.last_heartbeat_at INTO c
     FROM @schema@.collectors AS x
-    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL
-    FOR UPDATE;
+    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL;
     IF NOT FOUND THEN
         retired := true;
         claimable := false;
+        restored := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF c.heartbeat_state = 'healthy' AND c.last_heartbeat_at <= now()
+       AND c.last_heartbeat_at > now() - (
+           SELECT s.heartbeat_lost_after / 6 FROM @schema@.scheduling_settings AS s) THEN
+        -- Recorded recently enough: answer only.
+        retired := false;
+        claimable := c.enabled AND NOT c.drained;
+        restored := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+    FROM @schema@.collectors AS x
+    WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        -- Locked by another transaction (or retired meanwhile): answer from
+        -- the unlocked read, record nothing now.
+        SELECT x.heartbeat_state, x.enabled, x.drained INTO c
+        FROM @schema@.collectors AS x
+        WHERE x.collector_uuid = p_uuid AND x.retired_at IS NULL;
+        retired := NOT FOUND;
+        claimable := FOUND AND c.enabled AND NOT c.drained;
         restored := false;
         RETURN NEXT;
         RETURN;

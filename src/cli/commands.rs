@@ -504,7 +504,8 @@ pub async fn collector(db_args: &DbArgs, args: CollectorArgs) -> anyhow::Result<
     {
         direct.check_own_sessions().await?;
     }
-    let pool = target.open(4).await?;
+    // Every statement bounded on the server just under the answer deadline.
+    let pool = target.open_bounded(4).await?;
     require_migrated(&pool, &target).await?;
     let hostname = match args.hostname {
         Some(h) => h,

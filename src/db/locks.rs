@@ -263,6 +263,9 @@ pub(crate) struct EndedSession {
     pub role: String,
     /// Its application_name.
     pub application_name: String,
+    /// Its database (the monitor's own but for a NOTIFY queue holder, which
+    /// may be in any database of the cluster).
+    pub database: String,
     /// How long its transaction had been open, in seconds.
     pub xact_age_s: f64,
     /// Why: `open` (its transaction outlived the limit), `blocking` (it
@@ -284,23 +287,32 @@ pub(crate) struct EndedSession {
 /// - `blocking`: it has kept another session waiting for a lock longer than
 ///   `hold`, and its own transaction is older than `hold` (back-to-back
 ///   transactions each under `limit` are caught here: ours hold a lock for
-///   milliseconds);
+///   milliseconds), **whether or not it waits itself** (issue 37: a holder
+///   waiting on an advisory lock of its own idle session escaped until
+///   `limit`), unless a session it waits for (directly or down the chain)
+///   is such a holder too, or is not a collector, website or reader role's
+///   (ours, a superuser's): then it is a victim, queued behind that
+///   session, and freed when it goes. With it goes the session at the end of
+///   its chain that holds a lock outside any transaction (a session
+///   advisory lock: ours take none) when it is a collector, website or
+///   reader role's: it exists only to keep the holder waiting;
 /// - `waiting`: a transaction open longer than `limit` that waits for a lock
 ///   held by a session not ended in this pass (a session advisory lock of an
 ///   idle session, say). A waiter behind a holder that is ended is left
 ///   alone: it is the holder's victim, freed when the holder goes.
 ///
-/// Readers are left alone: they can take none of our row locks, and the
-/// projection horizon ignores roles that cannot write events.
+/// Readers are left alone otherwise: they can take none of our row locks,
+/// and the projection horizon ignores roles that cannot write events.
 pub(crate) async fn end_client_sessions(
     executor: impl PgExecutor<'_>,
     limit: Duration,
     hold: Duration,
 ) -> Result<Vec<EndedSession>, sqlx::Error> {
     sqlx::query_as(concat!(
-        "WITH client AS (",
+        "WITH RECURSIVE client AS (",
         "  SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
         "         coalesce(a.application_name, '') AS application_name, ",
+        "         coalesce(a.datname::text, '') AS database, ",
         "         extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
         "         a.wait_event_type IS NOT DISTINCT FROM 'Lock' AS waiting, ",
         may_end!(),
@@ -318,19 +330,44 @@ pub(crate) async fn end_client_sessions(
         "         extract(epoch FROM now() - w.query_start)::float8 AS waited_s ",
         "  FROM pg_stat_activity w, unnest(pg_blocking_pids(w.pid)) AS b(pid) ",
         "  WHERE w.datname = current_database() AND w.wait_event_type = 'Lock'",
-        "), ending AS (",
-        // Holders (not waiting themselves): open too long, or keeping
-        // someone waiting past the hold limit.
-        "  SELECT c.pid, CASE WHEN c.xact_age_s > $1 / 1000.0 THEN 'open' ",
-        "                     ELSE 'blocking' END AS why ",
-        "  FROM client c WHERE NOT c.waiting AND (c.xact_age_s > $1 / 1000.0 ",
+        "), holding AS (",
+        // Open too long (not waiting), or keeping someone waiting past the
+        // hold limit (waiting itself or not).
+        "  SELECT c.pid, c.waiting, ",
+        "         CASE WHEN NOT c.waiting AND c.xact_age_s > $1 / 1000.0 THEN 'open' ",
+        "              ELSE 'blocking' END AS why ",
+        "  FROM client c WHERE (NOT c.waiting AND c.xact_age_s > $1 / 1000.0) ",
         "    OR (c.xact_age_s > $2 / 1000.0 ",
         "        AND EXISTS (SELECT 1 FROM waits ",
-        "                    WHERE waits.blocker = c.pid AND waits.waited_s > $2 / 1000.0)))",
+        "                    WHERE waits.blocker = c.pid AND waits.waited_s > $2 / 1000.0))",
+        "), above (pid, up) AS (",
+        // Every session a waiting holder waits for, down its chain.
+        "  SELECT w.waiter, w.blocker FROM waits w JOIN holding h ON h.pid = w.waiter ",
+        "  UNION ",
+        "  SELECT ab.pid, w.blocker FROM above ab JOIN waits w ON w.waiter = ab.up",
+        "), untrusted AS (",
+        // Sessions of collector, website and reader roles (not ours, not a
+        // superuser's), in a transaction or not.
+        "  SELECT a.pid FROM pg_stat_activity a ",
+        "  WHERE a.datname = current_database() ",
+        "    AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
+        "    AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')",
+        "), ending AS (",
+        // The holders that are no other holder's victim; one that waits
+        // only when its whole chain is untrusted sessions (behind ours, a
+        // superuser's or anyone else's it is a victim, not a holder).
+        "  SELECT h.pid, h.why FROM holding h ",
+        "  WHERE NOT EXISTS (SELECT 1 FROM above ab JOIN holding o ON o.pid = ab.up ",
+        "                    WHERE ab.pid = h.pid AND o.pid <> h.pid) ",
+        "    AND NOT EXISTS (SELECT 1 FROM above ab WHERE ab.pid = h.pid ",
+        "                    AND ab.up NOT IN (SELECT pid FROM untrusted))",
         "), stuck AS (",
         // Waiting too long, and no holder it waits for is being ended.
         "  SELECT c.pid FROM client c ",
         "  WHERE c.waiting AND c.xact_age_s > $1 / 1000.0 ",
+        "    AND NOT EXISTS (SELECT 1 FROM ending WHERE ending.pid = c.pid) ",
         "    AND NOT EXISTS (SELECT 1 FROM waits JOIN ending ON ending.pid = waits.blocker ",
         "                    WHERE waits.waiter = c.pid)",
         "), chosen AS (",
@@ -340,11 +377,34 @@ pub(crate) async fn end_client_sessions(
         "  SELECT st.pid, 'waiting' FROM stuck st ",
         "  WHERE NOT EXISTS (SELECT 1 FROM waits JOIN stuck b ON b.pid = waits.blocker ",
         "                    WHERE waits.waiter = st.pid)",
+        "), session_holder AS (",
+        // At the end of an ended waiting holder's chain: a client session
+        // outside any transaction that holds a lock (a session advisory lock).
+        "  SELECT DISTINCT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "         coalesce(a.application_name, '') AS application_name, ",
+        "         coalesce(a.datname::text, '') AS database, ",
+        "         0::float8 AS xact_age_s, 'blocking' AS why, ",
+        may_end!(),
+        " AS may_end ",
+        "  FROM ending e JOIN holding h ON h.pid = e.pid AND h.waiting ",
+        "  JOIN above ab ON ab.pid = e.pid ",
+        "  JOIN pg_stat_activity a ON a.pid = ab.up ",
+        "  WHERE a.xact_start IS NULL AND a.pid <> pg_backend_pid() ",
+        "    AND a.pid IN (SELECT pid FROM untrusted)",
+        "), targets AS (",
+        "  SELECT c.pid, c.role, c.application_name, c.database, c.xact_age_s, ch.why, ",
+        "         c.may_end, 0 AS ord ",
+        "  FROM client c JOIN chosen ch USING (pid) ",
+        "  UNION ALL ",
+        "  SELECT s.pid, s.role, s.application_name, s.database, s.xact_age_s, s.why, ",
+        "         s.may_end, 1 AS ord ",
+        "  FROM session_holder s WHERE s.pid NOT IN (SELECT pid FROM chosen)",
         ") ",
-        "SELECT c.pid, c.role, c.application_name, c.xact_age_s, ch.why, ",
-        "       CASE WHEN c.may_end THEN coalesce(pg_terminate_backend(c.pid), false) ",
+        "SELECT t.pid, t.role, t.application_name, t.database, t.xact_age_s, t.why, ",
+        "       CASE WHEN t.may_end THEN coalesce(pg_terminate_backend(t.pid), false) ",
         "            ELSE false END AS ended ",
-        "FROM client c JOIN chosen ch USING (pid) ORDER BY c.pid"
+        // The holders first: their lock waits end with them, not granted.
+        "FROM targets t ORDER BY t.ord, t.pid"
     ))
     .bind(ms(limit))
     .bind(ms(hold))
@@ -360,30 +420,50 @@ pub(crate) async fn notify_queue_usage(executor: impl PgExecutor<'_>) -> Result<
         .await
 }
 
-/// Ends the client sessions of this database (collector, website and
-/// reader roles, not ours) that may keep the NOTIFY queue from draining: a
-/// listener reads notifications only between transactions, so one inside a
-/// transaction open for more than a second, or stuck writing to a client
-/// that does not read, holds the queue's tail. Called when the queue fills.
+/// Ends the client sessions of the whole cluster (collector, website and
+/// reader roles, not ours, in any database: the NOTIFY queue is the
+/// cluster's, so a listener in another database holds it too, issue 37)
+/// that may keep the NOTIFY queue from draining: a listener reads
+/// notifications only between transactions, so one inside a transaction
+/// open for more than a second, or stuck writing to a client that does not
+/// read, holds the queue's tail. Called when the queue fills. This
+/// database's sessions first; those of other databases once none is left
+/// here (the next pass, a second later, if the queue still fills), but for
+/// a database where a `serve` of ours is connected: its monitor guards it.
 pub(crate) async fn end_notify_queue_holders(
     executor: impl PgExecutor<'_>,
 ) -> Result<Vec<EndedSession>, sqlx::Error> {
     sqlx::query_as(concat!(
-        "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
-        "       coalesce(a.application_name, '') AS application_name, ",
-        "       coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
+        "WITH held AS (",
+        "  SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
+        "         coalesce(a.application_name, '') AS application_name, ",
+        "         coalesce(a.datname::text, '') AS database, ",
+        "         a.datname = current_database() AS ours, ",
+        // Another database where a `serve` of ours is connected (a member
+        // of bf4ps_definer that is not a superuser): its own monitor
+        // guards it.
+        "         EXISTS (SELECT 1 FROM pg_stat_activity s JOIN pg_roles r ON r.oid = s.usesysid ",
+        "                 WHERE s.datname = a.datname AND s.pid <> a.pid AND NOT r.rolsuper ",
+        "                   AND pg_has_role(s.usesysid, 'bf4ps_definer', 'MEMBER')) AS guarded, ",
+        "         coalesce(extract(epoch FROM now() - a.xact_start), 0)::float8 AS xact_age_s, ",
+        "         ", may_end!(), " AS may_end ",
+        "  FROM pg_stat_activity a ",
+        "  WHERE a.datname IS NOT NULL AND a.pid <> pg_backend_pid() ",
+        "    AND (a.xact_start < now() - interval '1 second' ",
+        "         OR (a.wait_event = 'ClientWrite' AND a.query_start < now() - interval '1 second')) ",
+        "    AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
+        "         OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
+        "    AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER')",
+        ") ",
+        "SELECT h.pid, h.role, h.application_name, h.database, h.xact_age_s, ",
         "       'notify_queue' AS why, ",
-        "       CASE WHEN ", may_end!(), " THEN coalesce(pg_terminate_backend(a.pid), false) ",
+        "       CASE WHEN h.may_end THEN coalesce(pg_terminate_backend(h.pid), false) ",
         "            ELSE false END AS ended ",
-        "FROM pg_stat_activity a ",
-        "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() ",
-        "  AND (a.xact_start < now() - interval '1 second' ",
-        "       OR (a.wait_event = 'ClientWrite' AND a.query_start < now() - interval '1 second')) ",
-        "  AND (pg_has_role(a.usesysid, 'bf4ps_collector', 'MEMBER') ",
-        "       OR pg_has_role(a.usesysid, 'bf4ps_website', 'MEMBER') ",
-        "       OR pg_has_role(a.usesysid, 'bf4ps_reader', 'MEMBER')) ",
-        "  AND NOT pg_has_role(a.usesysid, 'bf4ps_definer', 'MEMBER') ",
-        "ORDER BY a.pid"
+        "FROM held h ",
+        // This database's first; the unguarded others' once none is left here.
+        "WHERE h.ours OR (NOT h.guarded AND NOT EXISTS (SELECT 1 FROM held o WHERE o.ours)) ",
+        "ORDER BY h.pid"
     ))
     .fetch_all(executor)
     .await
@@ -403,6 +483,7 @@ pub(crate) async fn end_old_reader_snapshots(
     sqlx::query_as(concat!(
         "SELECT a.pid, coalesce(a.usename::text, '?') AS role, ",
         "       coalesce(a.application_name, '') AS application_name, ",
+        "       coalesce(a.datname::text, '') AS database, ",
         "       extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s, ",
         "       'snapshot' AS why, ",
         "       CASE WHEN ",

@@ -15,8 +15,10 @@
 //!   [`ANSWER_DEADLINE`] (a frozen server: connections open, nothing
 //!   answers, which TCP keepalives cannot see) is abandoned and its
 //!   connection closed ([`PoolConn::answered`], or [`answered`] for a
-//!   statement on the pool); so is a connection that finds itself on a
-//!   read-only server ([`is_read_only`]); the caller retries with its
+//!   statement on the pool), and a collector's pool has the server cancel
+//!   it first ([`STATEMENT_BOUND`]: an abandoned statement never commits
+//!   later); a connection that finds itself on a read-only server
+//!   ([`is_read_only`]) is closed too; the caller retries with its
 //!   bounded backoff;
 //! - a server with no connection slot left (SQLSTATE 53300) is not
 //!   hammered: [`Pool`] holds new connections back with a jittered backoff
@@ -59,6 +61,15 @@ pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// notice a host that stopped ACKing, not a server process that stopped
 /// reading; so this is an application-level deadline.
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The server-side bound on every statement of a collector's pool
+/// ([`DbTarget::open_bounded`]): `statement_timeout` just under
+/// [`ANSWER_DEADLINE`], so a statement the collector abandons is cancelled
+/// by the server first (SQLSTATE 57014) and never commits later (issue 37:
+/// a claim queued behind a lock holder committed after its caller had
+/// given up, spending the key's grant on a job nobody fetched). The
+/// pinned pools' `SET LOCAL` spells it out (9500 ms).
+pub const STATEMENT_BOUND: Duration = Duration::from_millis(9_500);
 
 /// A statement abandoned at [`ANSWER_DEADLINE`].
 #[derive(Debug, Clone, Copy, thiserror::Error)]

@@ -63,6 +63,11 @@ use sqlx::{
 /// transaction, which then holds no prepared statement of another client.
 pub(crate) const PINNED_BEGIN: &str = "BEGIN; DEALLOCATE ALL";
 
+/// [`PINNED_BEGIN`] of a pool with the statement bound
+/// ([`super::STATEMENT_BOUND`], a collector's): the transaction pooler
+/// passes no startup options, so the bound is set in each transaction.
+const PINNED_BEGIN_BOUNDED: &str = "BEGIN; SET LOCAL statement_timeout = 9500; DEALLOCATE ALL";
+
 /// [`PINNED_BEGIN`] for connections handed out by `Acquire::acquire`.
 const PINNED_BEGIN_READ_ONLY: &str = "BEGIN READ ONLY; DEALLOCATE ALL";
 
@@ -83,6 +88,8 @@ impl<'a, T> Pooled<'a> for T where
 pub struct Pool {
     pool: PgPool,
     pinned: bool,
+    /// Pinned: each transaction sets the statement bound.
+    bounded: bool,
     gate: Arc<SlotGate>,
 }
 
@@ -217,6 +224,7 @@ impl From<PgPool> for Pool {
         Pool {
             pool,
             pinned: false,
+            bounded: false,
             gate: Arc::default(),
         }
     }
@@ -225,12 +233,18 @@ impl From<PgPool> for Pool {
 impl Pool {
     /// A pool whose connections reach a transaction pooler (`pool` must be
     /// opened with the statement cache off: [`super::DbTarget::open`]).
-    pub(crate) fn pinned(pool: PgPool) -> Pool {
+    pub(crate) fn pinned(pool: PgPool, bounded: bool) -> Pool {
         Pool {
             pool,
             pinned: true,
+            bounded,
             gate: Arc::default(),
         }
+    }
+
+    /// How a pinned transaction of this pool begins.
+    fn pinned_begin(&self) -> &'static str {
+        pinned_begin(self.bounded)
     }
 
     /// Whether statements are pinned (the pool reaches a transaction pooler).
@@ -242,7 +256,7 @@ impl Pool {
     pub async fn begin(&self) -> Result<Transaction<'static, Postgres>, Error> {
         let begin = async {
             if self.pinned {
-                self.pool.begin_with(PINNED_BEGIN).await
+                self.pool.begin_with(self.pinned_begin()).await
             } else {
                 self.pool.begin().await
             }
@@ -288,6 +302,7 @@ impl Pool {
                 .around(self.pool.num_idle(), self.pool.acquire())
                 .await?,
             pinned: self.pinned,
+            bounded: self.bounded,
         })
     }
 
@@ -303,6 +318,7 @@ impl Pool {
 pub struct PoolConn {
     conn: PoolConnection<Postgres>,
     pinned: bool,
+    bounded: bool,
 }
 
 impl PoolConn {
@@ -402,11 +418,24 @@ type Item = Either<PgQueryResult, PgRow>;
 
 /// One statement as its own pinned transaction on `conn`; everything it
 /// returned, after the commit.
-async fn pinned_run<'q, Q>(conn: &mut PgConnection, query: Q) -> Result<Vec<Item>, Error>
+/// [`PINNED_BEGIN`], or with the statement bound.
+fn pinned_begin(bounded: bool) -> &'static str {
+    if bounded {
+        PINNED_BEGIN_BOUNDED
+    } else {
+        PINNED_BEGIN
+    }
+}
+
+async fn pinned_run<'q, Q>(
+    conn: &mut PgConnection,
+    begin: &'static str,
+    query: Q,
+) -> Result<Vec<Item>, Error>
 where
     Q: Execute<'q, Postgres> + 'q,
 {
-    let mut tx = conn.begin_with(PINNED_BEGIN).await?;
+    let mut tx = conn.begin_with(begin).await?;
     let items: Result<Vec<Item>, Error> = (&mut *tx).fetch_many(Unnamed(query)).try_collect().await;
     match items {
         Ok(items) => {
@@ -480,8 +509,8 @@ impl<'p> Executor<'p> for &'_ Pool {
         let items = if !self.pinned {
             (&self.pool).fetch_many(query)
         } else {
-            let pool = self.pool.clone();
-            replay(async move { pinned_run(&mut *pool.acquire().await?, query).await })
+            let (pool, begin) = (self.pool.clone(), self.pinned_begin());
+            replay(async move { pinned_run(&mut *pool.acquire().await?, begin, query).await })
         };
         items.inspect(move |item| gate.observe(item)).boxed()
     }
@@ -492,12 +521,13 @@ impl<'p> Executor<'p> for &'_ Pool {
         E: 'q + Execute<'q, Postgres>,
     {
         let (pool, gate, pinned) = (self.pool.clone(), self.gate.clone(), self.pinned);
+        let begin = self.pinned_begin();
         Box::pin(async move {
             let run = async {
                 if !pinned {
                     return (&pool).fetch_optional(query).await;
                 }
-                let items = pinned_run(&mut *pool.acquire().await?, query).await?;
+                let items = pinned_run(&mut *pool.acquire().await?, begin, query).await?;
                 Ok(first_row(items))
             };
             gate.around(pool.num_idle(), run).await
@@ -579,7 +609,8 @@ impl<'c> Executor<'c> for &'c mut PoolConn {
         if !self.pinned {
             return (&mut *self.conn).fetch_many(query);
         }
-        replay(pinned_run(&mut self.conn, query))
+        let begin = pinned_begin(self.bounded);
+        replay(pinned_run(&mut self.conn, begin, query))
     }
 
     fn fetch_optional<'e, 'q: 'e, E>(self, query: E) -> BoxFuture<'e, Result<Option<PgRow>, Error>>
@@ -590,7 +621,8 @@ impl<'c> Executor<'c> for &'c mut PoolConn {
         if !self.pinned {
             return (&mut *self.conn).fetch_optional(query);
         }
-        Box::pin(async move { Ok(first_row(pinned_run(&mut self.conn, query).await?)) })
+        let begin = pinned_begin(self.bounded);
+        Box::pin(async move { Ok(first_row(pinned_run(&mut self.conn, begin, query).await?)) })
     }
 
     fn prepare_with<'e>(
@@ -635,7 +667,7 @@ impl<'c> Acquire<'c> for &'c mut PoolConn {
 
     fn begin(self) -> BoxFuture<'c, Result<Transaction<'c, Postgres>, Error>> {
         if self.pinned {
-            Box::pin(self.conn.begin_with(PINNED_BEGIN))
+            Box::pin(self.conn.begin_with(pinned_begin(self.bounded)))
         } else {
             Box::pin(self.conn.begin())
         }

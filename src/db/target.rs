@@ -322,17 +322,41 @@ impl DbTarget {
     /// transaction of its own, sqlx's statement cache off, and no
     /// `extra_float_digits` startup parameter, which PgBouncer refuses).
     pub async fn open(&self, max_connections: u32) -> Result<Pool, DbError> {
+        self.open_with(max_connections, false).await
+    }
+
+    /// [`DbTarget::open`], every statement bounded on the server by
+    /// [`super::STATEMENT_BOUND`] (`statement_timeout`: a startup option on
+    /// a direct connection, `SET LOCAL` in each pinned transaction behind a
+    /// transaction pooler): a collector's pool. A statement the caller
+    /// abandons at [`super::ANSWER_DEADLINE`] (a claim queued behind a lock
+    /// holder, say) has been cancelled by then and never commits later.
+    pub async fn open_bounded(&self, max_connections: u32) -> Result<Pool, DbError> {
+        self.open_with(max_connections, true).await
+    }
+
+    async fn open_with(&self, max_connections: u32, bounded: bool) -> Result<Pool, DbError> {
         match self.pooling {
-            Pooling::Session => Ok(Pool::from(
-                self.pool(max_connections, self.options.clone()).await?,
-            )),
+            Pooling::Session => {
+                let mut options = self.options.clone();
+                if bounded {
+                    options = options.options([(
+                        "statement_timeout",
+                        super::ms(super::STATEMENT_BOUND).to_string(),
+                    )]);
+                }
+                Ok(Pool::from(self.pool(max_connections, options).await?))
+            }
             Pooling::Transaction => {
                 let options = self
                     .options
                     .clone()
                     .statement_cache_capacity(0)
                     .extra_float_digits(None);
-                Ok(Pool::pinned(self.pool(max_connections, options).await?))
+                Ok(Pool::pinned(
+                    self.pool(max_connections, options).await?,
+                    bounded,
+                ))
             }
         }
     }

@@ -381,6 +381,11 @@ struct Projection {
 impl Fleet {
     /// Starts the fleet on a fresh database and proves it healthy.
     async fn start(opts: PgConnectOptions) -> Fleet {
+        Fleet::start_tuned(opts, &[]).await
+    }
+
+    /// [`Fleet::start`], `serve` with `extra` settings over [`TUNING`].
+    async fn start_tuned(opts: PgConnectOptions, extra: &[(&'static str, &'static str)]) -> Fleet {
         // serve as the documented owner (not a superuser, set up by
         // deploy/sql/roles.sql), which migrates the empty database; each
         // client a login role of its own, made by `role add`.
@@ -392,7 +397,9 @@ impl Fleet {
         let victim_role = LoginRole::add("vic", "collector", 10).await;
         let fake = FakeBattlelog::start(FakeSettings::default()).await.unwrap();
         let port = free_port();
-        let serve = Proc::spawn("serve", serve_cmd(&owner.role.url(&db), port));
+        let mut cmd = serve_cmd(&owner.role.url(&db), port);
+        cmd.envs(extra.iter().copied());
+        let serve = Proc::spawn("serve", cmd);
         let serve_addr = SocketAddr::from(([127, 0, 0, 1], port));
         // The victim starts once serve has published the policy.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -517,6 +524,41 @@ impl Fleet {
             ids.push(self.job_for(self.new_persona(), lane, eligible_in_s).await);
         }
         ids
+    }
+
+    /// `n` pending jobs of `lane` on new soldiers, in one statement.
+    async fn jobs_at_once(&self, n: i64, lane: Lane) -> Vec<i64> {
+        let first = self.next_persona.fetch_add(n, Ordering::Relaxed);
+        let class = match lane {
+            Lane::Interactive => "interactive",
+            Lane::Background => "recent",
+        };
+        sqlx::query_scalar(
+            "WITH s AS (
+                INSERT INTO soldiers (persona_id, platform, current_name, first_seen_at, last_seen_at)
+                SELECT p, 'pc', 'p' || p::text, now(), now()
+                FROM generate_series($1::bigint, $1::bigint + $2 - 1) AS p
+                RETURNING soldier_id, current_name
+             ), n AS (
+                INSERT INTO soldier_names (soldier_id, name, first_seen_at, last_seen_at)
+                SELECT soldier_id, current_name, now(), now() FROM s
+             ), src AS (
+                INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
+                SELECT soldier_id, 'bf4sw', now(), now() FROM s
+             ), st AS (
+                INSERT INTO collection_state (soldier_id) SELECT soldier_id FROM s
+             )
+             INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, eligible_at)
+             SELECT soldier_id, 'detailed', $3, $4, 'attack-suite', now()
+             FROM s RETURNING job_id",
+        )
+        .bind(first)
+        .bind(n)
+        .bind(lane)
+        .bind(class)
+        .fetch_all(&self.db.pool)
+        .await
+        .unwrap()
     }
 
     /// The soldier of a job.
@@ -3632,7 +3674,12 @@ async fn ended_by_the_monitor(f: &Fleet, r: &mut Report, pid: i32) {
         Some(()) => r.note("the monitor ended the attacker's session"),
         None => r.fail(format!("the attacker's session {pid} is still there")),
     }
-    if f.serve.log_lines("ended a client session").is_empty() {
+    // The line follows the end (the signal goes first).
+    let logged = within(Duration::from_secs(5), || async {
+        (!f.serve.log_lines("ended a client session").is_empty()).then_some(())
+    })
+    .await;
+    if logged.is_none() {
         r.fail("serve logged no line about the session it ended");
     }
 }
@@ -3741,6 +3788,297 @@ async fn a12_a_reader_holding_a_transaction_open_does_not_stall_projection(
         )),
     }
     let _ = conn.close().await;
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+// ---------------------------------------------------------------------------
+// 13: holders that wait, claims abandoned at the answer deadline (issue 37,
+// finding 2).
+// ---------------------------------------------------------------------------
+
+/// `serve`'s transaction limit at its default (30 s): only the hold limit
+/// (TUNING's 1 s) can end a holder within these tests.
+const DEFAULT_LIMIT: &[(&str, &str)] = &[("BF4PS_CLIENT_TRANSACTION_LIMIT", "30s")];
+
+/// Whether backend `pid` still exists.
+async fn backend_alive(f: &Fleet, pid: i32) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)")
+        .bind(pid)
+        .fetch_one(&f.db.pool)
+        .await
+        .unwrap()
+}
+
+/// Issue 37, finding 2: a holder that waits itself does not escape the hold
+/// limit. Round after round for 20 s, the attacker's session claims (it
+/// holds the fleet budget's row) and then waits for a session advisory lock
+/// of its own other, idle session; the victim's claims queue behind it.
+/// Each round the monitor ends the holder once the victim's claim has
+/// waited the hold limit (1 s; the claims come every 2 s under the budget),
+/// not at the transaction limit (30 s, the default), and the idle session
+/// with it; the victim keeps finishing jobs throughout. On
+/// `main` the first round lasted until the 30 s limit (a waiting holder
+/// counted as a waiter) and the idle session was never ended. The budget is
+/// 30 requests a minute, and the victim keeps at least half of it.
+#[sqlx::test(migrations = false)]
+async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const KEY: i64 = 0x0a13_0a13;
+    const ATTACK: Duration = Duration::from_secs(20);
+    // The victim's next claim (2 s apart under the budget), the hold limit
+    // (1 s), the monitor's cadence (0.2 s) and slack for a busy host: far
+    // below the transaction limit (30 s).
+    const ROUND_MAX: Duration = Duration::from_secs(8);
+    // The budget near issue 37's (20 successes a minute): 30 a minute.
+    const BUDGET_PER_MIN: f64 = 30.0;
+    let mut f = Fleet::start_tuned(
+        opts,
+        &[
+            ("BF4PS_CLIENT_TRANSACTION_LIMIT", "30s"),
+            ("BF4PS_GLOBAL_HOURLY_BUDGET", "1800"),
+        ],
+    )
+    .await;
+    let mut r = Report::new("a13 a holder waiting on its own idle session");
+    let pool = f.attacker_pool().await;
+    let me = f
+        .incarnation(&pool, "chain", Lane::Background, "chain-key")
+        .await;
+    pool.close().await;
+    // More than the budget lets the victim finish meanwhile.
+    let jobs = f.jobs_at_once(200, Lane::Background).await;
+    // The victim's pace unhindered, for comparison.
+    let before = f.victim_finished(&jobs).await;
+    let quiet = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let baseline =
+        (f.victim_finished(&jobs).await - before) as f64 * 60.0 / quiet.elapsed().as_secs_f64();
+    let before = f.victim_finished(&jobs).await;
+    let started = Instant::now();
+    let mut rounds: Vec<Duration> = Vec::new();
+    let mut idle_ended = 0;
+    while started.elapsed() < ATTACK {
+        // The idle session: a session advisory lock, outside any transaction.
+        let (mut idle, idle_pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(KEY)
+            .execute(&mut idle)
+            .await
+            .unwrap();
+        // The holder: the budget's row (its claim), then a wait on the idle one.
+        let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
+        sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+        if let Err(e) = sqlx::query("SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)")
+            .bind(me.uuid)
+            .bind(me.secret)
+            .execute(&mut conn)
+            .await
+        {
+            r.fail(format!(
+                "the attacker's claim failed (a harness problem): {e}"
+            ));
+            break;
+        }
+        let began = Instant::now();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(40),
+            sqlx::query("SELECT pg_advisory_lock($1)")
+                .bind(KEY)
+                .execute(&mut conn),
+        )
+        .await;
+        if waited.is_err() {
+            r.fail("the holder was still waiting after 40 s");
+            break;
+        }
+        // Ended (its wait failed), or granted the lock an instant before
+        // its own end when the idle session went first: gone either way.
+        let gone = within(Duration::from_secs(5), || async {
+            (!backend_alive(&f, pid).await).then_some(())
+        })
+        .await;
+        let took = began.elapsed();
+        if gone.is_none() {
+            r.fail(format!(
+                "round {}: the holder {pid} is still there",
+                rounds.len() + 1
+            ));
+            break;
+        }
+        // Ended in the same pass (its signal may land a moment later).
+        if within(Duration::from_secs(3), || async {
+            (!backend_alive(&f, idle_pid).await).then_some(())
+        })
+        .await
+        .is_some()
+        {
+            idle_ended += 1;
+        }
+        rounds.push(took);
+        let _ = conn.close().await;
+        let _ = idle.close().await;
+        if took > ROUND_MAX {
+            r.fail(format!(
+                "round {}: the waiting holder kept the budget's row for {:.1} s (hold limit 1 s)",
+                rounds.len(),
+                took.as_secs_f64()
+            ));
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    let finished = f.victim_finished(&jobs).await - before;
+    let longest = rounds.iter().max().copied().unwrap_or_default();
+    r.note(format!(
+        "measured: {} round(s) in {:.1} s, each holder ended after at most {:.1} s (mean {:.1} s); \
+         {idle_ended} idle session(s) ended with their holder; the victim finished {finished} \
+         job(s) meanwhile ({:.0} a minute; {baseline:.0} a minute before the attack)",
+        rounds.len(),
+        elapsed.as_secs_f64(),
+        longest.as_secs_f64(),
+        rounds.iter().map(Duration::as_secs_f64).sum::<f64>() / rounds.len().max(1) as f64,
+        finished as f64 * 60.0 / elapsed.as_secs_f64()
+    ));
+    if rounds.len() < 3 {
+        r.fail(format!("only {} round(s) in {ATTACK:?}", rounds.len()));
+    }
+    if idle_ended < rounds.len() {
+        r.fail(format!(
+            "{} of {} idle sessions holding the lock the holder waited on were left alone",
+            rounds.len() - idle_ended,
+            rounds.len()
+        ));
+    }
+    // Its share: at least half the budget it would have had.
+    let share = BUDGET_PER_MIN * elapsed.as_secs_f64() / 60.0;
+    if (finished as f64) < share / 2.0 {
+        r.fail(format!(
+            "the victim finished {finished} job(s) in {:.1} s: less than half its share of the \
+             budget ({share:.0})",
+            elapsed.as_secs_f64()
+        ));
+    }
+    // Never a victim queued behind a holder that is being ended.
+    let victims: Vec<String> = f
+        .serve
+        .log_lines("ended a client session")
+        .into_iter()
+        .filter(|l| l.contains(&f.victim_role.name))
+        .collect();
+    if !victims.is_empty() {
+        r.fail(format!("serve ended the victim's sessions: {victims:?}"));
+    }
+    let left = jobs.len() as i64 - f.victim_finished(&jobs).await;
+    if left == 0 {
+        r.fail("the victim ran out of jobs: its pace under attack was not measured");
+    }
+    // The health check's jobs must not queue behind the rest (deferred, not
+    // deleted: the feeder would queue them again).
+    sqlx::query(
+        "UPDATE collection_jobs SET eligible_at = now() + interval '1 day' \
+         WHERE job_id = ANY($1) AND status = 'pending'",
+    )
+    .bind(&jobs)
+    .execute(&f.db.pool)
+    .await
+    .unwrap();
+    if f.serve.log_lines("kept another session waiting").is_empty() {
+        r.fail("serve did not say it ended a session that kept another waiting");
+    }
+    f.check_healthy(&mut r).await;
+    r.finish();
+}
+
+/// Issue 37, finding 2: a claim the victim abandons at the answer deadline
+/// (10 s) never commits later. A lock the monitor does not end (a
+/// superuser's, on the fleet budget's row) holds the victim's claims for
+/// 12 s: the server cancels each at the statement bound (9.5 s) before the
+/// victim gives up on it, so when the lock goes the victim claims the job
+/// once and finishes it. On `main` the abandoned claim stayed queued and
+/// committed at 12 s, taking the job (and the key's grant) for nobody: the
+/// job came back only through `lease_expired`, on a second attempt.
+#[sqlx::test(migrations = false)]
+async fn a13_a_claim_abandoned_at_the_answer_deadline_never_commits_later(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const HOLD: Duration = Duration::from_secs(12);
+    let mut f = Fleet::start_tuned(opts, DEFAULT_LIMIT).await;
+    let mut r = Report::new("a13 a claim abandoned at the answer deadline");
+    let mut holder = f.db.pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM egress_budget WHERE singleton FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let held = Instant::now();
+    let job = f.jobs(1, Lane::Background, 0.0).await[0];
+    // The victim's claim queues behind the lock.
+    let victim = f.victim_role.name.clone();
+    let queued = within(Duration::from_secs(10), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&victim)
+        .fetch_one(&f.db.pool)
+        .await
+        .unwrap();
+        (n > 0).then_some(())
+    })
+    .await;
+    if queued.is_none() {
+        r.fail("the victim's claim never queued behind the budget's lock (a harness problem)");
+    }
+    // Past the answer deadline: the victim abandons what the server has not
+    // cancelled.
+    tokio::time::sleep(HOLD.saturating_sub(held.elapsed())).await;
+    holder.commit().await.unwrap();
+    r.record(f.victim_finishes(&[job], HEALTH_WAIT).await);
+    // Anything an abandoned claim committed would show by now (the lease
+    // expires after 5 s and serve recovers it).
+    let settled = within(Duration::from_secs(8), || async {
+        let events = f.job_events(job).await;
+        events
+            .iter()
+            .any(|e| e == "lease_expired")
+            .then_some(events)
+    })
+    .await;
+    match settled {
+        Some(events) => r.fail(format!(
+            "an abandoned claim committed later: the job's events are {events:?}"
+        )),
+        None => r.note("no claim committed after its caller gave up"),
+    }
+    let attempts: Vec<i32> = sqlx::query_scalar(
+        "SELECT attempt_number FROM collection_events WHERE job_id = $1 AND event_type = 'succeeded'",
+    )
+    .bind(job)
+    .fetch_all(&f.db.pool)
+    .await
+    .unwrap();
+    if attempts == [1] {
+        r.note("the job succeeded on its first attempt");
+    } else {
+        r.fail(format!(
+            "the job's successful attempts: {attempts:?} (its first, once, expected)"
+        ));
+    }
+    let claimed = f
+        .job_events(job)
+        .await
+        .iter()
+        .filter(|e| *e == "claimed")
+        .count();
+    if claimed != 1 {
+        r.fail(format!("the job was claimed {claimed} times"));
+    }
+    let timeouts = f.victim.log_lines("statement timeout").len();
+    r.note(format!(
+        "measured: the victim's claims cancelled by the server's statement bound: {timeouts}"
+    ));
     f.check_healthy(&mut r).await;
     r.finish();
 }

@@ -1978,3 +1978,53 @@ async fn after_a_soak_with_faults_every_pair_is_its_latest_outcome(
     a.stop().await;
     b.stop().await;
 }
+
+/// Issue 37: a collector's pool (`DbTarget::open_bounded`, what the
+/// `collector` command opens) bounds every statement on the server just
+/// under the answer deadline: `statement_timeout` is 9.5 s there whatever
+/// the role's setting, and a statement past it is cancelled by the server
+/// (`57014`) before the collector would give up on it. Other pools keep
+/// the role's setting.
+#[sqlx::test]
+async fn a_collectors_pool_bounds_every_statement_on_the_server(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let bounded = db.target.open_bounded(2).await.unwrap();
+    let plain = db.target.open(2).await.unwrap();
+    let show = async |pool: &bf4ps_ops::db::Pool| -> String {
+        sqlx::query_scalar("SHOW statement_timeout")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(show(&bounded).await, "9500ms");
+    assert_ne!(show(&plain).await, "9500ms");
+    assert_eq!(
+        bf4ps_ops::db::STATEMENT_BOUND,
+        Duration::from_millis(9_500),
+        "the pinned pools' SET LOCAL spells it out"
+    );
+    assert!(bf4ps_ops::db::STATEMENT_BOUND < bf4ps_ops::db::ANSWER_DEADLINE);
+    let began = std::time::Instant::now();
+    let cancelled = sqlx::query("SELECT pg_sleep(20)")
+        .execute(&bounded)
+        .await
+        .expect_err("cancelled by the server");
+    let took = began.elapsed();
+    assert_eq!(
+        crate::support::sqlstate(&cancelled).as_deref(),
+        Some("57014"),
+        "{cancelled}"
+    );
+    assert!(
+        took < bf4ps_ops::db::ANSWER_DEADLINE,
+        "cancelled after {took:?}"
+    );
+    eprintln!(
+        "measured: a statement on a collector's pool was cancelled by the server after {took:?}"
+    );
+    bounded.close().await;
+    plain.close().await;
+}

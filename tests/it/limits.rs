@@ -459,3 +459,271 @@ async fn finding8_temporary_files_and_reader_snapshots_are_bounded(
     ready_and_projecting(&owned.db, &mut serve, addr).await;
     drop(serve);
 }
+
+/// Finding 6: the NOTIFY guard covers the cluster. A collector host's role
+/// `LISTEN`s in another database of the cluster (the queue is the
+/// cluster's) and stays inside a transaction while the queue fills past
+/// `BF4PS_NOTIFY_QUEUE_LIMIT`: `serve`'s monitor ends it, says so naming
+/// its database, counts it, and the queue drains. (On `main` the guard
+/// looked at `serve`'s database only and the listener was never ended.)
+#[sqlx::test(migrations = false)]
+async fn finding6_a_listener_in_another_database_is_ended_when_the_queue_fills(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    const LIMIT: f64 = 0.0001;
+    let owned = OwnedDb::new(opts, true).await;
+    let port = free_port();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut cmd = serve_as(&owned.owner_url(), port);
+    cmd.env("BF4PS_NOTIFY_QUEUE_LIMIT", LIMIT.to_string());
+    let mut serve = Proc::spawn("serve", cmd);
+    eventually(WAIT, "serve is ready", || async {
+        readyz(addr).await.filter(|v| v["ready"] == true)
+    })
+    .await;
+    let host = LoginRole::add("nqx", "collector", 4).await;
+    // The cluster's maintenance database (the test run's master URL names
+    // another database of the same cluster), not serve's.
+    let elsewhere: PgConnectOptions = crate::support::master_url().parse().unwrap();
+    let other_db = elsewhere.get_database().unwrap_or("postgres").to_owned();
+    let url = crate::support::url_with_database(&host.url(&owned.db), &other_db);
+    let opts: PgConnectOptions = url.parse().unwrap();
+    let mut conn = sqlx::PgConnection::connect_with(&opts.application_name("notify-holder"))
+        .await
+        .unwrap();
+    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    // Its own idle timeout turned off: only the monitor can end it.
+    for sql in [
+        "SET idle_in_transaction_session_timeout = 0",
+        "LISTEN bf4ps_it_flood_x",
+        "BEGIN",
+        "SELECT 1",
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let p = &owned.db.pool;
+    let usage = async || -> f64 {
+        sqlx::query_scalar("SELECT pg_notification_queue_usage()")
+            .fetch_one(p)
+            .await
+            .unwrap()
+    };
+    // 8 KB notifications from serve's database, 1.6 MB a commit, until the
+    // queue holds twice the limit (about 1.6 MB of 8 GB).
+    let mut commits = 0;
+    while usage().await < 2.0 * LIMIT && alive(&owned.db, pid).await {
+        assert!(commits < 50, "the queue does not fill: {}", usage().await);
+        sqlx::query(
+            "SELECT pg_notify('bf4ps_it_flood_x', repeat('x', 7900) || g::text)
+             FROM generate_series(1, 200) AS g",
+        )
+        .execute(p)
+        .await
+        .unwrap();
+        commits += 1;
+    }
+    let began = std::time::Instant::now();
+    eventually(
+        WAIT,
+        "the listener in another database is ended",
+        || async { (!alive(&owned.db, pid).await).then_some(()) },
+    )
+    .await;
+    eprintln!(
+        "measured: a listener inside a transaction in database {other_db} was ended {:.1} s \
+         after the queue passed the limit ({commits} commits of 1.6 MB)",
+        began.elapsed().as_secs_f64()
+    );
+    let line = serve
+        .wait_for_log(
+            "kept the NOTIFY queue from draining",
+            Duration::from_secs(5),
+        )
+        .await;
+    assert!(
+        line.contains(&format!("pid={pid}")) && line.contains(&other_db),
+        "{line}"
+    );
+    eventually(WAIT, "the queue drains", || async {
+        (usage().await < LIMIT).then_some(())
+    })
+    .await;
+    let metrics = http_text(&format!("http://{addr}/metrics")).await.unwrap();
+    assert!(
+        ended_count(&metrics, "notify_queue").is_some_and(|n| n >= 1.0),
+        "{metrics}"
+    );
+    ready_and_projecting(&owned.db, &mut serve, addr).await;
+    drop(conn);
+    drop(serve);
+}
+
+/// Registers an incarnation through the interface (as `conn`'s role).
+async fn register_on(
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+    lane: &str,
+    key: &str,
+) -> (uuid::Uuid, uuid::Uuid) {
+    sqlx::query_as(
+        "SELECT collector_uuid, secret FROM bf4ps_collector_register($1, 'h', $2, $3, 't')",
+    )
+    .bind(name)
+    .bind(lane)
+    .bind(key)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// WAL written by the cluster since `from` (an LSN), in bytes.
+async fn wal_since(conn: &mut sqlx::PgConnection, from: &str) -> f64 {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8")
+        .bind(from)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Finding 9: heartbeats and renewals are rated. One connection loops, as
+/// fast as it can, a heartbeat and a lease renewal of one incarnation
+/// (10 s), then those and a claim of another incarnation that the egress
+/// gate denies (20 s). Calls sooner than their purpose needs write nothing:
+/// the first loop writes next to no WAL, the second at most 10 MB (a
+/// denied claim writing nothing is the `shares` branch's part). Measured on
+/// a private cluster of its own (`bf4ps_lab::pgcluster`), so that nobody
+/// else's WAL counts. (On `main` every heartbeat and renewal wrote its
+/// row: the issue's loop made 4,969 commits/s and 65 MB of WAL in 20 s.)
+#[tokio::test]
+async fn finding9_a_heartbeat_renewal_and_denied_claim_loop_writes_little_wal() {
+    use bf4ps_lab::pgcluster::{ClusterOptions, PrivateCluster};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    // Under /var/tmp: the server's OS user must reach it.
+    let dir = crate::support::TempDir(std::path::PathBuf::from(format!(
+        "/var/tmp/bf4ps-it-wal-{}-{nanos}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let mut cluster = PrivateCluster::start(ClusterOptions {
+        initdb_sync: false,
+        ..ClusterOptions::new(&dir.0)
+    })
+    .await
+    .expect("a private cluster (PostgreSQL server binaries)");
+    let target = bf4ps_ops::db::DbTarget::parse(Some(cluster.url())).unwrap();
+    target.migrate().await.expect("migrate the private cluster");
+    let mut conn = sqlx::PgConnection::connect(cluster.url()).await.unwrap();
+    let x = register_on(&mut conn, "beating", "interactive", "kx").await;
+    let y = register_on(&mut conn, "denied", "background", "ky").await;
+    sqlx::raw_sql(
+        "INSERT INTO soldiers (persona_id, platform, current_name, first_seen_at, last_seen_at)
+         VALUES (1, 'pc', 'p1', now(), now());
+         INSERT INTO collection_jobs (soldier_id, resource, lane, priority_class, reason, eligible_at)
+         SELECT soldier_id, 'detailed', 'interactive', 'interactive', 'wal', now() FROM soldiers;
+         INSERT INTO egress_gates (egress_key, next_slot_at, passes)
+         VALUES ('ky', now() + interval '1 hour', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let (job, token): (i64, uuid::Uuid) = sqlx::query_as(
+        "SELECT job_id, lease_token FROM bf4ps_collector_claim($1, $2, 3, true) WHERE granted",
+    )
+    .bind(x.0)
+    .bind(x.1)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let denied: Option<bool> =
+        sqlx::query_scalar("SELECT granted FROM bf4ps_collector_claim($1, $2, 3, true)")
+            .bind(y.0)
+            .bind(y.1)
+            .fetch_optional(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(
+        denied,
+        Some(false),
+        "the gate says wait to the second incarnation"
+    );
+
+    let mut phases = Vec::new();
+    for (secs, with_claim) in [(10u64, false), (20, true)] {
+        let from: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut loops = 0u64;
+        while started.elapsed() < Duration::from_secs(secs) {
+            let (retired, ..): (bool, bool, bool) = sqlx::query_as(
+                "SELECT retired, claimable, restored FROM bf4ps_collector_heartbeat($1, $2)",
+            )
+            .bind(x.0)
+            .bind(x.1)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+            assert!(!retired);
+            let renewed: Option<chrono::DateTime<chrono::Utc>> =
+                sqlx::query_scalar("SELECT bf4ps_collector_renew($1, $2, $3, $4)")
+                    .bind(x.0)
+                    .bind(x.1)
+                    .bind(job)
+                    .bind(token)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+            assert!(renewed.is_some(), "the lease holds");
+            if with_claim {
+                let granted: Option<bool> = sqlx::query_scalar(
+                    "SELECT granted FROM bf4ps_collector_claim($1, $2, 3, true)",
+                )
+                .bind(y.0)
+                .bind(y.1)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+                assert_eq!(granted, Some(false));
+            }
+            loops += 1;
+        }
+        let wal = wal_since(&mut conn, &from).await;
+        let elapsed = started.elapsed().as_secs_f64();
+        eprintln!(
+            "measured: {} for {elapsed:.0} s: {loops} loops ({:.0}/s), {:.2} MB of WAL",
+            if with_claim {
+                "heartbeat + renewal + denied claim"
+            } else {
+                "heartbeat + renewal"
+            },
+            loops as f64 / elapsed,
+            wal / 1e6
+        );
+        phases.push((with_claim, loops, wal));
+    }
+    conn.close().await.unwrap();
+    cluster.stop().await.unwrap();
+    let (_, loops, wal) = phases[0];
+    assert!(loops > 1000, "the loop ran ({loops})");
+    assert!(
+        wal <= 1e6,
+        "heartbeats and renewals wrote {:.2} MB of WAL in 10 s",
+        wal / 1e6
+    );
+    let (_, _, wal) = phases[1];
+    assert!(
+        wal <= 10e6,
+        "the churn loop wrote {:.2} MB of WAL in 20 s (bound 10 MB)",
+        wal / 1e6
+    );
+}

@@ -1021,6 +1021,25 @@ async fn bf4ps_collector_renew_extends_only_the_callers_unexpired_lease(_: PoolO
         );
         renewed
     };
+    // Rated: with more than three quarters of the lease left, the lease is
+    // answered as it stands and nothing is written.
+    let version = async || -> (String, Time) {
+        row!(
+            p,
+            "SELECT xmin::text, lease_expires_at FROM collection_jobs WHERE job_id = $1",
+            lease.job_id
+        )
+    };
+    let (xmin, claimed_until) = version().await;
+    assert_eq!(renew(lease.lease_token).await, Some(claimed_until));
+    assert_eq!(version().await, (xmin, claimed_until), "nothing written");
+    // Two thirds left (the collector renews every third): renewed.
+    exec(
+        p,
+        "UPDATE collection_jobs SET lease_expires_at = now() + interval '40 seconds'",
+    )
+    .await
+    .unwrap();
     let before: Time = scalar!(p, "SELECT now()");
     let renewed = renew(lease.lease_token).await.expect("renewed");
     let stored: Time = scalar!(p, "SELECT lease_expires_at FROM collection_jobs");
@@ -1829,6 +1848,85 @@ async fn bf4ps_collector_heartbeat_restores_once_and_gives_the_verdict(_: PoolOp
         .await
         .unwrap();
     assert_eq!(beat(me.secret).await.unwrap(), (true, false, false));
+}
+
+/// Issue 37: a heartbeat never waits for a lock a claim holds (the
+/// collector's row, until the claim commits), and a heartbeat sooner than a
+/// sixth of heartbeat_lost_after after the last recorded one writes nothing.
+/// (On `main` the heartbeat waited for the claim's commit, and every call
+/// wrote the row.)
+#[sqlx::test]
+async fn bf4ps_collector_heartbeat_never_waits_for_a_claim_and_is_rated(_: PoolOpts, opts: Opts) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let (_role, c) = member_of(&db, "bf4ps_collector").await;
+    let c = &c;
+    let me = register(c, "c1", "interactive", "k1").await;
+    let sql = "SELECT retired, claimable, restored FROM bf4ps_collector_heartbeat($1, $2)";
+    let beat = async || fetch!((bool, bool, bool); c, sql, me.uuid, me.secret);
+    let version = async || -> (String, Time) {
+        row!(
+            p,
+            "SELECT xmin::text, last_heartbeat_at FROM collectors WHERE collector_uuid = $1",
+            me.uuid
+        )
+    };
+    // Rated: a heartbeat right after the last one answers and writes nothing.
+    assert_eq!(beat().await.unwrap(), (false, true, false));
+    let recorded = version().await;
+    for _ in 0..3 {
+        assert_eq!(beat().await.unwrap(), (false, true, false));
+    }
+    assert_eq!(version().await, recorded, "nothing written");
+    // Due (older than heartbeat_lost_after / 6 = 5 s): recorded.
+    exec(
+        p,
+        "UPDATE collectors SET last_heartbeat_at = now() - interval '6 seconds'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(beat().await.unwrap(), (false, true, false));
+    let (_, at) = version().await;
+    let now: Time = scalar!(p, "SELECT now()");
+    assert!(at > now - secs(1), "recorded: {at}");
+
+    // A claim holds the collector's row until it commits; the heartbeat,
+    // due, answers at once and records nothing (the next one does).
+    exec(
+        p,
+        "UPDATE collectors SET last_heartbeat_at = now() - interval '6 seconds'",
+    )
+    .await
+    .unwrap();
+    let due = version().await;
+    detailed_job(p, soldier(p, 1).await, Lane::Interactive, 0).await;
+    let mut claiming = c.begin().await.unwrap();
+    let lease: Claim = sqlx::query_as(
+        "SELECT job_id, lease_token, claimed_at FROM bf4ps_collector_claim($1, $2, 3, true) \
+         WHERE granted",
+    )
+    .bind(me.uuid)
+    .bind(me.secret)
+    .fetch_one(&mut *claiming)
+    .await
+    .unwrap();
+    let began = std::time::Instant::now();
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(2), beat()).await;
+    let took = began.elapsed();
+    assert!(
+        matches!(answer, Ok(Ok((false, true, false)))),
+        "the heartbeat waited for the claim ({took:?}): {answer:?}"
+    );
+    eprintln!(
+        "measured: a heartbeat beside a claim holding the collector's row answered in {took:?}"
+    );
+    claiming.commit().await.unwrap();
+    assert_ne!(version().await, due, "the claim wrote the row");
+    assert_eq!(status(p, lease.job_id).await.as_deref(), Some("running"));
+    assert_eq!(beat().await.unwrap(), (false, true, false));
+    let (_, at) = version().await;
+    let now: Time = scalar!(p, "SELECT now()");
+    assert!(at > now - secs(1), "the next heartbeat is recorded: {at}");
 }
 
 #[sqlx::test]
