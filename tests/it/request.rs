@@ -1056,3 +1056,246 @@ async fn concurrent_requests_for_one_new_soldier_create_each_job_once(
     assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
     assert_eq!(identity_rows(&db.pool).await, (1, 1));
 }
+
+// --- The ETA against what really happened -----------------------------------
+
+/// One job a website request queued: its id, the ETA the request answered,
+/// and the phase it belongs to.
+struct Asked {
+    phase: &'static str,
+    job_id: i64,
+    eta: Option<f64>,
+}
+
+/// The website's call: a refresh of soldier `persona` (created with its
+/// name), for `resources` (all four when empty); every job it queues is
+/// recorded with its ETA.
+async fn website(
+    pool: &PgPool,
+    phase: &'static str,
+    persona: i64,
+    resources: &[String],
+    asked: &mut Vec<Asked>,
+) {
+    let rows = request_refresh(
+        pool,
+        "pc",
+        persona,
+        resources,
+        Some(&format!("eta{persona}")),
+    )
+    .await
+    .unwrap();
+    for r in rows {
+        assert_eq!(r.state, RefreshState::Created, "{r:?}");
+        asked.push(Asked {
+            phase,
+            job_id: r.job_id.unwrap(),
+            eta: r.eta_seconds,
+        });
+    }
+}
+
+/// Waits until the interactive lane holds no job (every one finalized).
+async fn lane_empty(pool: &PgPool, what: &str) {
+    crate::support::eventually(Duration::from_secs(90), what, || async {
+        let left = count(
+            pool,
+            "SELECT count(*) FROM collection_jobs WHERE lane = 'interactive'",
+        )
+        .await;
+        (left == 0).then_some(())
+    })
+    .await;
+}
+
+/// Nearest-rank percentile of sorted `v`.
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// The website's ETA against each job's own `succeeded` event, with real
+/// collector processes and a Battlelog-paced fake (answers in 0.6–2.3 s,
+/// paced by document: profile 0.6–0.8 s, vehicles 1.2–1.4 s, weapons
+/// 1.6–1.8 s, detailed 2.1–2.3 s), one key per collector at 1 request/s:
+/// an idle lane (single requests after the lane emptied), a burst (ten
+/// soldiers at once) and arrivals while the lane works. Relative error =
+/// |ETA − (succeeded − request)| / (succeeded − request); per phase the
+/// median must be at most 15 % and the 90th percentile at most 25 %.
+#[sqlx::test]
+async fn eta_tracks_succeeded_events_in_bursts_arrivals_and_an_idle_lane(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
+
+    use crate::support::{Proc, bin, eventually};
+
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let fake = FakeBattlelog::start(FakeSettings {
+        latency: Duration::from_millis(600),
+        latency_by_resource: "detailed=1500ms,weapons=1000ms,vehicles=600ms"
+            .parse()
+            .unwrap(),
+        latency_jitter: Duration::from_millis(200),
+        ..FakeSettings::default()
+    })
+    .await
+    .unwrap();
+    // serve's policy: one request per second per key (the gate binds after
+    // a profile), no fleet budget (the interactive lane is exempt anyway).
+    let mut tuning = ServeTuning::default();
+    tuning.egress.egress_rate = 1.0;
+    tuning.egress.global_hourly_budget = 0;
+    tuning.validate().unwrap();
+    publish_settings(p, &Published::from_tuning(&tuning))
+        .await
+        .unwrap();
+    let upstream = fake.url();
+    let _collectors: Vec<Proc> = (1..=3)
+        .map(|i| {
+            let mut cmd = bin();
+            for (k, _) in std::env::vars() {
+                if k.starts_with("BF4PS_") {
+                    cmd.env_remove(k);
+                }
+            }
+            let name = format!("eta-int-{i}");
+            let key = format!("eta-key-{i}");
+            cmd.args(["collector", "--name", &name, "--lane", "interactive"])
+                .args(["--egress-key", &key, "--upstream-url", &upstream])
+                .env("DATABASE_URL", &db.url)
+                .env("BF4PS_LOG", "warn");
+            Proc::spawn(&name, cmd)
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "3 interactive collectors",
+        || async {
+            let n = count(
+                p,
+                "SELECT count(*) FROM collectors WHERE lane = 'interactive'
+               AND heartbeat_state = 'healthy' AND retired_at IS NULL",
+            )
+            .await;
+            (n == 3).then_some(())
+        },
+    )
+    .await;
+
+    let mut asked = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(0x00e7_a038);
+    let all = || -> Vec<String> { Vec::new() };
+    let mut persona = 7_000_i64;
+    let mut next = || {
+        persona += 1;
+        persona
+    };
+    // Warm-up (not measured): the lane's first outcomes, what the ETA
+    // learns from.
+    let mut warm = Vec::new();
+    for _ in 0..3 {
+        website(p, "warm-up", next(), &all(), &mut warm).await;
+    }
+    lane_empty(p, "the warm-up").await;
+
+    // An idle lane: one request at a time, each after the lane emptied.
+    for i in 0..6 {
+        let resources = if i % 3 == 2 {
+            vec!["weapons".to_owned()]
+        } else {
+            all()
+        };
+        website(p, "idle", next(), &resources, &mut asked).await;
+        lane_empty(p, "an idle request").await;
+        // Every collector back to waiting (its finalize committed).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A burst: ten soldiers at once.
+    for _ in 0..10 {
+        website(p, "burst", next(), &all(), &mut asked).await;
+    }
+    lane_empty(p, "the burst").await;
+
+    // Arrivals while the lane works: 0.3–2 s apart, some for a few
+    // resources only.
+    for _ in 0..14 {
+        let resources: Vec<String> = if rng.bool() {
+            all()
+        } else {
+            let mut r: Vec<String> = ["detailed", "profile", "weapons", "vehicles"]
+                .iter()
+                .filter(|_| rng.bool())
+                .map(|s| (*s).to_owned())
+                .collect();
+            if r.is_empty() {
+                r.push("profile".to_owned());
+            }
+            r
+        };
+        website(p, "arrivals", next(), &resources, &mut asked).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(300..2_000))).await;
+    }
+    lane_empty(p, "the arrivals").await;
+
+    // Each job's own request (its `created` event) and `succeeded` event.
+    let ids: Vec<i64> = asked.iter().map(|a| a.job_id).collect();
+    let actual: std::collections::HashMap<i64, f64> = sqlx::query_as::<_, (i64, f64)>(
+        "SELECT c.job_id, extract(epoch FROM s.occurred_at - c.occurred_at)::float8
+         FROM collection_events c
+         JOIN collection_events s ON s.job_id = c.job_id AND s.event_type = 'succeeded'
+         WHERE c.event_type = 'created' AND c.job_id = ANY ($1)",
+    )
+    .bind(&ids)
+    .fetch_all(p)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let mut report = serde_json::Map::new();
+    let mut failures = Vec::new();
+    for phase in ["idle", "burst", "arrivals"] {
+        let mut errors: Vec<f64> = asked
+            .iter()
+            .filter(|a| a.phase == phase)
+            .map(|a| {
+                let eta = a
+                    .eta
+                    .unwrap_or_else(|| panic!("job {} got no ETA", a.job_id));
+                let real = *actual
+                    .get(&a.job_id)
+                    .unwrap_or_else(|| panic!("job {} has no succeeded event", a.job_id));
+                (eta - real).abs() / real
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let (median, p90) = (percentile(&errors, 0.5), percentile(&errors, 0.9));
+        report.insert(
+            phase.to_owned(),
+            serde_json::json!({
+                "jobs": errors.len(),
+                "median_pct": (median * 1000.0).round() / 10.0,
+                "p90_pct": (p90 * 1000.0).round() / 10.0,
+                "max_pct": (errors[errors.len() - 1] * 1000.0).round() / 10.0,
+            }),
+        );
+        if median > 0.15 || p90 > 0.25 {
+            failures.push(format!(
+                "{phase}: median {:.1} %, p90 {:.1} %",
+                median * 100.0,
+                p90 * 100.0
+            ));
+        }
+    }
+    println!("eta-json: {}", serde_json::Value::Object(report));
+    assert!(
+        failures.is_empty(),
+        "the ETA is loose (want median <= 15 %, p90 <= 25 %): {}",
+        failures.join("; ")
+    );
+    fake.shutdown().await;
+}
