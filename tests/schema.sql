@@ -831,7 +831,8 @@ CREATE FUNCTION public.bf4ps_eta_schedule(p_jobs bigint[], p_window interval, p_
 DECLARE
     all_resources constant text[] := ARRAY['detailed', 'profile', 'weapons', 'vehicles'];
     simulated constant integer := 1000;
-    v_now double precision := extract(epoch FROM clock_timestamp());
+    v_clock timestamptz := clock_timestamp();
+    v_now double precision := extract(epoch FROM v_clock);
     v_spacing double precision;
     v_service double precision[] := ARRAY[NULL, NULL, NULL, NULL]::double precision[];
     v_known double precision;
@@ -874,9 +875,8 @@ BEGIN
                 LIMIT 1) AS cl
             WHERE e.lane = 'interactive'
               AND e.event_type IN ('succeeded', 'failed')
-              AND e.occurred_at > clock_timestamp() - p_window
+              AND e.occurred_at > v_clock - p_window
               AND e.resource = all_resources[n]
-              AND e.job_id IS NOT NULL
             ORDER BY e.occurred_at DESC
             LIMIT 100
         ) AS s;
@@ -1000,8 +1000,9 @@ BEGIN
                                                  WHEN 'recent' THEN 3 WHEN 'bootstrap' THEN 4 END,
                           -me.priority_value::bigint, me.eligible_at, me.created_at, me.job_id);
                 IF v_extra > v_placed THEN
+                    -- The last simulated job is the formula's first.
                     v_eta[n] := v_last_start + public.bf4ps_eta_seconds(
-                        v_extra - v_placed, cardinality(v_free), v_known,
+                        v_extra - v_placed + 1, cardinality(v_free), v_known,
                         p_egress_rate * cardinality(v_keys));
                 END IF;
             END LOOP;
