@@ -4,10 +4,11 @@
 //!
 //! The SQL function does all the work (create the soldier if unknown, create
 //! or promote one interactive job per resource, report position and ETA), so
-//! the website and the CLI behave identically. The ETA formula lives only in
-//! `bf4ps_eta_seconds`; its inputs the website cannot know (ETA window,
-//! egress rate) come from the `scheduling_settings` row, which `serve`'s
-//! feeder overwrites at start with its configuration ([`publish_settings`]).
+//! the website and the CLI behave identically. The ETA lives only in SQL,
+//! `bf4ps_eta_schedule` (a simulation of the interactive lane); its inputs
+//! the website cannot know (ETA window, egress rate) come from the
+//! `scheduling_settings` row, which `serve`'s feeder overwrites at start
+//! with its configuration ([`publish_settings`]).
 //!
 //! Invariants: a request never duplicates a job (one live job per
 //! (soldier, resource)); calling it again changes nothing; bad input is a

@@ -1,6 +1,7 @@
--- The interactive ETA (0004): the larger of collector parallelism and the
--- egress spacing, always finite and >= 0, or NULL when no collector can
--- take the job.
+-- The interactive ETA formula (0004): the larger of collector parallelism
+-- and the egress spacing, always finite and >= 0, or NULL when no
+-- collector can take the job. bf4ps_eta_schedule simulates the lane and
+-- uses it only beyond the jobs it simulates.
 --
 -- owner: migrator
 -- execute: PUBLIC

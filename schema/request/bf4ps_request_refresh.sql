@@ -29,10 +29,13 @@
 -- waits at most 2 s for the lock, then fails with SQLSTATE 55P03
 -- (lock_not_available), writing nothing.
 --
--- position / eta_seconds: as 0004 (1-based place among pending interactive
--- jobs in claim order, 0 for claimed/running; the ETA of bf4ps_eta_seconds);
--- NULL for a fresh one (job_id NULL too). last_success_at: the pair's last
--- success (NULL: never), whatever the state.
+-- position: 1-based place among pending interactive jobs in claim order, 0
+-- for claimed/running. eta_seconds: the job's ETA in the interactive lane's
+-- simulated schedule (bf4ps_eta_schedule: per-resource service times
+-- learned from outcomes within eta_window, the live collectors, the egress
+-- key spacing 1 / egress_rate); NULL when no interactive collector can take
+-- a pending job. Both NULL for a fresh one (job_id NULL too).
+-- last_success_at: the pair's last success (NULL: never), whatever the state.
 -- Errors (22023): unknown platform or resource, empty resource list,
 -- persona_id <= 0, a bad eta_window/egress_rate, a bad or missing name.
 -- It runs with its owner's rights: the website's role needs only EXECUTE.
@@ -81,9 +84,7 @@ DECLARE
     v_states text[] := ARRAY[]::text[];
     v_admitted integer := 0;
     v_pending bigint;
-    v_collectors integer;
-    v_egress_keys integer;
-    v_mean double precision;
+    v_etas double precision[];
     v_lock_timeout text;
     v_cooldown interval;
     v_last timestamptz;
@@ -277,26 +278,10 @@ BEGIN
         END IF;
     END IF;
 
-    -- ETA inputs, once per call.
-    SELECT count(*)::integer, count(DISTINCT c.egress_key)::integer
-      INTO v_collectors, v_egress_keys
-    FROM @schema@.collectors AS c
-    WHERE c.lane = 'interactive'
-      AND c.retired_at IS NULL
-      AND c.enabled
-      AND NOT c.drained
-      AND c.heartbeat_state = 'healthy';
-    SELECT avg(e.duration_ms) / 1000.0 INTO v_mean
-    FROM (
-        SELECT e.duration_ms
-        FROM @schema@.collection_events AS e
-        WHERE e.lane = 'interactive'
-          AND e.event_type IN ('succeeded', 'failed')
-          AND e.occurred_at > now() - v_window
-          AND e.duration_ms IS NOT NULL
-        ORDER BY e.occurred_at DESC
-        LIMIT 1000
-    ) AS e;
+    -- The ETAs: the interactive lane's schedule, simulated once per call.
+    SELECT array_agg(x.eta_seconds ORDER BY x.n) INTO v_etas
+    FROM @schema@.bf4ps_eta_schedule(v_jobs, v_window, v_rate)
+         WITH ORDINALITY AS x(job_id, eta_seconds, n);
 
     FOR i IN 1 .. cardinality(v_wanted) LOOP
         resource := v_wanted[i];
@@ -308,7 +293,7 @@ BEGIN
             eta_seconds := NULL;
         ELSIF state IN ('claimed', 'running') THEN
             "position" := 0;
-            eta_seconds := @schema@.bf4ps_eta_seconds(0, 1, v_mean, NULL);
+            eta_seconds := v_etas[i];
         ELSE
             SELECT count(*) INTO "position"
             FROM @schema@.collection_jobs AS me, @schema@.collection_jobs AS o
@@ -321,18 +306,7 @@ BEGIN
                   <= (CASE me.priority_class WHEN 'interactive' THEN 1 WHEN 'active' THEN 2
                                              WHEN 'recent' THEN 3 WHEN 'bootstrap' THEN 4 END,
                       -me.priority_value::bigint, me.eligible_at, me.created_at, me.job_id);
-            eta_seconds := @schema@.bf4ps_eta_seconds("position", v_collectors, v_mean,
-                                                      v_rate * greatest(v_egress_keys, 1));
-            IF eta_seconds IS NOT NULL THEN
-                SELECT greatest(eta_seconds,
-                                CASE WHEN j.eligible_at <= now() THEN 0
-                                     WHEN j.eligible_at > now() + interval '100 years' THEN 3.2e9
-                                     ELSE extract(epoch FROM (j.eligible_at - now()))::double precision
-                                END)
-                  INTO eta_seconds
-                FROM @schema@.collection_jobs AS j
-                WHERE j.job_id = v_jobs[i];
-            END IF;
+            eta_seconds := v_etas[i];
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -378,8 +378,10 @@ async fn pending_background_jobs_are_promoted_and_live_ones_reported(
     );
     assert_eq!(rows[0].job_id, Some(first.job_id));
     assert_eq!(rows[2].job_id, Some(second.job_id));
-    // In-flight jobs: one mean duration (2 s by default) whoever holds them.
-    assert_eq!(rows[0].eta_seconds, Some(2.0));
+    // In-flight jobs: the rest of their service time (2 s by default,
+    // without outcomes) since their claim, whoever holds them.
+    let running = rows[0].eta_seconds.unwrap();
+    assert!(running > 1.0 && running <= 2.0, "{running}");
     assert_eq!(rows[3].eta_seconds, None);
 
     // One job created, one promoted (two events); lanes and classes moved.
@@ -794,26 +796,59 @@ async fn etas(pool: &PgPool, persona: i64) -> Vec<(i64, Option<f64>)> {
         .collect()
 }
 
+/// Recent interactive outcomes, as collectors write them (a `claimed` and
+/// a `succeeded` or `failed` event of one lease): per resource three
+/// service times whose median is detailed 1 s, profile 0.5 s, weapons
+/// 1.5 s, vehicles 2 s; and outcomes that do not count (an hour old, of the
+/// background lane).
+async fn outcomes(pool: &PgPool) {
+    exec(
+        pool,
+        "INSERT INTO collection_events
+             (event_type, lane, resource, job_id, lease_token, occurred_at)
+         SELECT e.t, v.lane, v.r, v.job, v.lease,
+                v.at + CASE e.t WHEN 'claimed' THEN 0 ELSE v.s END * interval '1 second'
+         FROM (SELECT 'interactive' AS lane, r, 900000 + 10 * n + i AS job,
+                      md5(r || n)::uuid AS lease, s + d AS s,
+                      now() - interval '1 minute' AS at, n
+               FROM (VALUES (1, 'detailed', 1.0), (2, 'profile', 0.5), (3, 'weapons', 1.5),
+                            (4, 'vehicles', 2.0)) AS x (i, r, s),
+                    LATERAL (VALUES (1, -0.25), (2, 0.0), (3, 0.5)) AS y (n, d)
+               UNION ALL
+               SELECT 'interactive', 'detailed', 900100 + n, md5('old' || n)::uuid, 90,
+                      now() - interval '1 hour', n FROM generate_series(1, 5) AS n
+               UNION ALL
+               SELECT 'background', 'detailed', 900200 + n, md5('bg' || n)::uuid, 90,
+                      now() - interval '1 minute', n FROM generate_series(1, 5) AS n) AS v,
+              LATERAL (VALUES ('claimed'),
+                              (CASE WHEN v.n = 3 THEN 'failed' ELSE 'succeeded' END)) AS e (t)",
+    )
+    .await
+    .unwrap();
+}
+
+/// `got` (position, ETA) pairs equal `want` to a microsecond.
+fn assert_etas(got: &[(i64, Option<f64>)], want: &[(i64, f64)]) {
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            g.0 == w.0 && g.1.is_some_and(|e| (e - w.1).abs() < 1e-6),
+            "got {got:?}, want {want:?}"
+        );
+    }
+}
+
 #[sqlx::test]
 async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
-    // Twelve interactive jobs ahead of persona 4's.
+    // Twelve interactive jobs ahead of persona 4's, each soldier's in the
+    // order detailed, profile, weapons, vehicles.
     for persona in 1..=3 {
         request_refresh(&db.pool, "pc", persona, &[], Some(&format!("p{persona}")))
             .await
             .unwrap();
     }
-    // Recent interactive outcomes: mean 1 s. Old and background ones do not count.
-    exec(
-        &db.pool,
-        "INSERT INTO collection_events (event_type, lane, duration_ms, occurred_at) VALUES
-           ('succeeded', 'interactive', 500, now() - interval '1 minute'),
-           ('failed', 'interactive', 1500, now() - interval '2 minutes'),
-           ('succeeded', 'interactive', 90000, now() - interval '1 hour'),
-           ('succeeded', 'background', 90000, now())",
-    )
-    .await
-    .unwrap();
+    outcomes(&db.pool).await;
     // Not available: lost, disabled, drained, retired.
     interactive_collector(
         &db.pool,
@@ -832,81 +867,68 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
         "('healthy', true, false, NULL::timestamptz)",
     )
     .await;
-    // The default rate is the safe Battlelog rate, 0.2 req/s: the (p - 1)
-    // requests ahead are 5 s apart, then 1 s for the job itself.
+    // The default rate is the safe Battlelog rate, 0.2 req/s: the key's
+    // requests go 5 s apart, the 13th at 60 s, then the job's own service
+    // time (detailed 1 s, profile 0.5, weapons 1.5, vehicles 2).
     let rate: f64 = sqlx::query_scalar("SELECT egress_rate FROM scheduling_settings")
         .fetch_one(&db.pool)
         .await
         .unwrap();
     assert_eq!(rate, 0.2);
-    assert_eq!(
-        etas(&db.pool, 4).await,
-        vec![
-            (13, Some(61.0)),
-            (14, Some(66.0)),
-            (15, Some(71.0)),
-            (16, Some(76.0))
-        ]
+    assert_etas(
+        &etas(&db.pool, 4).await,
+        &[(13, 61.0), (14, 65.5), (15, 71.5), (16, 77.0)],
     );
-    // One collector, 1 s per job, 5 req/s: ETA = position seconds.
+    // 5 req/s: the collector binds, each soldier's four jobs take 5 s.
     publish_settings(&db.pool, &published(900, 5.0))
         .await
         .unwrap();
-    let one = etas(&db.pool, 4).await;
-    assert_eq!(
-        one,
-        vec![
-            (13, Some(13.0)),
-            (14, Some(14.0)),
-            (15, Some(15.0)),
-            (16, Some(16.0))
-        ]
+    assert_etas(
+        &etas(&db.pool, 4).await,
+        &[(13, 16.0), (14, 16.5), (15, 18.0), (16, 20.0)],
     );
-    // Eight collectors on one egress key (5 req/s): the rate binds,
-    // (p - 1) / 5 + 1 > ceil(p / 8).
-    for i in 2..=8 {
-        interactive_collector(
-            &db.pool,
-            &format!("i{i}"),
-            "e1",
-            "('healthy', true, false, NULL::timestamptz)",
-        )
-        .await;
-    }
-    let eight = etas(&db.pool, 4).await;
-    assert_eq!(
-        eight,
-        vec![
-            (13, Some(3.4)),
-            (14, Some(3.6)),
-            (15, Some(3.8)),
-            (16, Some(4.0))
-        ]
+    // A second collector on a second key: each job goes to the collector
+    // free first.
+    interactive_collector(
+        &db.pool,
+        "i2",
+        "e2",
+        "('healthy', true, false, NULL::timestamptz)",
+    )
+    .await;
+    assert_etas(
+        &etas(&db.pool, 4).await,
+        &[(13, 8.0), (14, 8.5), (15, 9.5), (16, 10.5)],
     );
-    // ...on eight egress keys the rate is 40 req/s: ceil(p / 8) rounds bind.
+    // ...on the first one's key, its requests 0.2 s apart bind too.
     exec(
         &db.pool,
-        "UPDATE collectors SET egress_key = collector_name WHERE collector_name LIKE 'i_'",
+        "UPDATE collectors SET egress_key = 'e1' WHERE collector_name = 'i2'",
     )
     .await
     .unwrap();
-    let spread = etas(&db.pool, 4).await;
-    assert_eq!(
-        spread,
-        vec![
-            (13, Some(2.0)),
-            (14, Some(2.0)),
-            (15, Some(2.0)),
-            (16, Some(2.0))
-        ]
+    assert_etas(
+        &etas(&db.pool, 4).await,
+        &[(13, 8.2), (14, 8.5), (15, 9.7), (16, 10.5)],
     );
-    // serve publishes a slower egress rate: 0.5 req/s per key, 4 req/s.
-    publish_settings(&db.pool, &published(900, 0.5))
-        .await
-        .unwrap();
-    assert_eq!(etas(&db.pool, 4).await[0], (13, Some(4.0)));
+    // The key's next slot (a request just sent) and a throttle pause hold
+    // the lane back: 3 s more for everything.
+    exec(
+        &db.pool,
+        "INSERT INTO egress_gates (egress_key, next_slot_at, passes, paused_until)
+         VALUES ('e1', now(), 1, now() + interval '3 seconds')",
+    )
+    .await
+    .unwrap();
+    let paused = etas(&db.pool, 4).await;
+    assert!(
+        paused[0].1.is_some_and(|e| e > 11.0 && e <= 11.2),
+        "{paused:?}"
+    );
+    exec(&db.pool, "DELETE FROM egress_gates").await.unwrap();
     // A caller's argument overrides the published setting; a short window
-    // forgets the outcomes (default 2 s per job).
+    // forgets the outcomes (2 s per job without any): the two collectors
+    // take two jobs every 2 s, the 13th at 12 s.
     let (eta,): (Option<f64>,) = sqlx::query_as(
         "SELECT eta_seconds FROM bf4ps_request_refresh('pc', 4, ARRAY['detailed'],
                                                        eta_window => '1 second',
@@ -915,17 +937,24 @@ async fn eta_follows_position_collectors_and_settings(_: PgPoolOptions, opts: Pg
     .fetch_one(&db.pool)
     .await
     .unwrap();
-    assert_eq!(eta, Some(4.0));
-    // Lower positions never get a later ETA than higher ones.
-    let all: Vec<f64> = sqlx::query_scalar(
-        "SELECT r.eta_seconds FROM generate_series(1, 4) AS g,
+    assert!(eta.is_some_and(|e| (e - 14.0).abs() < 1e-6), "{eta:?}");
+    // Per resource, a later place never gets an earlier ETA.
+    let all: Vec<(String, f64)> = sqlx::query_as(
+        "SELECT r.resource, r.eta_seconds FROM generate_series(1, 4) AS g,
              LATERAL bf4ps_request_refresh('pc', g) AS r ORDER BY r.position",
     )
     .fetch_all(&db.pool)
     .await
     .unwrap();
     assert_eq!(all.len(), 16);
-    assert!(all.windows(2).all(|w| w[0] <= w[1]), "{all:?}");
+    for resource in ["detailed", "profile", "weapons", "vehicles"] {
+        let mine: Vec<f64> = all
+            .iter()
+            .filter(|(r, _)| r == resource)
+            .map(|(_, e)| *e)
+            .collect();
+        assert!(mine.windows(2).all(|w| w[0] <= w[1]), "{all:?}");
+    }
 }
 
 #[sqlx::test]
@@ -1055,4 +1084,247 @@ async fn concurrent_requests_for_one_new_soldier_create_each_job_once(
     assert_eq!(job_ids.len(), 4);
     assert_eq!(sizes(&db.pool).await, (1, 1, 4, 4));
     assert_eq!(identity_rows(&db.pool).await, (1, 1));
+}
+
+// --- The ETA against what really happened -----------------------------------
+
+/// One job a website request queued: its id, the ETA the request answered,
+/// and the phase it belongs to.
+struct Asked {
+    phase: &'static str,
+    job_id: i64,
+    eta: Option<f64>,
+}
+
+/// The website's call: a refresh of soldier `persona` (created with its
+/// name), for `resources` (all four when empty); every job it queues is
+/// recorded with its ETA.
+async fn website(
+    pool: &PgPool,
+    phase: &'static str,
+    persona: i64,
+    resources: &[String],
+    asked: &mut Vec<Asked>,
+) {
+    let rows = request_refresh(
+        pool,
+        "pc",
+        persona,
+        resources,
+        Some(&format!("eta{persona}")),
+    )
+    .await
+    .unwrap();
+    for r in rows {
+        assert_eq!(r.state, RefreshState::Created, "{r:?}");
+        asked.push(Asked {
+            phase,
+            job_id: r.job_id.unwrap(),
+            eta: r.eta_seconds,
+        });
+    }
+}
+
+/// Waits until the interactive lane holds no job (every one finalized).
+async fn lane_empty(pool: &PgPool, what: &str) {
+    crate::support::eventually(Duration::from_secs(90), what, || async {
+        let left = count(
+            pool,
+            "SELECT count(*) FROM collection_jobs WHERE lane = 'interactive'",
+        )
+        .await;
+        (left == 0).then_some(())
+    })
+    .await;
+}
+
+/// Nearest-rank percentile of sorted `v`.
+fn percentile(v: &[f64], p: f64) -> f64 {
+    let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// The website's ETA against each job's own `succeeded` event, with real
+/// collector processes and a Battlelog-paced fake (answers in 0.6–2.3 s,
+/// paced by document: profile 0.6–0.8 s, vehicles 1.2–1.4 s, weapons
+/// 1.6–1.8 s, detailed 2.1–2.3 s), one key per collector at 1 request/s:
+/// an idle lane (single requests after the lane emptied), a burst (ten
+/// soldiers at once) and arrivals while the lane works. Relative error =
+/// |ETA − (succeeded − request)| / (succeeded − request); per phase the
+/// median must be at most 15 % and the 90th percentile at most 25 %.
+#[sqlx::test]
+async fn eta_tracks_succeeded_events_in_bursts_arrivals_and_an_idle_lane(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use bf4ps_lab::fake_battlelog::{FakeBattlelog, FakeSettings};
+
+    use crate::support::{Proc, bin, eventually};
+
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let fake = FakeBattlelog::start(FakeSettings {
+        latency: Duration::from_millis(600),
+        latency_by_resource: "detailed=1500ms,weapons=1000ms,vehicles=600ms"
+            .parse()
+            .unwrap(),
+        latency_jitter: Duration::from_millis(200),
+        ..FakeSettings::default()
+    })
+    .await
+    .unwrap();
+    // serve's policy: one request per second per key (the gate binds after
+    // a profile), no fleet budget (the interactive lane is exempt anyway).
+    let mut tuning = ServeTuning::default();
+    tuning.egress.egress_rate = 1.0;
+    tuning.egress.global_hourly_budget = 0;
+    tuning.validate().unwrap();
+    publish_settings(p, &Published::from_tuning(&tuning))
+        .await
+        .unwrap();
+    let upstream = fake.url();
+    let _collectors: Vec<Proc> = (1..=3)
+        .map(|i| {
+            let mut cmd = bin();
+            for (k, _) in std::env::vars() {
+                if k.starts_with("BF4PS_") {
+                    cmd.env_remove(k);
+                }
+            }
+            let name = format!("eta-int-{i}");
+            let key = format!("eta-key-{i}");
+            cmd.args(["collector", "--name", &name, "--lane", "interactive"])
+                .args(["--egress-key", &key, "--upstream-url", &upstream])
+                .env("DATABASE_URL", &db.url)
+                .env("BF4PS_LOG", "warn");
+            Proc::spawn(&name, cmd)
+        })
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "3 interactive collectors",
+        || async {
+            let n = count(
+                p,
+                "SELECT count(*) FROM collectors WHERE lane = 'interactive'
+               AND heartbeat_state = 'healthy' AND retired_at IS NULL",
+            )
+            .await;
+            (n == 3).then_some(())
+        },
+    )
+    .await;
+
+    let mut asked = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(0x00e7_a038);
+    let all = || -> Vec<String> { Vec::new() };
+    let mut persona = 7_000_i64;
+    let mut next = || {
+        persona += 1;
+        persona
+    };
+    // Warm-up (not measured): the lane's first outcomes, what the ETA
+    // learns from.
+    let mut warm = Vec::new();
+    for _ in 0..3 {
+        website(p, "warm-up", next(), &all(), &mut warm).await;
+    }
+    lane_empty(p, "the warm-up").await;
+
+    // An idle lane: one request at a time, each after the lane emptied.
+    for i in 0..6 {
+        let resources = if i % 3 == 2 {
+            vec!["weapons".to_owned()]
+        } else {
+            all()
+        };
+        website(p, "idle", next(), &resources, &mut asked).await;
+        lane_empty(p, "an idle request").await;
+        // Every collector back to waiting (its finalize committed).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A burst: ten soldiers at once.
+    for _ in 0..10 {
+        website(p, "burst", next(), &all(), &mut asked).await;
+    }
+    lane_empty(p, "the burst").await;
+
+    // Arrivals while the lane works: 0.3–2 s apart, some for a few
+    // resources only.
+    for _ in 0..14 {
+        let resources: Vec<String> = if rng.bool() {
+            all()
+        } else {
+            let mut r: Vec<String> = ["detailed", "profile", "weapons", "vehicles"]
+                .iter()
+                .filter(|_| rng.bool())
+                .map(|s| (*s).to_owned())
+                .collect();
+            if r.is_empty() {
+                r.push("profile".to_owned());
+            }
+            r
+        };
+        website(p, "arrivals", next(), &resources, &mut asked).await;
+        tokio::time::sleep(Duration::from_millis(rng.u64(300..2_000))).await;
+    }
+    lane_empty(p, "the arrivals").await;
+
+    // Each job's own request (its `created` event) and `succeeded` event.
+    let ids: Vec<i64> = asked.iter().map(|a| a.job_id).collect();
+    let actual: std::collections::HashMap<i64, f64> = sqlx::query_as::<_, (i64, f64)>(
+        "SELECT c.job_id, extract(epoch FROM s.occurred_at - c.occurred_at)::float8
+         FROM collection_events c
+         JOIN collection_events s ON s.job_id = c.job_id AND s.event_type = 'succeeded'
+         WHERE c.event_type = 'created' AND c.job_id = ANY ($1)",
+    )
+    .bind(&ids)
+    .fetch_all(p)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect();
+    let mut report = serde_json::Map::new();
+    let mut failures = Vec::new();
+    for phase in ["idle", "burst", "arrivals"] {
+        let mut errors: Vec<f64> = asked
+            .iter()
+            .filter(|a| a.phase == phase)
+            .map(|a| {
+                let eta = a
+                    .eta
+                    .unwrap_or_else(|| panic!("job {} got no ETA", a.job_id));
+                let real = *actual
+                    .get(&a.job_id)
+                    .unwrap_or_else(|| panic!("job {} has no succeeded event", a.job_id));
+                (eta - real).abs() / real
+            })
+            .collect();
+        errors.sort_by(f64::total_cmp);
+        let (median, p90) = (percentile(&errors, 0.5), percentile(&errors, 0.9));
+        report.insert(
+            phase.to_owned(),
+            serde_json::json!({
+                "jobs": errors.len(),
+                "median_pct": (median * 1000.0).round() / 10.0,
+                "p90_pct": (p90 * 1000.0).round() / 10.0,
+                "max_pct": (errors[errors.len() - 1] * 1000.0).round() / 10.0,
+            }),
+        );
+        if median > 0.15 || p90 > 0.25 {
+            failures.push(format!(
+                "{phase}: median {:.1} %, p90 {:.1} %",
+                median * 100.0,
+                p90 * 100.0
+            ));
+        }
+    }
+    println!("eta-json: {}", serde_json::Value::Object(report));
+    assert!(
+        failures.is_empty(),
+        "the ETA is loose (want median <= 15 %, p90 <= 25 %): {}",
+        failures.join("; ")
+    );
+    fake.shutdown().await;
 }

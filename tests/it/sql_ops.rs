@@ -2010,6 +2010,100 @@ async fn bf4ps_eta_seconds_is_the_larger_of_parallelism_and_egress(_: PoolOpts, 
     assert_eq!(got, want);
 }
 
+#[sqlx::test]
+async fn bf4ps_eta_schedule_simulates_collectors_keys_and_service_times(_: PoolOpts, opts: Opts) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    // One request per second per key, as serve publishes it.
+    policy(p, "egress_spacing = interval '1 second', egress_rate = 1").await;
+    // Recent outcomes (claimed -> succeeded/failed of one lease): detailed
+    // 0.5, 1 and 4 s (median 1 s), weapons 3 s; an hour-old detailed one
+    // and a background one do not count; profile and vehicles have none
+    // (the mean of the others' medians: 2 s).
+    exec(
+        p,
+        "INSERT INTO collection_events (event_type, lane, resource, job_id, lease_token, occurred_at)
+         SELECT e.t, v.lane, v.r, v.job, md5(v.job::text)::uuid,
+                v.at + CASE e.t WHEN 'claimed' THEN 0 ELSE v.s END * interval '1 second'
+         FROM (VALUES ('interactive', 'detailed', 800001, 0.5, now() - interval '1 minute'),
+                      ('interactive', 'detailed', 800002, 1.0, now() - interval '1 minute'),
+                      ('interactive', 'detailed', 800003, 4.0, now() - interval '1 minute'),
+                      ('interactive', 'weapons', 800004, 3.0, now() - interval '1 minute'),
+                      ('interactive', 'detailed', 800005, 60.0, now() - interval '1 hour'),
+                      ('background', 'detailed', 800006, 60.0, now() - interval '1 minute'))
+                  AS v (lane, r, job, s, at),
+              LATERAL (VALUES ('claimed'), ('succeeded')) AS e (t)",
+    )
+    .await
+    .unwrap();
+    let s = soldiers(p, 1, 3).await;
+    let first = detailed_job(p, s[0], Lane::Interactive, 0).await;
+    let second = detailed_job(p, s[1], Lane::Interactive, 0).await;
+    let weapons = job(
+        p,
+        s[1],
+        Resource::Weapons,
+        Lane::Interactive,
+        PriorityClass::Interactive,
+        0,
+        0,
+    )
+    .await;
+    let later = detailed_job(p, s[2], Lane::Interactive, 10_000).await;
+    let ask = vec![
+        Some(first),
+        Some(second),
+        Some(weapons),
+        Some(later),
+        Some(999_999),
+        None,
+    ];
+    let schedule = |jobs: Vec<Option<i64>>| async move {
+        let got: Vec<(Option<i64>, Option<f64>)> = rows!(
+            p,
+            "SELECT job_id, eta_seconds FROM bf4ps_eta_schedule($1, interval '15 minutes', 1)",
+            jobs
+        );
+        got
+    };
+    // No live interactive collector: no ETA.
+    let none = schedule(ask.clone()).await;
+    assert_eq!(none.len(), 6);
+    assert!(none.iter().all(|(_, e)| e.is_none()), "{none:?}");
+
+    // Two collectors on one key; the first claims the first job now.
+    let a = register(p, "i1", "interactive", "k1").await;
+    register(p, "i2", "interactive", "k1").await;
+    let c = claim(p, a.uuid, None).await;
+    assert_eq!(c.job_id, first);
+    let got = schedule(ask.clone()).await;
+    let ids: Vec<Option<i64>> = got.iter().map(|r| r.0).collect();
+    assert_eq!(ids, ask, "one row per job asked, in order");
+    let etas: Vec<Option<f64>> = got.iter().map(|r| r.1).collect();
+    // The running job: its claim + 1 s. The second detailed waits for the
+    // key's next slot (1 s after the claim), then 1 s; weapons for the
+    // slot after (2 s), then 3 s; the later one is eligible in 10 s, then 1 s.
+    let want = [Some(1.0), Some(2.0), Some(5.0), Some(11.0), None, None];
+    for (g, w) in etas.iter().zip(want) {
+        match (g, w) {
+            (Some(g), Some(w)) => assert!(*g <= w && *g > w - 0.5, "{etas:?}"),
+            (g, w) => assert_eq!(*g, w, "{etas:?}"),
+        }
+    }
+    // Drained collectors take nothing: pending jobs have no ETA, the
+    // running one keeps its own.
+    exec(p, "UPDATE collectors SET drained = true")
+        .await
+        .unwrap();
+    let drained = schedule(ask.clone()).await;
+    assert!(
+        drained[0].1.is_some_and(|e| e <= 1.0 && e > 0.5),
+        "{drained:?}"
+    );
+    assert!(drained[1..].iter().all(|(_, e)| e.is_none()), "{drained:?}");
+    assert!(schedule(Vec::new()).await.is_empty());
+}
+
 type Refresh = (
     String,
     Option<i64>,
@@ -2062,7 +2156,8 @@ async fn bf4ps_request_refresh_queues_a_new_soldier_once_with_etas(_: PoolOpts, 
             (before.1, "pending", Some(n as i64 + 1))
         );
     }
-    // max(position x 2 s per collector, (position - 1) / 0.2 per s + 2 s)
+    // One collector, no outcomes yet (2 s a job), its key's requests 5 s
+    // apart (0.2 per s): the k-th job starts at 5 (k - 1) s.
     let etas: Vec<f64> = again.iter().map(|r| r.4.expect("an ETA")).collect();
     for (got, want) in etas.iter().zip([2.0, 7.0, 12.0, 17.0]) {
         assert!((got - want).abs() < 1e-6, "{etas:?}");

@@ -871,3 +871,60 @@ async fn the_fake_throttles_a_period_or_a_client_above_a_rate() {
     assert!(throttled >= 3, "{classes:?}");
     server.shutdown().await;
 }
+
+/// `--latency-by-resource`: each resource's extra latency on top of
+/// `--latency` (a resource not named: none); written and read back the
+/// way a user types it.
+#[tokio::test]
+async fn latency_is_paced_per_resource() {
+    use bf4ps_lab::fake_battlelog::ResourceLatency;
+
+    let paced: ResourceLatency = " detailed=300ms, weapons=1s ".parse().unwrap();
+    assert_eq!(paced.get(Resource::Detailed), Duration::from_millis(300));
+    assert_eq!(paced.get(Resource::Weapons), Duration::from_secs(1));
+    assert_eq!(paced.get(Resource::Profile), Duration::ZERO);
+    assert_eq!(
+        paced.to_string(),
+        "detailed=300ms,profile=0ms,weapons=1s,vehicles=0ms"
+    );
+    assert_eq!(paced.to_string().parse::<ResourceLatency>(), Ok(paced));
+    assert_eq!(
+        "none".parse::<ResourceLatency>(),
+        Ok(ResourceLatency::default())
+    );
+    assert_eq!(ResourceLatency::default().to_string(), "none");
+    assert_eq!(
+        FakeSettings::default().latency_by_resource,
+        ResourceLatency::default()
+    );
+    for (bad, why) in [
+        ("maps=1s", "unknown resource"),
+        ("detailed", "is not RESOURCE=DURATION"),
+        ("detailed=soon", "the latency of detailed"),
+        (
+            "detailed=1s,detailed=2s",
+            "detailed is given more than once",
+        ),
+    ] {
+        let e = bad.parse::<ResourceLatency>().unwrap_err();
+        assert!(e.contains(why), "{bad}: {e}");
+    }
+
+    let server = fake(FakeSettings {
+        latency: Duration::from_millis(50),
+        latency_by_resource: "detailed=300ms".parse().unwrap(),
+        ..FakeSettings::default()
+    })
+    .await;
+    let up = client(&server);
+    for (resource, at_least) in [(Resource::Detailed, 350), (Resource::Profile, 50)] {
+        let started = std::time::Instant::now();
+        fetch(&up, PC, 7, resource).await.expect("an answer");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(at_least),
+            "{resource}: {took:?}"
+        );
+    }
+    server.shutdown().await;
+}

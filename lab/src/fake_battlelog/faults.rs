@@ -338,7 +338,11 @@ impl Shared {
         };
         let latency = match action {
             Action::Hang | Action::Delay(_) | Action::Reset => Duration::ZERO,
-            _ => s.latency + s.latency_jitter.mul_f64(unit(key(TAG_LATENCY))),
+            _ => {
+                s.latency
+                    + s.latency_by_resource.get(resource)
+                    + s.latency_jitter.mul_f64(unit(key(TAG_LATENCY)))
+            }
         };
         let soldier = Soldier {
             seed: s.seed,

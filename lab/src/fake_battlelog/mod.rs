@@ -52,7 +52,7 @@ use network::{FakeListener, Peer, router};
 
 pub(crate) use faults::RequestRecord;
 pub use faults::{Outcome, Scripted, is_unavailable};
-pub use settings::{FakeSettings, fake_setting};
+pub use settings::{FakeSettings, ResourceLatency, fake_setting};
 pub(crate) use stats::synthetic_body;
 pub use stats::synthetic_data;
 

@@ -1,8 +1,79 @@
 //! The fake's knobs, declared once (`config::settings!`), and their checks.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-use bf4ps_ops::config::{ConfigError, err};
+use bf4ps_ops::config::{ConfigError, SettingValue, err, fmt_duration, parse_duration};
+use bf4ps_ops::domain::Resource;
+
+/// Extra latency per resource (`detailed=1500ms,profile=0ms`; a resource
+/// not named gets none; `none`: none for every resource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ResourceLatency([Duration; 4]);
+
+impl ResourceLatency {
+    /// The extra latency of `resource`.
+    pub fn get(&self, resource: Resource) -> Duration {
+        self.0[Self::index(resource)]
+    }
+
+    fn index(resource: Resource) -> usize {
+        Resource::ALL
+            .iter()
+            .position(|r| *r == resource)
+            .expect("every resource is in Resource::ALL")
+    }
+}
+
+impl FromStr for ResourceLatency {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut out = [None; 4];
+        if text.trim() == "none" {
+            return Ok(ResourceLatency::default());
+        }
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not RESOURCE=DURATION"))?;
+            let resource: Resource = name.trim().parse().map_err(|e| format!("{e}"))?;
+            let value = parse_duration(value.trim())
+                .map_err(|e| format!("the latency of {resource}: {e}"))?;
+            let slot = &mut out[Self::index(resource)];
+            if slot.is_some() {
+                return Err(format!("{resource} is given more than once"));
+            }
+            *slot = Some(value);
+        }
+        Ok(ResourceLatency(out.map(Option::unwrap_or_default)))
+    }
+}
+
+impl fmt::Display for ResourceLatency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.iter().all(Duration::is_zero) {
+            return f.write_str("none");
+        }
+        for (i, r) in Resource::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}={}", fmt_duration(self.0[i]))?;
+        }
+        Ok(())
+    }
+}
+
+impl SettingValue for ResourceLatency {
+    fn parse(text: &str) -> Result<Self, String> {
+        text.parse()
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
 
 bf4ps_ops::config::settings! {
     /// Knobs of the fake; the same struct for the CLI and in-process use.
@@ -13,6 +84,9 @@ bf4ps_ops::config::settings! {
         latency: Duration = "0ms", "latency", "BF4PS_FAKE_LATENCY", "Fake Battlelog";
         /// Extra latency, uniform in [0, jitter].
         latency_jitter: Duration = "0ms", "latency-jitter", "BF4PS_FAKE_LATENCY_JITTER", "Fake Battlelog";
+        /// Extra latency per resource, added to --latency (`detailed=1500ms,weapons=1s`;
+        /// a resource not named: none): Battlelog paces its answers by document.
+        latency_by_resource: ResourceLatency = "none", "latency-by-resource", "BF4PS_FAKE_LATENCY_BY_RESOURCE", "Fake Battlelog";
         /// Share of requests answered 503.
         rate_5xx: f64 = "0", "rate-5xx", "BF4PS_FAKE_RATE_5XX", "Fake Battlelog";
         /// Share of requests answered 429 (with Retry-After: 1).
