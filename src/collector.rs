@@ -674,7 +674,7 @@ impl Collector {
             }
             Outcome::LeaseLost(at) => {
                 warn!(
-                    found_by = at.as_str(),
+                    found_by = %at.as_str(),
                     "lease lost; attempt abandoned, nothing committed"
                 );
                 self.stats.lease_lost.fetch_add(1, Ordering::Relaxed);
