@@ -639,7 +639,7 @@ impl Collector {
                 r = renewing(&self.pool, &self.id, &lease, lease_duration, fetch) => r,
             };
             let Some(fetched) = fetched else {
-                return Ok(Outcome::LeaseLost);
+                return Ok(Outcome::LeaseLost(LostAt::Renewal));
             };
             let finish = match fetched {
                 Ok(f) => Finish::Success(Collected {
@@ -676,8 +676,11 @@ impl Collector {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 self.metrics.failed.increment(1);
             }
-            Outcome::LeaseLost => {
-                warn!("lease lost; attempt abandoned, nothing committed");
+            Outcome::LeaseLost(at) => {
+                warn!(
+                    found_by = %at.as_str(),
+                    "lease lost; attempt abandoned, nothing committed"
+                );
                 self.stats.lease_lost.fetch_add(1, Ordering::Relaxed);
                 self.metrics.lease_lost.increment(1);
             }
@@ -769,13 +772,13 @@ impl Finish {
                         debug!(changed = o.changed, "succeeded");
                         Outcome::Succeeded
                     }
-                    Fenced::LeaseLost => Outcome::LeaseLost,
+                    Fenced::LeaseLost => Outcome::LeaseLost(LostAt::Finalization),
                 }
             }
             Finish::Failure(attempt) => {
                 match queue::finalize_failure(&mut *conn, who, lease, attempt).await? {
                     Fenced::Committed(_) => Outcome::Failed,
-                    Fenced::LeaseLost => Outcome::LeaseLost,
+                    Fenced::LeaseLost => Outcome::LeaseLost(LostAt::Finalization),
                 }
             }
         };
@@ -794,8 +797,26 @@ async fn stopped(drain: &CancellationToken, abort: &CancellationToken) {
 enum Outcome {
     Succeeded,
     Failed,
-    LeaseLost,
+    LeaseLost(LostAt),
     Error,
+}
+
+/// Which statement found the lease no longer this attempt's (expired and
+/// recovered meanwhile, e.g. during a partition): a renewal while the fetch
+/// ran, or the finalization after it.
+#[derive(Clone, Copy)]
+enum LostAt {
+    Renewal,
+    Finalization,
+}
+
+impl LostAt {
+    fn as_str(self) -> &'static str {
+        match self {
+            LostAt::Renewal => "renewal",
+            LostAt::Finalization => "finalization",
+        }
+    }
 }
 
 /// Drives `fetch` while renewing the lease every third of its duration.

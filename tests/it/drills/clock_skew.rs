@@ -65,19 +65,16 @@ async fn clock_skew_of_an_hour_either_way_changes_nothing() {
         }),
         vec![
             CollectorSpec {
-                name: "ck-ahead",
-                lane: "background",
                 env: skewed("+1h"),
+                ..CollectorSpec::plain("ck-ahead", "background")
             },
             CollectorSpec {
-                name: "ck-behind",
-                lane: "background",
                 env: skewed("-1h"),
+                ..CollectorSpec::plain("ck-behind", "background")
             },
             CollectorSpec {
-                name: "ck-int-ahead",
-                lane: "interactive",
                 env: skewed("+1h"),
+                ..CollectorSpec::plain("ck-int-ahead", "interactive")
             },
         ],
     )

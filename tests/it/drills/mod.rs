@@ -11,16 +11,20 @@
 //! - [`connections`]: other clients take every connection slot;
 //! - [`clock_skew`]: collectors whose hosts' clocks are an hour ahead and an
 //!   hour behind (libfaketime);
-//! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted.
+//! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted;
+//! - [`network`]: one collector's network to PostgreSQL slow and lossy,
+//!   then cut for a minute while it holds a job.
 //!
 //! They run after the rest of the suite, one at a time (`scripts/test`).
 
 mod clock_skew;
 mod connections;
 pub(crate) mod history;
+mod network;
 mod pgbouncer_restart;
 
 use std::net::SocketAddr;
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,11 +36,15 @@ use crate::support::{Proc, eventually, free_port, run_bin};
 use history::{Acknowledged, Verdict};
 
 /// One collector of a drill's fleet: its name (also its egress key and
-/// hostname), lane, and extra environment (e.g. libfaketime's).
+/// hostname), lane, extra environment (e.g. libfaketime's, or its own
+/// `DATABASE_URL`), the command it runs under (e.g. `ip netns exec NS`;
+/// empty: none) and the Battlelog it reaches (`None`: the fleet's fake).
 pub(crate) struct CollectorSpec {
     pub(crate) name: &'static str,
     pub(crate) lane: &'static str,
     pub(crate) env: Vec<(&'static str, String)>,
+    pub(crate) prefix: Vec<String>,
+    pub(crate) upstream: Option<String>,
 }
 
 impl CollectorSpec {
@@ -45,8 +53,27 @@ impl CollectorSpec {
             name,
             lane,
             env: Vec::new(),
+            prefix: Vec::new(),
+            upstream: None,
         }
     }
+}
+
+/// `cmd` run under `prefix` (a program and its arguments that run the rest,
+/// e.g. `ip netns exec NS`), with the same environment.
+pub(crate) fn prefixed(prefix: &[String], cmd: Command) -> Command {
+    let Some((program, args)) = prefix.split_first() else {
+        return cmd;
+    };
+    let mut outer = Command::new(program);
+    outer.args(args).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => outer.env(k, v),
+            None => outer.env_remove(k),
+        };
+    }
+    outer
 }
 
 /// A drill's fleet on its private server.
@@ -58,7 +85,7 @@ pub(crate) struct Fleet {
     /// Job ids the website's requests were given.
     pub(crate) requested: Arc<Mutex<Vec<i64>>>,
     website: tokio::task::JoinHandle<()>,
-    _fake: bf4ps_lab::fake_battlelog::FakeServer,
+    fake: bf4ps_lab::fake_battlelog::FakeServer,
 }
 
 impl Fleet {
@@ -127,29 +154,7 @@ impl Fleet {
         .await;
         let collectors = collectors
             .iter()
-            .map(|c| {
-                let mut cmd = fleet_cmd(
-                    &fleet_url,
-                    &[
-                        "collector",
-                        "--name",
-                        c.name,
-                        "--lane",
-                        c.lane,
-                        "--egress-key",
-                        c.name,
-                        "--hostname",
-                        c.name,
-                        "--upstream-url",
-                        &upstream,
-                    ],
-                );
-                cmd.envs(route_env.iter().map(|(k, v)| (k, v)));
-                for (k, v) in &c.env {
-                    cmd.env(k, v);
-                }
-                Proc::spawn(c.name, cmd)
-            })
+            .map(|c| collector_cmd(&fleet_url, &route_env, &upstream, c))
             .collect();
         let requested: Arc<Mutex<Vec<i64>>> = Arc::default();
         let website = tokio::spawn(website(
@@ -164,8 +169,20 @@ impl Fleet {
             collectors,
             requested,
             website,
-            _fake: fake,
+            fake,
         }
+    }
+
+    /// The fake Battlelog's address (on 127.0.0.1).
+    pub(crate) fn upstream_addr(&self) -> SocketAddr {
+        self.fake.addr()
+    }
+
+    /// Starts one more collector, `c`, reaching the private server at
+    /// `url`; [`Fleet::finish`] stops it and checks it with the others.
+    pub(crate) fn add_collector(&mut self, url: &str, c: &CollectorSpec) {
+        let upstream = self.fake.url();
+        self.collectors.push(collector_cmd(url, &[], &upstream, c));
     }
 
     /// A small pool on the private server (lazy: it may be full), through
@@ -244,6 +261,39 @@ impl Fleet {
         history::amcheck(&self.server.bindir, self.server.port);
         verdict
     }
+}
+
+/// A collector of the fleet, started: `c` reaching the database at `url`
+/// (with the route's environment) and the fake Battlelog at `upstream`
+/// unless `c` names another.
+fn collector_cmd(
+    url: &str,
+    route_env: &[(&'static str, String)],
+    upstream: &str,
+    c: &CollectorSpec,
+) -> Proc {
+    let upstream = c.upstream.as_deref().unwrap_or(upstream);
+    let mut cmd = fleet_cmd(
+        url,
+        &[
+            "collector",
+            "--name",
+            c.name,
+            "--lane",
+            c.lane,
+            "--egress-key",
+            c.name,
+            "--hostname",
+            c.name,
+            "--upstream-url",
+            upstream,
+        ],
+    );
+    cmd.envs(route_env.iter().map(|(k, v)| (k, v)));
+    for (k, v) in &c.env {
+        cmd.env(k, v);
+    }
+    Proc::spawn(c.name, prefixed(&c.prefix, cmd))
 }
 
 /// Options of a connection to `server` through its Unix socket.
