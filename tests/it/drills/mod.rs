@@ -11,12 +11,14 @@
 //! - [`connections`]: other clients take every connection slot;
 //! - [`clock_skew`]: collectors whose hosts' clocks are an hour ahead and an
 //!   hour behind (libfaketime);
-//! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted.
+//! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted;
+//! - [`disk_full`]: the server's data volume, then its WAL volume, full.
 //!
 //! They run after the rest of the suite, one at a time (`scripts/test`).
 
 mod clock_skew;
 mod connections;
+mod disk_full;
 pub(crate) mod history;
 mod pgbouncer_restart;
 
