@@ -37,7 +37,7 @@ use axum::routing::get;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{DbError, DbTarget, Pool};
+use crate::db::{DbError, DbTarget, DiskFullWatch, Pool};
 use crate::feeder::Feeder;
 use crate::freshness::Compaction;
 use crate::gauges::GaugeRefresher;
@@ -155,6 +155,8 @@ pub struct TaskContext {
     pub registry: Registry,
     /// Validated tuning.
     pub tuning: ServeTuning,
+    /// Which periodic task last failed for a full disk (read by `/readyz`).
+    pub disk: DiskFullWatch,
     /// Fires on shutdown (or when a sibling failed); return soon after.
     pub cancel: CancellationToken,
 }
@@ -180,7 +182,7 @@ where
     F: FnOnce(&TaskContext) -> P + Send + 'static,
 {
     named(P::NAME, move |ctx| async move {
-        build(&ctx).run(ctx.cancel).await;
+        crate::task::run_watched(build(&ctx), ctx.cancel, Some(ctx.disk)).await;
         Ok(())
     })
 }
@@ -364,6 +366,7 @@ impl Serve {
             pool: pool.clone(),
             registry: registry.clone(),
             tuning: tuning.clone(),
+            disk: DiskFullWatch::default(),
             cancel: cancel.child_token(),
         };
         // Every task, built-in then plugged-in, started the same way.
@@ -380,8 +383,13 @@ impl Serve {
         };
         let loop_settings = LoopOptions::default();
         let alive_within = (tuning.poll.poll_interval * 3).max(Duration::from_secs(15));
-        let (readiness_task, readiness) =
-            readiness::channel(pool.clone(), state.clone(), alive_within, protections_off);
+        let (readiness_task, readiness) = readiness::channel(
+            pool.clone(),
+            state.clone(),
+            alive_within,
+            protections_off,
+            ctx.disk.clone(),
+        );
         let app = Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))

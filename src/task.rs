@@ -13,13 +13,18 @@
 //!   [`Periodic::step_deadline`]: a server that stopped answering (frozen,
 //!   or left behind by a failover while its connections stay open) costs a
 //!   step, not the service. The abandoned step's connections are closed on
-//!   their way back to the pool when they do not answer.
+//!   their way back to the pool when they do not answer;
+//! - a step that failed for a full disk under the database (SQLSTATE
+//!   53100) says so, and [`run_watched`] tells its watch each step's
+//!   outcome (`serve`'s `/readyz` reads it).
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::db::{DISK_FULL, DiskFullWatch, disk_full_in};
 
 /// The default [`Periodic::step_deadline`]: far above any step of ours
 /// (the feeder's cycle, the monitor's sweep and the gauges' reads take
@@ -82,6 +87,16 @@ pub trait Periodic: Send + Sync + 'static {
 /// [`Periodic::first_wait`], each next one [`Periodic::next_wait`] after
 /// the previous ended, or earlier when [`Periodic::run_early`] says so.
 pub async fn run<P: Periodic>(task: P, cancel: CancellationToken) {
+    run_watched(task, cancel, None).await;
+}
+
+/// [`run`], telling `disk` each step's outcome (a failure for a full disk
+/// under the database, SQLSTATE 53100, is logged naming it).
+pub async fn run_watched<P: Periodic>(
+    task: P,
+    cancel: CancellationToken,
+    disk: Option<DiskFullWatch>,
+) {
     let mut next = Instant::now() + task.first_wait();
     loop {
         let due =
@@ -93,12 +108,32 @@ pub async fn run<P: Periodic>(task: P, cancel: CancellationToken) {
                 step = tokio::time::timeout(deadline, task.run_once()) => step,
             };
             match step {
-                Ok(Ok(report)) => task.report(&report),
-                Ok(Err(e)) => tracing::warn!(
-                    task = P::NAME,
-                    "step failed, retrying at the next tick: {}",
-                    crate::telemetry::error_chain(&e)
-                ),
+                Ok(Ok(report)) => {
+                    if let Some(disk) = &disk {
+                        disk.observe(P::NAME, None);
+                    }
+                    task.report(&report);
+                }
+                Ok(Err(e)) => {
+                    if let Some(disk) = &disk {
+                        disk.observe(P::NAME, Some(&e));
+                    }
+                    if disk_full_in(&e).is_some() {
+                        tracing::warn!(
+                            task = P::NAME,
+                            sqlstate = DISK_FULL,
+                            "step failed: the database's disk is full (SQLSTATE 53100, \
+                             disk_full), retrying at the next tick: {}",
+                            crate::telemetry::error_chain(&e)
+                        );
+                    } else {
+                        tracing::warn!(
+                            task = P::NAME,
+                            "step failed, retrying at the next tick: {}",
+                            crate::telemetry::error_chain(&e)
+                        );
+                    }
+                }
                 Err(_) => tracing::warn!(
                     task = P::NAME,
                     deadline_s = deadline.as_secs_f64(),

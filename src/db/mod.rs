@@ -23,8 +23,12 @@
 //! - a server with no connection slot left (SQLSTATE 53300) is not
 //!   hammered: [`Pool`] holds new connections back with a jittered backoff
 //!   and says so naming 53300 ([`SlotsExhausted`],
-//!   [`DbError::TooManyConnections`]).
+//!   [`DbError::TooManyConnections`]);
+//! - a full disk under the server (SQLSTATE 53100) is recognised in any
+//!   error's cause chain ([`disk_full_in`]) and remembered per task until
+//!   its next success ([`DiskFullWatch`], read by `serve`'s `/readyz`).
 
+mod disk_full;
 pub mod locks;
 mod migrate;
 mod pool;
@@ -36,6 +40,7 @@ use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
 
+pub use disk_full::{DISK_FULL, DiskFull, DiskFullWatch, disk_full_in};
 pub(crate) use migrate::BF4PS_REVISION;
 pub use migrate::{
     BF4PS_CATALOG, MIGRATOR, MigrateOptions, MigratePlan, MigrateReport, MigrateSettings, Start,

@@ -419,20 +419,37 @@ impl Projector {
     /// Settles a batch whose commit's answer was lost: PostgreSQL says
     /// whether its transaction committed (`pg_xact_status`); if it did, it
     /// is counted now, else its events are read again. Either way each event
-    /// is counted once, whoever projected since.
+    /// is counted once, whoever projected since. "Committed" is believed
+    /// only with the checkpoint at or past the batch's last event: after a
+    /// crash that lost unflushed WAL the transaction id may belong to
+    /// another transaction (the disk-full drill's full WAL volume).
     async fn settle_in_doubt(&self, conn: &mut sqlx::PgConnection) -> Result<(), ProjectorError> {
-        let xid = match self.in_doubt.lock() {
+        let (xid, last) = match self.in_doubt.lock() {
             Ok(d) => match d.as_ref() {
-                Some(d) => d.xid.clone(),
+                Some(d) => (d.xid.clone(), d.batch.last),
                 None => return Ok(()),
             },
             Err(_) => return Ok(()),
         };
-        let committed = store::committed(conn, &xid).await?;
+        let mut committed = store::committed(conn, &xid).await? == Some(true);
+        // A crash that lost the batch's unflushed WAL (a full WAL volume, a
+        // power cut) lets the server hand its transaction id out again, and
+        // `pg_xact_status` then answers for another transaction. A batch
+        // that committed moved the checkpoint to its last event, and the
+        // checkpoint only moves forward (a database that went back is
+        // noticed on its own): behind it, the batch did not commit.
+        if committed && super::checkpoint(&mut *conn).await? < last {
+            tracing::warn!(
+                xid,
+                "a batch whose commit was not answered is not in the checkpoint, though its \
+                 transaction id says committed (handed out again after a crash): read again"
+            );
+            committed = false;
+        }
         let Some(d) = self.in_doubt.lock().ok().and_then(|mut d| d.take()) else {
             return Ok(());
         };
-        if committed == Some(true) {
+        if committed {
             tracing::info!(
                 events = d.batch.count,
                 "a batch whose commit was not answered had committed: counted now"

@@ -1,8 +1,10 @@
 //! `/readyz`'s answer: a value `serve` keeps, not a query per request.
 //!
 //! A periodic task of `serve` ([`ReadinessTask`]) assesses readiness every
-//! [`INTERVAL`]: the database answers (one ping), the migrations are current
-//! (one read of `_sqlx_migrations`), the projector's loop is alive. It
+//! [`INTERVAL`]: the database answers (one ping), its disk is not full (no
+//! query: the periodic tasks' latest failures, [`DiskFullWatch`]), the
+//! migrations are current (one read of `_sqlx_migrations`), the projector's
+//! loop is alive. It
 //! publishes a [`Readiness`]; `/readyz` reads the latest one.
 //!
 //! Invariants:
@@ -13,7 +15,10 @@
 //!   [`STALE_AFTER`]; every failing check (and a missing or stale verdict)
 //!   adds one short reason, in check order;
 //! - the JSON document has `ready`, one boolean field per check (their
-//!   names are a stable interface: `database`, `migrations_current`,
+//!   names are a stable interface: `database`, `database_disk` — not
+//!   while a periodic task's latest step failed with SQLSTATE 53100
+//!   (`disk_full`), naming 53100, the task and the server's message —,
+//!   `migrations_current`,
 //!   `projector_alive`, `projector_projecting` — not when the projector has
 //!   failed to lead or project, or committed events have waited behind an
 //!   open transaction with nothing projected, for [`PROBLEM_GRACE`], with
@@ -29,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::db::{self, Pool};
+use crate::db::{self, DiskFullWatch, Pool};
 use crate::projector::ProjectorState;
 use crate::task::Periodic;
 
@@ -86,6 +91,7 @@ impl Readiness {
         Readiness {
             checks: [
                 ("database", "database not checked yet"),
+                ("database_disk", "database disk not checked yet"),
                 ("migrations_current", "migrations not checked yet"),
                 ("projector_alive", "projector not checked yet"),
                 ("projector_projecting", "projector not checked yet"),
@@ -154,6 +160,7 @@ pub(crate) async fn assess(
     pool: &Pool,
     projector: &ProjectorState,
     alive_within: Duration,
+    disk: &DiskFullWatch,
 ) -> Readiness {
     let answer = tokio::time::timeout(CHECK_TIMEOUT, db::ping(pool)).await;
     let read_only = matches!(answer, Ok(Ok(true)));
@@ -176,6 +183,7 @@ pub(crate) async fn assess(
                     "database unreachable"
                 },
             ),
+            disk_check(disk.current()),
             Check::new(
                 "migrations_current",
                 migrations,
@@ -219,6 +227,24 @@ pub(crate) async fn assess(
     }
 }
 
+/// `database_disk`: failed while a periodic task's latest step failed for
+/// a full disk, naming SQLSTATE 53100, the task and the server's message.
+pub fn disk_check(full: Option<db::DiskFull>) -> Check {
+    match full {
+        None => Check::new("database_disk", true, ""),
+        Some(f) => Check::new(
+            "database_disk",
+            false,
+            format!(
+                "database disk full (SQLSTATE 53100, disk_full) for {}s: {}: {}",
+                f.since.as_secs(),
+                f.task,
+                f.message
+            ),
+        ),
+    }
+}
+
 /// How long the projector may fail to lead or project before `serve` is
 /// not ready (a database blip or a leader hand-over is shorter).
 pub const PROBLEM_GRACE: Duration = Duration::from_secs(10);
@@ -253,16 +279,19 @@ pub struct ReadinessTask {
     was_ready: Mutex<Option<bool>>,
     /// Copied into every verdict.
     protections_off: Vec<String>,
+    /// The periodic tasks' disk-full failures.
+    disk: DiskFullWatch,
 }
 
 /// A channel starting at [`Readiness::pending`]; the task assesses `pool`
-/// and `projector` (alive when it looped within `alive_within`), and every
-/// verdict lists `protections_off`.
+/// and `projector` (alive when it looped within `alive_within`) and `disk`,
+/// and every verdict lists `protections_off`.
 pub fn channel(
     pool: Pool,
     projector: ProjectorState,
     alive_within: Duration,
     protections_off: Vec<String>,
+    disk: DiskFullWatch,
 ) -> (ReadinessTask, ReadinessView) {
     let (tx, rx) = watch::channel(Readiness {
         protections_off: protections_off.clone(),
@@ -278,6 +307,7 @@ pub fn channel(
             alive_within,
             was_ready: Mutex::new(None),
             protections_off,
+            disk,
         },
         ReadinessView {
             latest: rx,
@@ -296,7 +326,7 @@ impl Periodic for ReadinessTask {
     async fn run_once(&self) -> Result<(), std::convert::Infallible> {
         let verdict = Readiness {
             protections_off: self.protections_off.clone(),
-            ..assess(&self.pool, &self.projector, self.alive_within).await
+            ..assess(&self.pool, &self.projector, self.alive_within, &self.disk).await
         };
         let now = Instant::now();
         let ready = verdict.ready(now);
@@ -362,6 +392,21 @@ mod tests {
         assert!(r.ready(now));
         assert!(r.reasons(now).is_empty());
         let later = now + STALE_AFTER + Duration::from_secs(1);
+        assert!(disk_check(None).ok);
+        let full = disk_check(Some(db::DiskFull {
+            task: "feeder",
+            since: Duration::from_secs(3),
+            message: "could not extend file \"base/5/17182\": No space left on device".into(),
+        }));
+        assert_eq!(
+            (full.field, full.ok, full.reason.as_str()),
+            (
+                "database_disk",
+                false,
+                "database disk full (SQLSTATE 53100, disk_full) for 3s: feeder: could not \
+                 extend file \"base/5/17182\": No space left on device"
+            )
+        );
         assert!(!r.ready(later));
         assert_eq!(r.reasons(later), vec!["readiness last assessed 11s ago"]);
     }

@@ -801,7 +801,7 @@ impl Standalone {
     }
 
     /// A directory of its own (owned by the server's OS user), no data yet.
-    fn empty() -> Standalone {
+    pub(crate) fn empty() -> Standalone {
         let dir = std::env::temp_dir().join(format!(
             "bf4ps-restore-{}-{}",
             std::process::id(),
@@ -848,19 +848,24 @@ impl Standalone {
 
     pub(crate) fn init() -> Standalone {
         let s = Standalone::empty();
-        let data = s.data();
-        s.run(
-            "initdb",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "--auth=trust",
-                "-U",
-                "postgres",
-                "--no-sync",
-            ],
-        );
+        s.initdb(&[]);
         s
+    }
+
+    /// `initdb` into [`Standalone::data`], with `extra` arguments (e.g.
+    /// `--waldir`).
+    pub(crate) fn initdb(&self, extra: &[&str]) {
+        let data = self.data();
+        let mut args = vec![
+            "-D",
+            data.to_str().unwrap(),
+            "--auth=trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+        ];
+        args.extend_from_slice(extra);
+        self.run("initdb", &args);
     }
 
     pub(crate) fn start(&self) {

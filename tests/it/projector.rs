@@ -1246,3 +1246,144 @@ async fn interactive_refreshes_are_counted_once_by_time_to_fresh(
         3.0
     );
 }
+
+/// A batch in doubt whose transaction id the server hands out again: the
+/// server crashes before the batch's commit while none of its WAL reached
+/// disk (the disk-full drill's WAL PANIC did it), so crash recovery ends
+/// below its id and a new transaction takes it and commits;
+/// `pg_xact_status` then says "committed". The batch is read again, not
+/// counted: `/metrics` stays equal to the events, and no rewind is seen.
+#[tokio::test]
+async fn a_batch_lost_in_a_crash_is_not_counted_when_its_xid_is_handed_out_again() {
+    // No WAL written behind the batch's back: the WAL writer sleeps 10 s,
+    // autovacuum is off, and nothing else commits while it is open.
+    const OPTIONS: &str = "-c autovacuum=off -c wal_writer_delay=10000";
+    let server = Arc::new(crate::failover::Standalone::init());
+    server.start_with(OPTIONS);
+    let url = server.url();
+    let out = run_bin(&["migrate"], Some(&url));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(5))
+        .test_before_acquire(true)
+        .connect(&url)
+        .await
+        .unwrap();
+    let registry = Registry::new();
+    let mut p = Projector::new(pool.clone(), registry.clone(), 1000);
+    for i in 0..5 {
+        insert(&pool, &Ev::succeeded(10 * (i + 1))).await;
+    }
+    project_until(&p, 5).await;
+    for i in 0..5 {
+        insert(&pool, &Ev::succeeded(10 * (i + 1))).await;
+    }
+    sqlx::query("CHECKPOINT").execute(&pool).await.unwrap();
+    let lost_xid: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
+    {
+        let (server, url, lost_xid) = (server.clone(), url.clone(), lost_xid.clone());
+        let armed = Arc::new(AtomicBool::new(true));
+        p.set_before_commit_hook(Arc::new(move |pid| {
+            let (server, url, lost_xid, armed) =
+                (server.clone(), url.clone(), lost_xid.clone(), armed.clone());
+            Box::pin(async move {
+                if !armed.swap(false, Ordering::SeqCst) {
+                    return;
+                }
+                let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+                let xid: String = sqlx::query_scalar(
+                    "SELECT backend_xid::text FROM pg_stat_activity WHERE pid = $1",
+                )
+                .bind(pid)
+                .fetch_one(&mut c)
+                .await
+                .unwrap();
+                drop(c);
+                *lost_xid.lock().unwrap() = Some(xid.parse().unwrap());
+                // The crash: nothing flushed, every session cut.
+                tokio::task::spawn_blocking(move || {
+                    server.stop_immediate();
+                    server.start_with(OPTIONS);
+                })
+                .await
+                .unwrap();
+                // New transactions take ids from where recovery ended, up
+                // to the lost batch's, and commit.
+                let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+                let want = lost_xid.lock().unwrap().unwrap();
+                for _ in 0..10_000 {
+                    let mut tx = c.begin().await.unwrap();
+                    let got: String = sqlx::query_scalar("SELECT pg_current_xact_id()::text")
+                        .fetch_one(&mut *tx)
+                        .await
+                        .unwrap();
+                    tx.commit().await.unwrap();
+                    let got: u64 = got.parse().unwrap();
+                    assert!(
+                        got <= want,
+                        "transaction id {want} was not handed out again (the batch's WAL \
+                         reached disk): the test's premise failed"
+                    );
+                    if got == want {
+                        return;
+                    }
+                }
+                panic!("transaction id {want} not reached");
+            })
+        }));
+    }
+    // The batch reaches the hook; its commit then fails (the server it
+    // spoke to is gone): in doubt.
+    let first = eventually(
+        Duration::from_secs(30),
+        "a batch reaching the hook",
+        || async {
+            match p.run_once().await {
+                Ok(s) if s.projected == 0 => None,
+                other => Some(other),
+            }
+        },
+    )
+    .await;
+    assert!(
+        first.is_err(),
+        "the batch's commit cannot succeed: {first:?}"
+    );
+    assert!(lost_xid.lock().unwrap().is_some());
+    // Settled (pg_xact_status says committed: another transaction's), read
+    // again and counted once.
+    let projected = std::sync::atomic::AtomicU64::new(0);
+    eventually(
+        Duration::from_secs(30),
+        "the batch projected again",
+        || async {
+            if let Ok(s) = p.run_once().await {
+                projected.fetch_add(s.projected, Ordering::SeqCst);
+            }
+            (projected.load(Ordering::SeqCst) >= 5).then_some(())
+        },
+    )
+    .await;
+    let text = registry.render();
+    assert_eq!(
+        sample(&text, "bf4ps_projector_projected_events_total", &[]),
+        Some(10.0),
+        "counted once each"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "bf4ps_database_rewinds_total",
+            &[("what", "checkpoint")]
+        ),
+        Some(0.0),
+        "no rewind: the database did not go back"
+    );
+    assert_eq!(checkpoint_count(&pool).await, 10);
+    pool.close().await;
+}

@@ -896,6 +896,77 @@ async fn readyz(addr: SocketAddr) -> (u16, serde_json::Value) {
     (code, serde_json::from_str(&body).expect("JSON"))
 }
 
+/// A full disk under the database (SQLSTATE 53100, `disk_full`): while a
+/// periodic task's steps fail with it, `/readyz` is not ready and its
+/// `database_disk` reason names 53100, the task and the server's message;
+/// it is ready again once that task's next step succeeds. The server's
+/// 53100 comes from a statement trigger on the feeder's table here (the
+/// disk-full drill fills a real volume: `drills::disk_full`).
+#[sqlx::test]
+async fn readyz_names_a_full_disk_53100_until_the_failing_task_succeeds(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    crate::fixtures::soldiers(&db.pool, 780_001, 780_050).await;
+    exec(
+        &db.pool,
+        "CREATE FUNCTION test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           RAISE EXCEPTION 'could not extend file \"base/5/17182\": No space left on device'
+             USING ERRCODE = 'disk_full';
+         END $$;
+         CREATE TRIGGER test_disk_full BEFORE INSERT ON collection_jobs
+           FOR EACH STATEMENT EXECUTE FUNCTION test_disk_full()",
+    )
+    .await
+    .unwrap();
+    let mut tuning = fast_tuning();
+    tuning.feeder.feeder_interval = Duration::from_millis(200);
+    let running = Serve::standard(db.target.clone(), tuning, local())
+        .start()
+        .await
+        .expect("serve starts");
+    let addr = running.addr();
+    let cancel = running.cancel_token();
+    let serve = tokio::spawn(running.run_until(cancel.clone().cancelled_owned()));
+
+    let v = eventually(Duration::from_secs(20), "not ready: disk full", || async {
+        let (code, v) = readyz(addr).await;
+        // (Not the pending verdict before the first assessment.)
+        (code == 503 && v["database"] == true && v["database_disk"] == false).then_some(v)
+    })
+    .await;
+    let reasons = v["reasons"].to_string();
+    assert!(
+        reasons.contains("database disk full (SQLSTATE 53100, disk_full)")
+            && reasons.contains("feeder: could not extend file")
+            && reasons.contains("No space left on device"),
+        "{v}"
+    );
+
+    // Space returns: the feeder's next step succeeds, and serve is ready.
+    exec(&db.pool, "DROP TRIGGER test_disk_full ON collection_jobs")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "ready again", || async {
+        let (code, v) = readyz(addr).await;
+        (code == 200 && v["database_disk"] == true).then_some(())
+    })
+    .await;
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM collection_jobs")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(jobs > 0, "the feeder fed once the disk had room");
+    cancel.cancel();
+    let result = tokio::time::timeout(Duration::from_secs(15), serve)
+        .await
+        .expect("serve stops")
+        .unwrap();
+    assert!(result.is_ok(), "{result:?}");
+}
+
 #[sqlx::test]
 async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_away(
     _: PgPoolOptions,
@@ -924,6 +995,7 @@ async fn readyz_answers_from_a_kept_verdict_and_flips_when_the_database_goes_awa
         serde_json::json!({
             "ready": true,
             "database": true,
+            "database_disk": true,
             "migrations_current": true,
             "projector_alive": true,
             "projector_projecting": true,

@@ -13,12 +13,14 @@
 //!   hour behind (libfaketime);
 //! - [`pgbouncer_restart`]: the PgBouncer in front of the fleet restarted;
 //! - [`network`]: one collector's network to PostgreSQL slow and lossy,
-//!   then cut for a minute while it holds a job.
+//!   then cut for a minute while it holds a job;
+//! - [`disk_full`]: the server's data volume, then its WAL volume, full.
 //!
 //! They run after the rest of the suite, one at a time (`scripts/test`).
 
 mod clock_skew;
 mod connections;
+mod disk_full;
 pub(crate) mod history;
 mod network;
 mod pgbouncer_restart;
