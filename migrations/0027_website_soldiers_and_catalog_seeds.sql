@@ -36,6 +36,7 @@ CREATE TABLE feeder_usage (
 
     CONSTRAINT feeder_usage_manual_bootstrap_check CHECK (manual_bootstrap >= 0)
 );
+GRANT SELECT ON feeder_usage TO bf4ps_reader;
 
 -- The pairs as bf4ps_feeder_sync now computes them: never-attempted pairs of
 -- soldiers without a `bf4sw` source become kind 3, without a sighting until

@@ -4639,6 +4639,13 @@ GRANT SELECT ON TABLE public.feeder_pairs TO bf4ps_reader;
 
 
 --
+-- Name: TABLE feeder_usage; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT ON TABLE public.feeder_usage TO bf4ps_reader;
+
+
+--
 -- Name: TABLE freshness_bands; Type: ACL; Schema: public; Owner: <migrator>
 --
 
