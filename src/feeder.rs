@@ -7,9 +7,15 @@
 //! play (`soldier_sources`, source `bf4sw`, `last_seen_at`). So, for the
 //! background resources (detailed, weapons, vehicles):
 //! - **bootstrap**: a never-attempted resource of a soldier seen within the
-//!   active window (a new soldier is one: discovery just saw them, or it was
-//!   just submitted — source `manual`: the website, `request --name`,
-//!   `soldiers import`), the oldest first sighting first (the longest wait);
+//!   active window (a new soldier is one: discovery just saw them), the
+//!   oldest first sighting first (the longest wait); then, at most
+//!   `--feeder-manual-bootstrap-per-hour` an hour (counted in
+//!   `feeder_usage`), those of soldiers only submitted by hand (source
+//!   `manual` alone: the website, `request --name`, `soldiers import`;
+//!   reason `manual_new_soldier`): their `detailed` (the website asks for
+//!   it itself), and their lists only once Battlelog confirmed the soldier
+//!   (`feeder_pairs` kind 3, migration 0027: an invented persona costs the
+//!   background nothing, a real one a bounded share);
 //! - **active**: a resource of a soldier sighted (`bf4sw`) within the active
 //!   window whose
 //!   `next_due_at` passed (detailed 24 h after its last success, weapons and
@@ -45,8 +51,10 @@
 //! take it does nothing), the steps over `feeder_pairs`, the pending depth
 //! per class, then one INSERT of
 //! the jobs with their `created` events (BF4PS's reasons: `bf4sw_new_soldier`,
-//! `bf4sw_active_refresh`, `retry`, `recent_refresh`, `inactive_refresh`),
-//! then the budget's old usage rows pruned. The 0002 trigger sends one
+//! `bf4sw_active_refresh`, `retry`, `recent_refresh`, `inactive_refresh`;
+//! ours: `manual_new_soldier`), the hand-submitted soldiers' bootstrap
+//! counted in `feeder_usage`, then the budget's and the feeder's old usage
+//! rows pruned. The 0002 trigger sends one
 //! `bf4ps_jobs_background` notification per cycle.
 //!
 //! Invariants:
@@ -147,6 +155,13 @@ crate::config::settings! {
         refresh_vehicles: std::time::Duration = "7d", "refresh-vehicles", "BF4PS_REFRESH_VEHICLES", "Scheduling",
             check crate::config::checks::positive;
 
+        /// Bootstrap jobs an hour for soldiers only submitted by hand (source
+        /// `manual` alone: the website's refresh of an unknown persona,
+        /// `request --name`, `soldiers import`): their `detailed` first, their
+        /// lists once Battlelog confirmed the soldier (one of detailed, weapons,
+        /// vehicles succeeded). 0: none.
+        feeder_manual_bootstrap_per_hour: u32 = "130", "feeder-manual-bootstrap-per-hour", "BF4PS_FEEDER_MANUAL_BOOTSTRAP_PER_HOUR", "Scheduling";
+
         /// Priority points per minute a pair has been overdue (aging; prevents starvation).
         aging_weight: f64 = "1", "aging-weight", "BF4PS_AGING_WEIGHT", "Scheduling",
             check crate::config::checks::non_negative;
@@ -228,6 +243,9 @@ pub struct CycleReport {
     pub active: u64,
     /// Of those, retries (and recent or inactive refreshes).
     pub retry: u64,
+    /// Of the bootstrap jobs, those of soldiers only submitted by hand
+    /// (at most `--feeder-manual-bootstrap-per-hour` an hour).
+    pub manual: u64,
     /// Pairs of `feeder_pairs` the cycle's steps moved (parked, woken,
     /// promoted); the sightings policy only.
     pub moved: u64,
@@ -239,7 +257,8 @@ pub struct CycleReport {
 /// resources, $5..$7 room of bootstrap, retry and active, $8 total room,
 /// $9 aging weight, $10..$13 weights of detailed, profile, weapons,
 /// vehicles, $14 recent work on, $15 inactive work on, $16 active work
-/// resource by resource (`--active-order resource`).
+/// resource by resource (`--active-order resource`), $17 room of the
+/// hand-submitted soldiers' bootstrap this hour.
 macro_rules! sightings_candidates {
     () => {
         "WITH boot AS (
@@ -259,6 +278,23 @@ macro_rules! sightings_candidates {
             ) AS b
             ORDER BY b.first_seen_at, b.soldier_id, b.resource
             LIMIT $5
+        ), manual AS (
+            SELECT m.soldier_id, m.resource, 'bootstrap', 'manual_new_soldier', $1, NULL::text,
+                   NULL::timestamptz,
+                   row_number() OVER (ORDER BY m.first_seen_at, m.soldier_id, m.resource)
+            FROM unnest($4::text[]) AS r(resource)
+            CROSS JOIN LATERAL (
+                SELECT f.soldier_id, f.resource, f.first_seen_at
+                FROM feeder_pairs AS f
+                WHERE f.resource = r.resource AND f.phase = 2 AND f.kind = 3
+                  AND f.live_at > $1 - make_interval(secs => $2::float8) AND f.live_at <= $1
+                  AND NOT EXISTS (SELECT 1 FROM collection_jobs AS j
+                                  WHERE j.soldier_id = f.soldier_id AND j.resource = f.resource)
+                ORDER BY f.first_seen_at, f.soldier_id
+                LIMIT greatest(0, least($5::bigint, $17::bigint))
+            ) AS m
+            ORDER BY m.first_seen_at, m.soldier_id, m.resource
+            LIMIT greatest(0, least($5::bigint - (SELECT count(*) FROM boot), $17::bigint))
         ), act AS (
             SELECT a.soldier_id, a.resource, 'active', 'bf4sw_active_refresh', a.due_at,
                    NULL::text, NULL::timestamptz,
@@ -355,9 +391,10 @@ macro_rules! sightings_candidates {
         ), chosen AS (
             SELECT c.*, row_number() OVER () AS n FROM (
                 SELECT *, 1 AS tier FROM boot
-                UNION ALL SELECT *, 2 FROM retry
-                UNION ALL SELECT *, 3 FROM act
-                UNION ALL SELECT *, 4 FROM later
+                UNION ALL SELECT *, 2 FROM manual
+                UNION ALL SELECT *, 3 FROM retry
+                UNION ALL SELECT *, 4 FROM act
+                UNION ALL SELECT *, 5 FROM later
             ) AS c
             ORDER BY c.tier, c.k
             LIMIT $8
@@ -458,7 +495,8 @@ macro_rules! age_candidates {
 /// now, priority from the resource weight and the time overdue), their
 /// soldiers share-locked first (`SKIP LOCKED`: one BF4PS's discovery is
 /// writing waits for the next cycle), and `created` events. Returns the
-/// inserted count per budget class.
+/// inserted count per budget class, then the hand-submitted soldiers'
+/// bootstrap jobs among them.
 macro_rules! insert_jobs {
     () => {
         ", locked AS (
@@ -497,14 +535,17 @@ macro_rules! insert_jobs {
             ORDER BY j.job_id
         )
         SELECT count(*) FILTER (WHERE b = 'bootstrap'), count(*) FILTER (WHERE b = 'retry'),
-               count(*) FILTER (WHERE b = 'active')
-        FROM (SELECT bf4ps_budget_class(priority_class, last_error_at) AS b FROM jobs) AS x"
+               count(*) FILTER (WHERE b = 'active'),
+               count(*) FILTER (WHERE reason = 'manual_new_soldier')
+        FROM (SELECT bf4ps_budget_class(priority_class, last_error_at) AS b, reason
+              FROM jobs) AS x"
     };
 }
 
 /// A statement run with the feeder's binds ([`bind_feed!`]): its text,
-/// and whether it takes the sightings policy's active order as `$16` (the
-/// age policy's statement and migration 0016's choice have 15 binds).
+/// and whether it takes the sightings policy's active order as `$16` and
+/// the hand-submitted soldiers' room as `$17` (the age policy's statement
+/// and migration 0016's choice have 15 binds).
 #[derive(Debug, Clone, Copy)]
 #[doc(hidden)]
 pub struct FeedStatement {
@@ -514,7 +555,8 @@ pub struct FeedStatement {
 
 impl FeedStatement {
     /// A choice statement of migration 0016's shape (binds $1..$15, no
-    /// active order): the reference the tests and the bench compare with.
+    /// active order, no hand-submitted soldiers' room): the reference the
+    /// tests and the bench compare with.
     pub const fn without_active_order(sql: &'static str) -> FeedStatement {
         FeedStatement {
             sql,
@@ -614,7 +656,7 @@ macro_rules! wake_pairs {
           AND f.live_at > $1 - make_interval(secs => $2::float8) AND f.live_at <= $1
         ORDER BY f.live_at DESC LIMIT $3 FOR UPDATE SKIP LOCKED)
     UPDATE feeder_pairs AS f
-    SET phase = CASE WHEN f.kind = 1 OR f.due_at <= $1 THEN 2 ELSE 1 END
+    SET phase = CASE WHEN f.kind IN (1, 3) OR f.due_at <= $1 THEN 2 ELSE 1 END
     WHERE f.ctid = ANY (ARRAY(SELECT c.ctid FROM c))"
     };
 }
@@ -646,14 +688,26 @@ const PENDING_SQL: &str = "SELECT \
 const PENDING_DEPTH_SQL: &str =
     "SELECT count(*) FROM collection_jobs WHERE lane = 'background' AND status = 'pending'";
 
-/// Usage rows older than two budget windows go ($1 now, $2 window in s).
-const PRUNE_USAGE_SQL: &str = "DELETE FROM budget_usage \
+/// Usage rows older than two budget windows go ($1 now, $2 window in s),
+/// and the feeder's own older than an hour.
+const PRUNE_USAGE_SQL: &str = "WITH f AS (DELETE FROM feeder_usage \
+     WHERE minute + interval '1 minute' <= $1 - interval '1 hour') \
+     DELETE FROM budget_usage \
      WHERE minute + interval '1 minute' < $1 - 2 * make_interval(secs => $2::float8)";
+
+/// The hand-submitted soldiers' bootstrap jobs of the last hour ($1 now).
+const MANUAL_USED_SQL: &str = "SELECT coalesce(sum(manual_bootstrap), 0)::bigint \
+     FROM feeder_usage WHERE minute + interval '1 minute' > $1 - interval '1 hour'";
+
+/// Counts $2 hand-submitted soldiers' bootstrap jobs in the minute of $1.
+const MANUAL_USE_SQL: &str = "INSERT INTO feeder_usage AS u (minute, manual_bootstrap) \
+     VALUES (date_trunc('minute', $1::timestamptz), $2) ON CONFLICT (minute) \
+     DO UPDATE SET manual_bootstrap = u.manual_bootstrap + EXCLUDED.manual_bootstrap";
 
 /// Binds the parameters of `$statement` (a [`FeedStatement`]) to `$query`,
 /// made from its text.
 macro_rules! bind_feed {
-    ($statement:expr, $query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr) => {{
+    ($statement:expr, $query:expr, $cfg:expr, $now:expr, $room:expr, $total:expr, $manual:expr) => {{
         let w = $cfg.resource_weights;
         let resources: Vec<&str> = $cfg
             .background_resources
@@ -679,6 +733,7 @@ macro_rules! bind_feed {
             .bind($cfg.inactive_work == ExtraWork::Due);
         if $statement.active_order {
             q.bind($cfg.active_order == crate::config::ActiveOrder::Resource)
+                .bind($manual)
         } else {
             q
         }
@@ -787,26 +842,46 @@ impl Feeder {
                 [boot, retry, active],
             );
             let mut left = total;
+            let mut manual_room = if self.settings.scheduling_policy == SchedulingPolicy::Sightings
+            {
+                let used: i64 = sqlx::query_scalar(MANUAL_USED_SQL)
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                (i64::from(self.settings.feeder_manual_bootstrap_per_hour) - used).max(0)
+            } else {
+                0
+            };
             for room in [first, [total; 3]] {
                 if left <= 0 {
                     break;
                 }
-                let (b, r, a): (i64, i64, i64) = bind_feed!(
+                let (b, r, a, m): (i64, i64, i64, i64) = bind_feed!(
                     statement,
                     sqlx::query_as(statement.sql),
                     self.settings,
                     now,
                     room,
-                    left
+                    left,
+                    manual_room
                 )
                 .fetch_one(&mut *tx)
                 .await?;
                 report.bootstrap += b as u64;
                 report.retry += r as u64;
                 report.active += a as u64;
+                report.manual += m.max(0) as u64;
                 left -= b + r + a;
+                manual_room = (manual_room - m).max(0);
             }
             report.inserted = report.bootstrap + report.retry + report.active;
+            if report.manual > 0 {
+                sqlx::query(MANUAL_USE_SQL)
+                    .bind(now)
+                    .bind(i32::try_from(report.manual).unwrap_or(i32::MAX))
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         sqlx::query(PRUNE_USAGE_SQL)
             .bind(now)
@@ -887,7 +962,8 @@ impl Feeder {
             self.settings,
             now,
             room,
-            total
+            total,
+            i64::from(self.settings.feeder_manual_bootstrap_per_hour)
         )
         .fetch_all(&mut *tx)
         .await?;
@@ -927,7 +1003,8 @@ impl Feeder {
                 self.settings,
                 now,
                 [limit; 3],
-                limit
+                limit,
+                i64::from(self.settings.feeder_manual_bootstrap_per_hour)
             )
             .fetch_all(&mut *tx)
             .await?,
@@ -986,6 +1063,7 @@ impl Periodic for Feeder {
                 bootstrap = r.bootstrap,
                 active = r.active,
                 retry = r.retry,
+                manual = r.manual,
                 "feeder topped up the background lane"
             );
         }

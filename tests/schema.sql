@@ -72,7 +72,9 @@ BEGIN
                     p_resource, left(v_bad, 80)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        SELECT s.catalog_seed, s.catalog_new_per_day INTO v_seed, v_per_day
+        SELECT CASE v_list WHEN 'weapons' THEN s.catalog_seed ELSE s.vehicle_catalog_seed END,
+               s.catalog_new_per_day
+          INTO v_seed, v_per_day
         FROM public.scheduling_settings AS s;
         IF p_resource = 'weapons' THEN
             SELECT count(DISTINCT e.guid) INTO v_new
@@ -81,6 +83,12 @@ BEGIN
                               WHERE k.weapon_guid = e.guid);
             IF v_new > 0 THEN
                 PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'weapon_catalog' FOR UPDATE;
+                -- Counted again under the lock: a concurrent finalization
+                -- may have added the same entries meanwhile.
+                SELECT count(DISTINCT e.guid) INTO v_new
+                FROM jsonb_to_recordset(p_data->'weapons') AS e(guid text)
+                WHERE NOT EXISTS (SELECT 1 FROM public.weapon_catalog AS k
+                                  WHERE k.weapon_guid = e.guid);
                 SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
                   INTO v_size, v_recent
                 FROM public.weapon_catalog AS k;
@@ -92,6 +100,10 @@ BEGIN
                               WHERE k.vehicle_guid = e.guid);
             IF v_new > 0 THEN
                 PERFORM 1 FROM public.bf4ps_locks WHERE lock_name = 'vehicle_catalog' FOR UPDATE;
+                SELECT count(DISTINCT e.guid) INTO v_new
+                FROM jsonb_to_recordset(p_data->'vehicles') AS e(guid text)
+                WHERE NOT EXISTS (SELECT 1 FROM public.vehicle_catalog AS k
+                                  WHERE k.vehicle_guid = e.guid);
                 SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
                   INTO v_size, v_recent
                 FROM public.vehicle_catalog AS k;
@@ -99,8 +111,9 @@ BEGIN
         END IF;
         IF v_new > 0
            AND v_new > greatest(v_seed - v_size, 0) + greatest(v_per_day - v_recent, 0) THEN
-            RAISE EXCEPTION 'this % list adds % new catalog entries; the catalog holds % and took % in the last day (it fills up to % entries, then takes % a day: scheduling_settings.catalog_seed, catalog_new_per_day)',
-                    p_resource, v_new, v_size, v_recent, v_seed, v_per_day
+            RAISE EXCEPTION 'this % list adds % new catalog entries; the catalog holds % and took % in the last day (it fills up to % entries, then takes % a day: scheduling_settings.%, catalog_new_per_day)',
+                    p_resource, v_new, v_size, v_recent, v_seed, v_per_day,
+                    CASE v_list WHEN 'weapons' THEN 'catalog_seed' ELSE 'vehicle_catalog_seed' END
                 USING ERRCODE = 'configuration_limit_exceeded';
         END IF;
     ELSIF p_resource = 'profile' THEN
@@ -1322,16 +1335,26 @@ BEGIN
     INSERT INTO public.feeder_pairs AS f
         (soldier_id, resource, kind, phase, due_at, live_at, seen_at, first_seen_at)
     SELECT cs.soldier_id, p.resource, p.kind, 0, p.due_at,
-           CASE p.kind WHEN 1 THEN src.seen_any ELSE src.seen_bf4sw END,
+           CASE p.kind WHEN 1 THEN src.seen_any
+                       WHEN 3 THEN CASE WHEN confirmed.yes OR p.resource = 'detailed'
+                                        THEN src.seen_any END
+                       ELSE src.seen_bf4sw END,
            src.seen_any, so.first_seen_at
     FROM (SELECT DISTINCT i.id FROM unnest(p_ids) AS i(id)) AS i
     JOIN public.collection_state AS cs ON cs.soldier_id = i.id
     LEFT JOIN public.soldiers AS so ON so.soldier_id = cs.soldier_id
     LEFT JOIN LATERAL (
         SELECT max(s.last_seen_at) AS seen_any,
-               max(s.last_seen_at) FILTER (WHERE s.source_type = 'bf4sw') AS seen_bf4sw
+               max(s.last_seen_at) FILTER (WHERE s.source_type = 'bf4sw') AS seen_bf4sw,
+               bool_or(s.source_type = 'bf4sw') AS bf4sw
         FROM public.soldier_sources AS s WHERE s.soldier_id = cs.soldier_id
     ) AS src ON true
+    CROSS JOIN LATERAL (SELECT (cs.detailed_state = 'success' OR cs.weapons_state = 'success'
+                                OR cs.vehicles_state = 'success'
+                                OR cs.detailed_last_success_at IS NOT NULL
+                                OR cs.weapons_last_success_at IS NOT NULL
+                                OR cs.vehicles_last_success_at IS NOT NULL) AS yes
+    ) AS confirmed
     CROSS JOIN LATERAL (VALUES
         ('detailed', cs.detailed_state, cs.detailed_next_due_at),
         ('profile', cs.profile_state, cs.profile_next_due_at),
@@ -1339,8 +1362,10 @@ BEGIN
         ('vehicles', cs.vehicles_state, cs.vehicles_next_due_at)
     ) AS x(resource, state, due_at)
     CROSS JOIN LATERAL (SELECT x.resource,
-                               (CASE x.state WHEN 'never_attempted' THEN 1
-                                             WHEN 'success' THEN 2 ELSE 0 END)::smallint AS kind,
+                               (CASE WHEN x.state = 'never_attempted'
+                                          AND NOT coalesce(src.bf4sw, false) THEN 3
+                                     WHEN x.state = 'never_attempted' THEN 1
+                                     WHEN x.state = 'success' THEN 2 ELSE 0 END)::smallint AS kind,
                                x.due_at) AS p
     ORDER BY cs.soldier_id, p.resource
     ON CONFLICT (soldier_id, resource) DO UPDATE
@@ -3051,7 +3076,7 @@ CREATE TABLE public.feeder_pairs (
     live_at timestamp with time zone,
     seen_at timestamp with time zone,
     first_seen_at timestamp with time zone,
-    CONSTRAINT feeder_pairs_kind_check CHECK ((kind = ANY (ARRAY[0, 1, 2]))),
+    CONSTRAINT feeder_pairs_kind_check CHECK ((kind = ANY (ARRAY[0, 1, 2, 3]))),
     CONSTRAINT feeder_pairs_phase_check CHECK ((phase = ANY (ARRAY[0, 1, 2]))),
     CONSTRAINT feeder_pairs_resource_check CHECK ((resource = ANY (ARRAY['detailed'::text, 'profile'::text, 'weapons'::text, 'vehicles'::text])))
 )
@@ -3059,6 +3084,19 @@ WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_analyze_scale_factor='0.
 
 
 ALTER TABLE public.feeder_pairs OWNER TO <migrator>;
+
+--
+-- Name: feeder_usage; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.feeder_usage (
+    minute timestamp with time zone NOT NULL,
+    manual_bootstrap integer NOT NULL,
+    CONSTRAINT feeder_usage_manual_bootstrap_check CHECK ((manual_bootstrap >= 0))
+);
+
+
+ALTER TABLE public.feeder_usage OWNER TO <migrator>;
 
 --
 -- Name: freshness_bands; Type: TABLE; Schema: public; Owner: <migrator>
@@ -3257,9 +3295,10 @@ CREATE TABLE public.scheduling_settings (
     share_retry_min double precision DEFAULT 0.05 NOT NULL,
     active_window interval DEFAULT '24:00:00'::interval NOT NULL,
     interactive_cooldown interval DEFAULT '00:10:00'::interval NOT NULL,
-    catalog_seed integer DEFAULT 1000 NOT NULL,
+    catalog_seed integer DEFAULT 200 NOT NULL,
     catalog_new_per_day integer DEFAULT 50 NOT NULL,
     unavailable_recheck interval DEFAULT '01:00:00'::interval NOT NULL,
+    vehicle_catalog_seed integer DEFAULT 100 NOT NULL,
     CONSTRAINT scheduling_settings_catalog_check CHECK (((catalog_seed >= 0) AND (catalog_new_per_day >= 0))),
     CONSTRAINT scheduling_settings_egress_rate_check CHECK (((egress_rate > (0)::double precision) AND (egress_rate < 'Infinity'::double precision))),
     CONSTRAINT scheduling_settings_eta_window_check CHECK ((eta_window > '00:00:00'::interval)),
@@ -3267,7 +3306,8 @@ CREATE TABLE public.scheduling_settings (
     CONSTRAINT scheduling_settings_max_pending_interactive_check CHECK ((max_pending_interactive > 0)),
     CONSTRAINT scheduling_settings_policy_check CHECK (((active_window > '00:00:00'::interval) AND (lease_duration > '00:00:00'::interval) AND (heartbeat_lost_after > '00:00:00'::interval) AND (egress_spacing > '00:00:00'::interval) AND ((budget_spacing IS NULL) OR (budget_spacing > '00:00:00'::interval)) AND (throttle_pause > '00:00:00'::interval) AND (throttle_pause_max >= throttle_pause) AND ((cardinality(retry_ladder) >= 1) AND (cardinality(retry_ladder) <= 32)) AND (retry_jitter >= (0)::double precision) AND (retry_jitter <= (1)::double precision) AND (retry_max_attempts > 0) AND (refresh_detailed > '00:00:00'::interval) AND (refresh_profile > '00:00:00'::interval) AND (refresh_weapons > '00:00:00'::interval) AND (refresh_vehicles > '00:00:00'::interval) AND (registrations_per_hour > 0) AND (collectors_per_role > 0) AND (budget_requests > 0) AND (budget_window > '00:00:00'::interval) AND ((share_active_max >= (0)::double precision) AND (share_active_max <= (1)::double precision)) AND ((share_bootstrap_min >= (0)::double precision) AND (share_bootstrap_min <= (1)::double precision)) AND ((share_retry_min >= (0)::double precision) AND (share_retry_min <= (1)::double precision)) AND ((share_bootstrap_min + share_retry_min) <= (1)::double precision))),
     CONSTRAINT scheduling_settings_singleton CHECK (singleton),
-    CONSTRAINT scheduling_settings_unavailable_recheck_check CHECK ((unavailable_recheck > '00:00:00'::interval))
+    CONSTRAINT scheduling_settings_unavailable_recheck_check CHECK ((unavailable_recheck > '00:00:00'::interval)),
+    CONSTRAINT scheduling_settings_vehicle_catalog_seed_check CHECK ((vehicle_catalog_seed >= 0))
 );
 
 
@@ -3640,6 +3680,14 @@ ALTER TABLE ONLY public.event_rollup_hourly
 
 ALTER TABLE ONLY public.feeder_pairs
     ADD CONSTRAINT feeder_pairs_pkey PRIMARY KEY (soldier_id, resource);
+
+
+--
+-- Name: feeder_usage feeder_usage_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
+--
+
+ALTER TABLE ONLY public.feeder_usage
+    ADD CONSTRAINT feeder_usage_pkey PRIMARY KEY (minute);
 
 
 --
@@ -4083,6 +4131,13 @@ CREATE INDEX ix_feeder_pairs_due ON public.feeder_pairs USING btree (phase, due_
 --
 
 CREATE INDEX ix_feeder_pairs_live ON public.feeder_pairs USING btree (phase, live_at) WHERE (kind > 0);
+
+
+--
+-- Name: ix_feeder_pairs_manual; Type: INDEX; Schema: public; Owner: <migrator>
+--
+
+CREATE INDEX ix_feeder_pairs_manual ON public.feeder_pairs USING btree (resource, first_seen_at, soldier_id) WHERE ((phase = 2) AND (kind = 3));
 
 
 --
@@ -4796,6 +4851,13 @@ GRANT SELECT ON TABLE public.event_rollup_hourly TO bf4ps_reader;
 
 GRANT SELECT,INSERT,DELETE,UPDATE ON TABLE public.feeder_pairs TO bf4ps_definer;
 GRANT SELECT ON TABLE public.feeder_pairs TO bf4ps_reader;
+
+
+--
+-- Name: TABLE feeder_usage; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT ON TABLE public.feeder_usage TO bf4ps_reader;
 
 
 --

@@ -4,10 +4,13 @@
 -- is also [A-Za-z0-9._-] only and a catalog string has no < or >), a
 -- country code is ISO 3166-1 alpha-2, battlelog_user_id is > 0 (SQLSTATE
 -- 22023 otherwise). New catalog entries are bounded (SQLSTATE 53400
--- beyond): a catalog fills up to scheduling_settings.catalog_seed entries,
+-- beyond): a catalog fills up to its seed, scheduling_settings.catalog_seed
+-- (weapons, 200) or vehicle_catalog_seed (vehicles, 100), sized to
+-- Battlelog's real lists (about 174 weapons, 82 vehicles; migration 0027),
 -- then takes at most catalog_new_per_day new ones a day (Battlelog adds
--- weapons a few times a year); counted under the catalog's row lock, which
--- the finalization takes next anyway.
+-- weapons a few times a year); counted (again) under the catalog's row lock,
+-- which the finalization takes next anyway, so honest lists finalized
+-- together count each new entry once.
 --
 -- owner: migrator
 -- execute: bf4ps_definer
@@ -40,7 +43,9 @@ BEGIN
                     p_resource, left(v_bad, 80)
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        SELECT s.catalog_seed, s.catalog_new_per_day INTO v_seed, v_per_day
+        SELECT CASE v_list WHEN 'weapons' THEN s.catalog_seed ELSE s.vehicle_catalog_seed END,
+               s.catalog_new_per_day
+          INTO v_seed, v_per_day
         FROM @schema@.scheduling_settings AS s;
         IF p_resource = 'weapons' THEN
             SELECT count(DISTINCT e.guid) INTO v_new
@@ -49,6 +54,12 @@ BEGIN
                               WHERE k.weapon_guid = e.guid);
             IF v_new > 0 THEN
                 PERFORM 1 FROM @schema@.bf4ps_locks WHERE lock_name = 'weapon_catalog' FOR UPDATE;
+                -- Counted again under the lock: a concurrent finalization
+                -- may have added the same entries meanwhile.
+                SELECT count(DISTINCT e.guid) INTO v_new
+                FROM jsonb_to_recordset(p_data->'weapons') AS e(guid text)
+                WHERE NOT EXISTS (SELECT 1 FROM @schema@.weapon_catalog AS k
+                                  WHERE k.weapon_guid = e.guid);
                 SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
                   INTO v_size, v_recent
                 FROM @schema@.weapon_catalog AS k;
@@ -60,6 +71,10 @@ BEGIN
                               WHERE k.vehicle_guid = e.guid);
             IF v_new > 0 THEN
                 PERFORM 1 FROM @schema@.bf4ps_locks WHERE lock_name = 'vehicle_catalog' FOR UPDATE;
+                SELECT count(DISTINCT e.guid) INTO v_new
+                FROM jsonb_to_recordset(p_data->'vehicles') AS e(guid text)
+                WHERE NOT EXISTS (SELECT 1 FROM @schema@.vehicle_catalog AS k
+                                  WHERE k.vehicle_guid = e.guid);
                 SELECT count(*), count(*) FILTER (WHERE k.first_seen_at > p_now - interval '1 day')
                   INTO v_size, v_recent
                 FROM @schema@.vehicle_catalog AS k;
@@ -67,8 +82,9 @@ BEGIN
         END IF;
         IF v_new > 0
            AND v_new > greatest(v_seed - v_size, 0) + greatest(v_per_day - v_recent, 0) THEN
-            RAISE EXCEPTION 'this % list adds % new catalog entries; the catalog holds % and took % in the last day (it fills up to % entries, then takes % a day: scheduling_settings.catalog_seed, catalog_new_per_day)',
-                    p_resource, v_new, v_size, v_recent, v_seed, v_per_day
+            RAISE EXCEPTION 'this % list adds % new catalog entries; the catalog holds % and took % in the last day (it fills up to % entries, then takes % a day: scheduling_settings.%, catalog_new_per_day)',
+                    p_resource, v_new, v_size, v_recent, v_seed, v_per_day,
+                    CASE v_list WHEN 'weapons' THEN 'catalog_seed' ELSE 'vehicle_catalog_seed' END
                 USING ERRCODE = 'configuration_limit_exceeded';
         END IF;
     ELSIF p_resource = 'profile' THEN

@@ -327,24 +327,24 @@ async fn catalogs_grow_by_a_bounded_number_of_entries(_: PgPoolOptions, opts: Pg
         Err("53400".to_owned())
     );
     assert_eq!(rows().await, 0);
-    // A first collection fills the catalog (the seed is 1,000, plus 50 a day).
+    // A first collection fills the catalog (the seed is 200, plus 50 a day).
     assert_eq!(
-        finalize(&db, Resource::Weapons, invented(300, 0)).await,
+        finalize(&db, Resource::Weapons, invented(250, 0)).await,
         Ok(())
     );
-    assert_eq!(rows().await, 300);
-    sqlx::query("UPDATE scheduling_settings SET catalog_seed = 300, catalog_new_per_day = 5")
+    assert_eq!(rows().await, 250);
+    sqlx::query("UPDATE scheduling_settings SET catalog_seed = 250, catalog_new_per_day = 5")
         .execute(&db.pool)
         .await
         .unwrap();
-    // Seeded, and 300 were added today: nothing new is taken today.
+    // Seeded, and 250 were added today: nothing new is taken today.
     assert_eq!(
-        finalize(&db, Resource::Weapons, invented(1, 300)).await,
+        finalize(&db, Resource::Weapons, invented(1, 250)).await,
         Err("53400".to_owned())
     );
     // Known entries are always fine.
     assert_eq!(
-        finalize(&db, Resource::Weapons, invented(300, 0)).await,
+        finalize(&db, Resource::Weapons, invented(250, 0)).await,
         Ok(())
     );
     // A day later, a few new weapons a day.
@@ -353,14 +353,102 @@ async fn catalogs_grow_by_a_bounded_number_of_entries(_: PgPoolOptions, opts: Pg
         .await
         .unwrap();
     assert_eq!(
-        finalize(&db, Resource::Weapons, invented(5, 300)).await,
+        finalize(&db, Resource::Weapons, invented(5, 250)).await,
         Ok(())
     );
     assert_eq!(
-        finalize(&db, Resource::Weapons, invented(1, 305)).await,
+        finalize(&db, Resource::Weapons, invented(1, 255)).await,
         Err("53400".to_owned())
     );
-    assert_eq!(rows().await, 305);
+    assert_eq!(rows().await, 255);
+}
+
+/// A list of `n` catalog entries of `resource` numbered from `from`, with
+/// guids prefixed `prefix`.
+fn catalog_list(resource: Resource, prefix: &str, n: usize, from: usize) -> serde_json::Value {
+    let list: Vec<serde_json::Value> = (from..from + n)
+        .map(|i| match resource {
+            Resource::Weapons => json!({
+                "guid": format!("{prefix}-W-{i}"), "name": format!("Weapon {i}"),
+                "slug": format!("weapon-{i}"), "category": "Assault rifles", "kills": 1,
+                "headshots": 0, "shots_fired": 1, "shots_hit": 1, "time_equipped_seconds": 1}),
+            _ => json!({
+                "guid": format!("{prefix}-V-{i}"), "name": format!("Vehicle {i}"),
+                "slug": format!("vehicle-{i}"), "category": "Main battle tanks", "kills": 1,
+                "time_in_seconds": 1, "destroy_x_in_y": 0}),
+        })
+        .collect();
+    json!({ resource.as_str(): list })
+}
+
+/// Issue 37, finding 11: a young catalog takes about a real list's worth of
+/// new entries, not ~6×. Battlelog's lists hold about 174 weapons and 82
+/// vehicles (BF4PS's reconnaissance, `docs/battlelog.md`); the seeds are 200
+/// and 100 (migration 0027; 1,000 for both before). An invented list of 800
+/// new weapons or vehicles on an empty catalog is refused (53400) and adds
+/// nothing; honest lists of the real sizes land; after them (a day's 50
+/// taken by them) an invented list can add what is left of the seed. (On `main` the
+/// 800 invented weapons landed: the seed was 1,000.)
+#[sqlx::test]
+async fn a_young_catalog_takes_a_real_lists_worth_of_invented_entries(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    let rows = |table: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+                "SELECT count(*) FROM {table}"
+            )))
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    for (resource, table, real, seed) in [
+        (Resource::Weapons, "weapon_catalog", 174, 200),
+        (Resource::Vehicles, "vehicle_catalog", 82, 100),
+    ] {
+        assert_eq!(
+            finalize(&db, resource, catalog_list(resource, "FAKE", 800, 0)).await,
+            Err("53400".to_owned()),
+            "{resource:?}: 800 invented entries on an empty catalog"
+        );
+        assert_eq!(rows(table).await, 0);
+        // The most one invented list adds to an empty catalog: the seed and
+        // a day's 50.
+        let most = seed + 50;
+        assert_eq!(
+            finalize(&db, resource, catalog_list(resource, "FAKE", most + 1, 0)).await,
+            Err("53400".to_owned())
+        );
+        // An honest list of the real size lands, and lands again.
+        for _ in 0..2 {
+            assert_eq!(
+                finalize(&db, resource, catalog_list(resource, "REAL", real, 0)).await,
+                Ok(()),
+                "{resource:?}: an honest list of {real}"
+            );
+        }
+        assert_eq!(rows(table).await, real as i64);
+        // Then an invented list adds at most what is left of the seed (the
+        // honest list took more than a day's 50 today).
+        let left = seed - real;
+        assert_eq!(
+            finalize(&db, resource, catalog_list(resource, "FAKE", left + 1, 0)).await,
+            Err("53400".to_owned())
+        );
+        assert_eq!(
+            finalize(&db, resource, catalog_list(resource, "FAKE", left, 0)).await,
+            Ok(())
+        );
+        assert_eq!(rows(table).await, seed as i64);
+        eprintln!(
+            "measured: {resource:?}: one invented list adds at most {most} entries to an empty \
+             catalog (800 refused), {left} after an honest list of {real}"
+        );
+    }
 }
 
 /// One host's `unavailable` verdict parks nothing: a compromised host (its

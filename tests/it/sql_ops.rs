@@ -551,15 +551,63 @@ async fn bf4ps_feeder_rows_changed_follows_state_and_source_rows(_: PoolOpts, op
     assert!(
         pairs
             .iter()
-            .all(|pair| pair.1 == 1 && pair.2.is_none() && !pair.3),
+            .all(|pair| pair.1 == 3 && pair.2.is_none() && !pair.3),
         "{pairs:?}"
     );
     let sql = "INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
                VALUES ($1, 'manual', now(), now())";
     run!(p, sql, s).unwrap();
+    // Only submitted by hand (0027): kind 3, only `detailed` live until
+    // Battlelog confirmed the soldier.
+    let live: Vec<(String, i16, bool)> = feeder_pairs(p, s)
+        .await
+        .into_iter()
+        .map(|pair| (pair.0, pair.1, pair.3))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("detailed".to_owned(), 3, true),
+            ("profile".to_owned(), 3, false),
+            ("vehicles".to_owned(), 3, false),
+            ("weapons".to_owned(), 3, false),
+        ]
+    );
+    run!(
+        p,
+        "UPDATE collection_state SET detailed_state = 'success', detailed_last_success_at = now(),
+                detailed_next_due_at = now() + interval '1 day' WHERE soldier_id = $1",
+        s
+    )
+    .unwrap();
+    let live: Vec<(String, i16, bool)> = feeder_pairs(p, s)
+        .await
+        .into_iter()
+        .map(|pair| (pair.0, pair.1, pair.3))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("detailed".to_owned(), 2, false),
+            ("profile".to_owned(), 3, true),
+            ("vehicles".to_owned(), 3, true),
+            ("weapons".to_owned(), 3, true),
+        ],
+        "confirmed: its lists live; a success of a soldier nobody saw playing is not"
+    );
+    let sql = "INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
+               VALUES ($1, 'bf4sw', now(), now())";
+    run!(p, sql, s).unwrap();
     assert!(
         feeder_pairs(p, s).await.iter().all(|pair| pair.3),
-        "live once sighted"
+        "live once discovery saw it"
+    );
+    assert!(
+        feeder_pairs(p, s)
+            .await
+            .iter()
+            .all(|pair| pair.1 == 1 || pair.0 == "detailed"),
+        "discovery's: kind 1"
     );
     run!(p, "DELETE FROM soldier_sources WHERE soldier_id = $1", s).unwrap();
     assert!(feeder_pairs(p, s).await.iter().all(|pair| !pair.3));
