@@ -8,13 +8,15 @@
 //! incarnation (its registered key and lane) it grants a request *now* when
 //! the key's next slot, the key's pause and (for the background lane) the
 //! budget's next slot have passed, and the caller's host (the login role
-//! that registered it, migration 0025) is entitled to it: its own and its
-//! key's fair-share slots passed, or the budget's slot stayed open half a
-//! spacing with no entitled host taking it; and a job is claimed with it.
+//! that registered it, migration 0025) may take it: the key's turn among
+//! its host's keys came, and the host's fair-share slot passed or the
+//! budget's slot stayed open half a spacing with no entitled host taking
+//! it; and a job is claimed with it.
 //! Then the key's slot moves `1/rate` on, the budget's
 //! `window/budget × (1 + margin)` on, and, for a grant of the host's own
-//! share, the host's own budget slot that times the hosts spending theirs
-//! (and the key's that times the host's keys doing so). Otherwise it
+//! share, the host's own budget slot that times the hosts spending theirs;
+//! a key's own budget slot moves that times its host's keys with a grant
+//! (the keys of a host take turns). Otherwise it
 //! reserves nothing, writes nothing, and the caller sleeps until it may try
 //! again. A grant is never spent without a claim, and a claim never goes
 //! without a grant. The spacings are the ones `serve` published ([`Limits`], from its

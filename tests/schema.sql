@@ -801,16 +801,11 @@ BEGIN
     LOOP
         -- First a look without locks; then, if the claim may go, the same
         -- under the locks.
-        IF p_budget_spacing IS NOT NULL THEN
-            IF v_locked THEN
+        IF v_locked THEN
+            IF p_budget_spacing IS NOT NULL THEN
                 SELECT b.next_slot_at INTO v_budget
                 FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
-            ELSE
-                SELECT b.next_slot_at INTO v_budget
-                FROM public.egress_budget AS b WHERE b.singleton;
             END IF;
-        END IF;
-        IF v_locked THEN
             SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
             FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
             IF NOT FOUND THEN
@@ -831,17 +826,24 @@ BEGIN
             END IF;
             claim_at := coalesce(p_now, clock_timestamp());
         ELSE
-            SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
-            FROM public.egress_hosts AS h WHERE h.host = p_host;
-            SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-            FROM public.egress_gates AS g WHERE g.egress_key = p_key;
+            -- (One statement: a claim that may not go costs one read.)
+            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims,
+                   g.next_slot_at, g.paused_until, g.budget_next_at
+              INTO v_budget, v_host_own, v_claims, v_next, v_paused, v_own
+            FROM (SELECT) AS one
+            LEFT JOIN public.egress_budget AS b
+                   ON p_budget_spacing IS NOT NULL AND b.singleton
+            LEFT JOIN public.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN public.egress_gates AS g ON g.egress_key = p_key;
         END IF;
         IF p_budget_spacing IS NOT NULL THEN
-            -- Own slots passed (or none yet): entitled at the budget's slot;
-            -- otherwise half a spacing after it (greatest ignores NULLs).
-            entitled := coalesce(greatest(v_own, v_host_own) <= claim_at, true);
-            go_at := greatest(v_next, v_paused, v_budget,
-                              least(coalesce(greatest(v_own, v_host_own), '-infinity'),
+            -- The host's own slot passed (or none yet): entitled at the
+            -- budget's slot; otherwise half a spacing after it. The key's
+            -- own slot (its turn among its host's keys) always binds
+            -- (greatest ignores NULLs).
+            entitled := coalesce(v_host_own <= claim_at, true);
+            go_at := greatest(v_next, v_paused, v_budget, v_own,
+                              least(coalesce(v_host_own, '-infinity'),
                                     v_budget + p_budget_spacing / 2));
         ELSE
             IF p_interactive THEN
@@ -875,27 +877,17 @@ CREATE FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing int
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
-DECLARE
-    v_hosts bigint;
-    v_keys bigint;
 BEGIN
     IF p_budget_spacing IS NOT NULL THEN
         UPDATE public.egress_budget AS b
         SET next_slot_at = p_at + p_budget_spacing, passes = b.passes + 1, updated_at = p_at
         WHERE b.singleton;
         IF p_entitled THEN
-            SELECT count(*) + 1 INTO v_hosts
-            FROM public.egress_hosts AS h
-            WHERE h.budget_spent_at > p_at - interval '1 minute' AND h.host <> p_host;
-            -- (A paused key wants it but may not use it: not counted.)
-            SELECT count(*) + 1 INTO v_keys
-            FROM public.egress_gates AS g
-            WHERE g.host = p_host AND g.egress_key <> p_key
-              AND g.budget_spent_at > p_at - interval '1 minute'
-              AND (g.paused_until IS NULL OR g.paused_until <= p_at);
             UPDATE public.egress_hosts AS h
-            SET budget_next_at = p_at + p_budget_spacing * v_hosts, budget_spent_at = p_at,
-                updated_at = p_at
+            SET budget_next_at = p_at + p_budget_spacing * (
+                    SELECT count(*) + 1 FROM public.egress_hosts AS o
+                    WHERE o.budget_spent_at > p_at - interval '1 minute' AND o.host <> p_host),
+                budget_spent_at = p_at, updated_at = p_at
             WHERE h.host = p_host;
         END IF;
     ELSIF p_interactive AND p_entitled THEN
@@ -911,11 +903,14 @@ BEGIN
     END IF;
     UPDATE public.egress_gates AS g
     SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at, host = p_host,
-        budget_next_at = CASE WHEN p_budget_spacing IS NOT NULL AND p_entitled
-                              THEN p_at + p_budget_spacing * v_hosts * v_keys
-                              ELSE g.budget_next_at END,
-        budget_spent_at = CASE WHEN p_budget_spacing IS NOT NULL AND p_entitled THEN p_at
-                               ELSE g.budget_spent_at END
+        -- (A paused key wants it but may not use it: not counted.)
+        budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
+                              ELSE p_at + p_budget_spacing * (
+                                  SELECT count(*) + 1 FROM public.egress_gates AS o
+                                  WHERE o.host = p_host AND o.egress_key <> p_key
+                                    AND o.budget_spent_at > p_at - interval '1 minute'
+                                    AND (o.paused_until IS NULL OR o.paused_until <= p_at)) END,
+        budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
     WHERE g.egress_key = p_key;
 END;
 $$;

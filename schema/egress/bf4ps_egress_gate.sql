@@ -15,11 +15,11 @@
 -- the key is in a throttle pause.
 --
 -- The share (bf4ps_egress_spend moves it): the host's own next budget slot
--- and, within the host, the key's. A caller whose own slots have passed is
--- `entitled`: it may take the budget's slot as soon as it opens. Any other
--- caller may take it when it has stayed open half a budget spacing (no
--- entitled host took it): work-conserving, and such a grant moves no own
--- slot. On the interactive lane (`p_interactive`) a host is entitled while
+-- and, within the host, the key's, which always binds. A caller whose
+-- host's own slot has passed is `entitled`: it may take the budget's slot
+-- as soon as it opens. Any other caller may take it when it has stayed
+-- open half a budget spacing (no entitled host took it): work-conserving,
+-- and such a grant moves no host's own slot. On the interactive lane (`p_interactive`) a host is entitled while
 -- its interactive claims are at most one ahead of the least of the other
 -- hosts' that claimed in the last minute; one that is not takes no lock
 -- (`locked` false) and the claim lets it take only a job that waited a
@@ -49,16 +49,11 @@ BEGIN
     LOOP
         -- First a look without locks; then, if the claim may go, the same
         -- under the locks.
-        IF p_budget_spacing IS NOT NULL THEN
-            IF v_locked THEN
+        IF v_locked THEN
+            IF p_budget_spacing IS NOT NULL THEN
                 SELECT b.next_slot_at INTO v_budget
                 FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
-            ELSE
-                SELECT b.next_slot_at INTO v_budget
-                FROM @schema@.egress_budget AS b WHERE b.singleton;
             END IF;
-        END IF;
-        IF v_locked THEN
             SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
             FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
             IF NOT FOUND THEN
@@ -79,17 +74,24 @@ BEGIN
             END IF;
             claim_at := coalesce(p_now, clock_timestamp());
         ELSE
-            SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
-            FROM @schema@.egress_hosts AS h WHERE h.host = p_host;
-            SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-            FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key;
+            -- (One statement: a claim that may not go costs one read.)
+            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims,
+                   g.next_slot_at, g.paused_until, g.budget_next_at
+              INTO v_budget, v_host_own, v_claims, v_next, v_paused, v_own
+            FROM (SELECT) AS one
+            LEFT JOIN @schema@.egress_budget AS b
+                   ON p_budget_spacing IS NOT NULL AND b.singleton
+            LEFT JOIN @schema@.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN @schema@.egress_gates AS g ON g.egress_key = p_key;
         END IF;
         IF p_budget_spacing IS NOT NULL THEN
-            -- Own slots passed (or none yet): entitled at the budget's slot;
-            -- otherwise half a spacing after it (greatest ignores NULLs).
-            entitled := coalesce(greatest(v_own, v_host_own) <= claim_at, true);
-            go_at := greatest(v_next, v_paused, v_budget,
-                              least(coalesce(greatest(v_own, v_host_own), '-infinity'),
+            -- The host's own slot passed (or none yet): entitled at the
+            -- budget's slot; otherwise half a spacing after it. The key's
+            -- own slot (its turn among its host's keys) always binds
+            -- (greatest ignores NULLs).
+            entitled := coalesce(v_host_own <= claim_at, true);
+            go_at := greatest(v_next, v_paused, v_budget, v_own,
+                              least(coalesce(v_host_own, '-infinity'),
                                     v_budget + p_budget_spacing / 2));
         ELSE
             IF p_interactive THEN

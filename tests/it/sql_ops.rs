@@ -406,9 +406,9 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
         gate(p, "k1", "h1", None, false, Some(t)).await,
         (t, Some(t + secs(5)), false, true, false)
     );
-    // Under the budget: the budget's next slot, and the own slots (the
-    // key's, the host's): entitled at the budget's slot, else half a
-    // spacing after it.
+    // Under the budget: the budget's next slot, the key's own slot (its
+    // turn in its host), and the host's own: entitled at the budget's slot,
+    // else half a spacing after it.
     set("UPDATE egress_budget SET next_slot_at = $1", t + secs(10)).await;
     set("UPDATE egress_gates SET budget_next_at = $1", t + secs(20)).await;
     assert_eq!(
@@ -417,7 +417,7 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
     );
     assert_eq!(
         gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await,
-        (t, Some(t + secs(11)), false, false, false)
+        (t, Some(t + secs(20)), false, true, false)
     );
     exec(p, "UPDATE egress_gates SET budget_next_at = NULL")
         .await
@@ -537,8 +537,8 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
         key_row(p, "k1").await,
         (Some(t + secs(6)), 2, Some(t + secs(3)))
     );
-    // Another host and another key of this host spent their share in the
-    // last minute: the host's own slot two spacings on, the key's four.
+    // Another host spent its share and another key of this host a grant in
+    // the last minute: the host's own slot two spacings on, the key's two.
     run!(
         p,
         "UPDATE egress_hosts SET budget_spent_at = $1 WHERE host = 'h2'",
@@ -555,7 +555,7 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
     assert_eq!(host_row(p, "h1").await.0, Some(t + secs(6)));
     assert_eq!(
         key_row(p, "k1").await,
-        (Some(t + secs(7)), 3, Some(t + secs(10)))
+        (Some(t + secs(7)), 3, Some(t + secs(6)))
     );
     // A paused key wants it but may not use it: not counted.
     run!(
@@ -565,10 +565,11 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
     )
     .unwrap();
     spend("k1", Some("2 s"), false, true, t + secs(3)).await;
-    assert_eq!(key_row(p, "k1").await.2, Some(t + secs(7)));
+    assert_eq!(key_row(p, "k1").await.2, Some(t + secs(5)));
     assert_eq!(key_row(p, "k2").await.1, 0, "the other key spent nothing");
-    // A slot nobody entitled took (not entitled): the budget moves, no own
-    // slot, and the host is not marked as spending.
+    // A slot nobody entitled took (not entitled): the budget and the key's
+    // turn move, not the host's own slot, and the host is not marked as
+    // spending.
     spend("k1", Some("2 s"), false, false, t + secs(4)).await;
     assert_eq!(budget().await, (t + secs(6), passes + 4));
     assert_eq!(
@@ -577,7 +578,7 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
     );
     assert_eq!(
         key_row(p, "k1").await,
-        (Some(t + secs(9)), 5, Some(t + secs(7)))
+        (Some(t + secs(9)), 5, Some(t + secs(6)))
     );
     // The interactive lane: a host that claimed none in the last minute
     // catches up with the least of the other hosts that did, plus one; one
