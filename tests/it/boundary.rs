@@ -666,7 +666,7 @@ async fn a_denied_claim_writes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
 
 /// Issue 37's figure for docs/security.md: one compromised host with 50
 /// keys (40 background, 10 interactive, failing every job at once, asking
-/// again at once) among 8 honest hosts (one background and one
+/// again every 5 ms) among 8 honest hosts (one background and one
 /// interactive key each, succeeding). Its share of the budget's grants and
 /// of the website's jobs, per hour at the default budget (1,296
 /// requests/h): about a ninth each (prints the figure; fails above 20 %).
@@ -681,7 +681,7 @@ async fn one_host_with_50_keys_among_8_honest_hosts_gets_about_a_ninth(
     let p = &db.pool;
     sqlx::query(
         "UPDATE scheduling_settings SET egress_spacing = interval '10 milliseconds',
-                budget_spacing = interval '100 milliseconds'",
+                budget_spacing = interval '200 milliseconds'",
     )
     .execute(p)
     .await
@@ -726,7 +726,7 @@ async fn one_host_with_50_keys_among_8_honest_hosts_gets_about_a_ninth(
             clients.push((attacker, pool.clone(), me));
         }
     }
-    let run = Duration::from_secs(15);
+    let run = Duration::from_secs(20);
     let until = Instant::now() + run;
     let mut tasks = Vec::new();
     for (attacker, pool, me) in clients {
@@ -746,14 +746,15 @@ async fn one_host_with_50_keys_among_8_honest_hosts_gets_about_a_ninth(
                     Ok(Take::Job(job)) => {
                         fixtures::succeed(&pool, &me, &job.lease(&me), 1).await;
                     }
-                    // The attacker asks again every millisecond; honest hosts
-                    // wait as told.
+                    // The attacker asks again every 5 ms (all its keys share
+                    // this test's one thread with the honest hosts: faster, it
+                    // would only delay them here); honest hosts wait as told.
                     Ok(Take::Wait { .. }) if attacker => {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
                     Ok(Take::Wait { wait, .. }) => tokio::time::sleep(wait).await,
                     Ok(Take::Nothing) | Err(_) => {
-                        let idle = if attacker { 1 } else { 5 };
+                        let idle = 5;
                         tokio::time::sleep(Duration::from_millis(idle)).await;
                     }
                 }
