@@ -7,12 +7,19 @@
 //! migration 0019, [`crate::queue::claim_and_start`]): for the caller's
 //! incarnation (its registered key and lane) it grants a request *now* when
 //! the key's next slot, the key's pause and (for the background lane) the
-//! budget's next slot and the key's own fair-share slot have all passed,
-//! and a job is claimed with it; then the key's slot moves `1/rate` on, the
-//! budget's `window/budget × (1 + margin)` on, and the key's own budget
-//! slot that times the keys wanting the budget. Otherwise it reserves
-//! nothing and the caller sleeps until it may try again. A grant is never
-//! spent without a claim, and a claim never goes without a grant. The spacings are the ones `serve` published ([`Limits`], from its
+//! budget's next slot have passed, and the caller's host (the login role
+//! that registered it, migration 0025) may take it: the key's turn among
+//! its host's keys came, and the host's fair-share slot passed or the
+//! budget's slot stayed open half a spacing with no entitled host taking
+//! it; and a job is claimed with it.
+//! Then the key's slot moves `1/rate` on, the budget's
+//! `window/budget × (1 + margin)` on, and, for a grant of the host's own
+//! share, the host's own budget slot that times the hosts spending theirs;
+//! a key's own budget slot moves that times its host's keys with a grant
+//! (the keys of a host take turns). Otherwise it
+//! reserves nothing, writes nothing, and the caller sleeps until it may try
+//! again. A grant is never spent without a claim, and a claim never goes
+//! without a grant. The spacings are the ones `serve` published ([`Limits`], from its
 //! configuration), never the caller's; slots come from the database clock,
 //! so hosts with skewed clocks share one schedule.
 //!
@@ -23,10 +30,14 @@
 //!   up to `BUDGET_SLACK + BUDGET_MARGIN × window` later than their grant
 //!   (1 s + 18 s at 1 h, against a 5 s upstream connect timeout) still fit
 //!   in it, counted at Battlelog;
-//! - while several keys want the budget (asked for a background claim in
-//!   the last minute), one key's budget grants are at least
-//!   `budget_spacing × keys` apart: no key takes more than its fair share,
-//!   and a key alone may take the whole budget;
+//! - shares are per host, whatever its keys: while N hosts take their own
+//!   share (in the last minute), one host's own grants are at least
+//!   `budget_spacing × N` apart; a slot no entitled host took within half
+//!   a spacing goes to anyone (work-conserving), and a lone host may take
+//!   the whole budget; on the interactive lane a host at least one claim
+//!   ahead of another claiming host takes only jobs that waited a second;
+//! - a denied claim writes nothing (no lock, no transaction id): wanting
+//!   costs the wanter only;
 //! - nothing is booked ahead: a paused key, or a key with many collectors,
 //!   never holds the budget (and so the other keys) back;
 //! - a pause is seen by every claim that starts after it committed: at most

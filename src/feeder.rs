@@ -14,7 +14,7 @@
 //!   `manual` alone: the website, `request --name`, `soldiers import`;
 //!   reason `manual_new_soldier`): their `detailed` (the website asks for
 //!   it itself), and their lists only once Battlelog confirmed the soldier
-//!   (`feeder_pairs` kind 3, migration 0027: an invented persona costs the
+//!   (`feeder_pairs` kind 3, migration 0026: an invented persona costs the
 //!   background nothing, a real one a bounded share);
 //! - **active**: a resource of a soldier sighted (`bf4sw`) within the active
 //!   window whose

@@ -154,9 +154,18 @@ DECLARE
     v_active bigint;
     v_bootstrap bigint;
     v_retry bigint;
+    v_interactive boolean;
+    v_entitled boolean;
+    v_until timestamptz;
+    v_oldest timestamptz;
 BEGIN
     SELECT c.collector_uuid, c.collector_name, c.hostname, c.egress_key, c.lane,
-           c.current_job_id
+           c.current_job_id,
+           -- The host: the login role that registered it (a collector
+           -- registered before 0012 recorded none: its key is its host).
+           coalesce((SELECT cs.registered_by FROM public.collector_secrets AS cs
+                     WHERE cs.collector_uuid = c.collector_uuid),
+                    '(key) ' || c.egress_key) AS host
       INTO me
     FROM public.collectors AS c
     WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
@@ -184,9 +193,35 @@ BEGIN
     FROM public.scheduling_settings AS x;
     v_budgeted := me.lane = 'background' AND s.budget_spacing IS NOT NULL;
     v_budget_spacing := CASE WHEN v_budgeted THEN s.budget_spacing END;
-    SELECT x.claim_at, x.go_at, x.paused INTO g
-    FROM public.bf4ps_egress_gate(me.egress_key, v_budget_spacing, p_now) AS x;
+    v_interactive := me.lane = 'interactive';
+    SELECT x.claim_at, x.go_at, x.paused, x.entitled, x.locked INTO g
+    FROM public.bf4ps_egress_gate(me.egress_key, me.host, v_budget_spacing, v_interactive,
+                                    p_now) AS x;
     v_now := g.claim_at;
+    v_entitled := g.entitled;
+    v_until := v_now;
+    IF v_interactive AND NOT g.entitled AND coalesce(g.go_at <= v_now, true) THEN
+        -- Not this host's turn on the interactive lane (it is ahead of
+        -- another host that claims): it may take only a job that waited a
+        -- second (no entitled host came for it), so the lane is shared per
+        -- host and no job waits for a host that does not come.
+        SELECT min(j.eligible_at) INTO v_oldest
+        FROM public.collection_jobs AS j
+        WHERE j.status = 'pending' AND j.lane = 'interactive' AND j.eligible_at <= v_now;
+        IF v_oldest IS NULL THEN
+            RETURN;
+        END IF;
+        v_until := v_now - interval '1 second';
+        IF v_oldest > v_until THEN
+            g.go_at := v_oldest + interval '1 second';
+        ELSIF NOT g.locked THEN
+            -- The key's gate alone, which locks.
+            SELECT x.claim_at, x.go_at, x.paused, x.entitled, x.locked INTO g
+            FROM public.bf4ps_egress_gate(me.egress_key, me.host, NULL, false, p_now) AS x;
+            v_now := g.claim_at;
+            v_until := v_now - interval '1 second';
+        END IF;
+    END IF;
     IF g.go_at > v_now THEN
         RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text,
             NULL::text, NULL::text, NULL::text, NULL::integer, NULL::uuid, NULL::timestamptz,
@@ -231,7 +266,7 @@ BEGIN
             -- Served by ix_collection_jobs_claim_order.
             SELECT j.job_id INTO v_job
             FROM public.collection_jobs AS j
-            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= v_now
+            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= v_until
             ORDER BY CASE j.priority_class
                          WHEN 'interactive' THEN 1
                          WHEN 'active' THEN 2
@@ -316,7 +351,8 @@ BEGIN
            public.bf4ps_sane_time(c.created_at), c.sane_eligible_at, c.b_class,
            true, 0::bigint, false
     FROM job AS c;
-    PERFORM public.bf4ps_egress_spend(me.egress_key, s.egress_spacing, v_budget_spacing, v_now);
+    PERFORM public.bf4ps_egress_spend(me.egress_key, me.host, s.egress_spacing,
+                                        v_budget_spacing, v_interactive, v_entitled, v_now);
 END;
 $$;
 
@@ -795,10 +831,10 @@ $$;
 ALTER FUNCTION public.bf4ps_country_ok(code text) OWNER TO <migrator>;
 
 --
--- Name: bf4ps_egress_gate(text, interval, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+-- Name: bf4ps_egress_gate(text, text, interval, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
-CREATE FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) RETURNS record
+CREATE FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
@@ -807,68 +843,131 @@ DECLARE
     v_next timestamptz;
     v_paused timestamptz;
     v_own timestamptz;
+    v_host_own timestamptz;
+    v_claims bigint;
+    v_least bigint;
+    v_locked boolean := false;
 BEGIN
-    IF p_budget_spacing IS NOT NULL THEN
-        SELECT b.next_slot_at INTO v_budget
-        FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
-    END IF;
-    SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-    FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO public.egress_gates (egress_key, next_slot_at, passes)
-        VALUES (p_key, '-infinity', 0)
-        ON CONFLICT (egress_key) DO NOTHING;
-        SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-        FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    END IF;
     claim_at := coalesce(p_now, clock_timestamp());
-    IF p_budget_spacing IS NOT NULL THEN
-        -- This key wants the budget: it counts in everyone's fair share.
-        UPDATE public.egress_gates AS g SET budget_wanted_at = claim_at
-        WHERE g.egress_key = p_key;
-    ELSE
-        v_own := NULL;
-    END IF;
-    -- greatest() ignores NULLs (no pause, budget off).
-    go_at := greatest(v_next, v_paused, v_budget, v_own);
-    paused := coalesce(v_paused > claim_at, false);
+    LOOP
+        -- First a look without locks; then, if the claim may go, the same
+        -- under the locks.
+        IF v_locked THEN
+            IF p_budget_spacing IS NOT NULL THEN
+                SELECT b.next_slot_at INTO v_budget
+                FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
+            END IF;
+            SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+            FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO public.egress_hosts (host) VALUES (p_host)
+                ON CONFLICT (host) DO NOTHING;
+                SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+                FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+            END IF;
+            SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+            FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO public.egress_gates (egress_key, next_slot_at, passes, host)
+                VALUES (p_key, '-infinity', 0, p_host)
+                ON CONFLICT (egress_key) DO NOTHING;
+                SELECT g.next_slot_at, g.paused_until, g.budget_next_at
+                  INTO v_next, v_paused, v_own
+                FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+            END IF;
+            claim_at := coalesce(p_now, clock_timestamp());
+        ELSE
+            -- (One statement: a claim that may not go costs one read.)
+            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims,
+                   g.next_slot_at, g.paused_until, g.budget_next_at
+              INTO v_budget, v_host_own, v_claims, v_next, v_paused, v_own
+            FROM (SELECT) AS one
+            LEFT JOIN public.egress_budget AS b
+                   ON p_budget_spacing IS NOT NULL AND b.singleton
+            LEFT JOIN public.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN public.egress_gates AS g ON g.egress_key = p_key;
+        END IF;
+        IF p_budget_spacing IS NOT NULL THEN
+            -- The host's own slot passed (or none yet): entitled at the
+            -- budget's slot; otherwise half a spacing after it. The key's
+            -- own slot (its turn among its host's keys) always binds
+            -- (greatest ignores NULLs).
+            entitled := coalesce(v_host_own <= claim_at, true);
+            go_at := greatest(v_next, v_paused, v_budget, v_own,
+                              least(coalesce(v_host_own, '-infinity'),
+                                    v_budget + p_budget_spacing / 2));
+        ELSE
+            IF p_interactive THEN
+                SELECT min(h.interactive_claims) INTO v_least
+                FROM public.egress_hosts AS h
+                WHERE h.host <> p_host AND h.interactive_at > claim_at - interval '1 minute';
+                entitled := v_least IS NULL OR coalesce(v_claims, 0) <= v_least + 1;
+            ELSE
+                entitled := true;
+            END IF;
+            go_at := greatest(v_next, v_paused);
+        END IF;
+        paused := coalesce(v_paused > claim_at, false);
+        -- (An interactive caller that is not entitled takes no lock: the
+        -- claim looks for a job that waited long enough first.)
+        EXIT WHEN v_locked OR go_at > claim_at OR (p_interactive AND NOT entitled);
+        v_locked := true;
+    END LOOP;
+    locked := v_locked;
 END;
 $$;
 
 
-ALTER FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) OWNER TO <migrator>;
+ALTER FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) OWNER TO <migrator>;
 
 --
--- Name: bf4ps_egress_spend(text, interval, interval, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+-- Name: bf4ps_egress_spend(text, text, interval, interval, boolean, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
-CREATE FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) RETURNS void
+CREATE FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
-DECLARE
-    v_keys bigint;
 BEGIN
     IF p_budget_spacing IS NOT NULL THEN
-        -- (A paused key wants it but may not use it: not counted.)
-        SELECT count(*) INTO v_keys
-        FROM public.egress_gates AS g
-        WHERE g.budget_wanted_at > p_at - interval '1 minute'
-          AND (g.paused_until IS NULL OR g.paused_until <= p_at);
         UPDATE public.egress_budget AS b
         SET next_slot_at = p_at + p_budget_spacing, passes = b.passes + 1, updated_at = p_at
         WHERE b.singleton;
+        IF p_entitled THEN
+            UPDATE public.egress_hosts AS h
+            SET budget_next_at = p_at + p_budget_spacing * (
+                    SELECT count(*) + 1 FROM public.egress_hosts AS o
+                    WHERE o.budget_spent_at > p_at - interval '1 minute' AND o.host <> p_host),
+                budget_spent_at = p_at, updated_at = p_at
+            WHERE h.host = p_host;
+        END IF;
+    ELSIF p_interactive AND p_entitled THEN
+        UPDATE public.egress_hosts AS h
+        SET interactive_claims = CASE
+                WHEN h.interactive_at > p_at - interval '1 minute' THEN h.interactive_claims
+                ELSE greatest(h.interactive_claims, coalesce((
+                    SELECT min(o.interactive_claims) FROM public.egress_hosts AS o
+                    WHERE o.host <> p_host AND o.interactive_at > p_at - interval '1 minute'), 0))
+                END + 1,
+            interactive_at = p_at, updated_at = p_at
+        WHERE h.host = p_host;
     END IF;
     UPDATE public.egress_gates AS g
-    SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at,
+    SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at, host = p_host,
+        -- (A paused key wants it but may not use it: not counted.)
         budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
-                              ELSE p_at + p_budget_spacing * greatest(v_keys, 1) END
+                              ELSE p_at + p_budget_spacing * (
+                                  SELECT count(*) + 1 FROM public.egress_gates AS o
+                                  WHERE o.host = p_host AND o.egress_key <> p_key
+                                    AND o.budget_spent_at > p_at - interval '1 minute'
+                                    AND (o.paused_until IS NULL OR o.paused_until <= p_at)) END,
+        budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
     WHERE g.egress_key = p_key;
 END;
 $$;
 
 
-ALTER FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) OWNER TO <migrator>;
+ALTER FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone) OWNER TO <migrator>;
 
 --
 -- Name: bf4ps_eta_schedule(bigint[], interval, double precision); Type: FUNCTION; Schema: public; Owner: <migrator>
@@ -3020,6 +3119,8 @@ CREATE TABLE public.egress_gates (
     throttle_streak integer DEFAULT 0 NOT NULL,
     budget_wanted_at timestamp with time zone,
     budget_next_at timestamp with time zone,
+    host text,
+    budget_spent_at timestamp with time zone,
     CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
     CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
     CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
@@ -3027,6 +3128,24 @@ CREATE TABLE public.egress_gates (
 
 
 ALTER TABLE public.egress_gates OWNER TO <migrator>;
+
+--
+-- Name: egress_hosts; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.egress_hosts (
+    host text NOT NULL,
+    budget_next_at timestamp with time zone,
+    budget_spent_at timestamp with time zone,
+    interactive_claims bigint DEFAULT 0 NOT NULL,
+    interactive_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT egress_hosts_host_nonempty CHECK ((host <> ''::text)),
+    CONSTRAINT egress_hosts_interactive_claims_check CHECK ((interactive_claims >= 0))
+);
+
+
+ALTER TABLE public.egress_hosts OWNER TO <migrator>;
 
 --
 -- Name: event_rollup_hourly; Type: TABLE; Schema: public; Owner: <migrator>
@@ -3664,6 +3783,14 @@ ALTER TABLE ONLY public.egress_budget
 
 ALTER TABLE ONLY public.egress_gates
     ADD CONSTRAINT egress_gates_pkey PRIMARY KEY (egress_key);
+
+
+--
+-- Name: egress_hosts egress_hosts_pkey; Type: CONSTRAINT; Schema: public; Owner: <migrator>
+--
+
+ALTER TABLE ONLY public.egress_hosts
+    ADD CONSTRAINT egress_hosts_pkey PRIMARY KEY (host);
 
 
 --
@@ -4564,19 +4691,19 @@ GRANT ALL ON FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid,
 
 
 --
--- Name: FUNCTION bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean); Type: ACL; Schema: public; Owner: <migrator>
+-- Name: FUNCTION bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean); Type: ACL; Schema: public; Owner: <migrator>
 --
 
-REVOKE ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_budget_spacing interval, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean) TO bf4ps_definer;
+REVOKE ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) TO bf4ps_definer;
 
 
 --
--- Name: FUNCTION bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
+-- Name: FUNCTION bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
 --
 
-REVOKE ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamp with time zone) TO bf4ps_definer;
+REVOKE ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone) TO bf4ps_definer;
 
 
 --
@@ -4836,6 +4963,14 @@ GRANT SELECT ON TABLE public.egress_budget TO bf4ps_reader;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_gates TO bf4ps_definer;
 GRANT SELECT ON TABLE public.egress_gates TO bf4ps_reader;
+
+
+--
+-- Name: TABLE egress_hosts; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_hosts TO bf4ps_definer;
+GRANT SELECT ON TABLE public.egress_hosts TO bf4ps_reader;
 
 
 --

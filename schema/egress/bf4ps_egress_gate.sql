@@ -1,23 +1,37 @@
--- The egress gate of one claim (0007, 0019): locks what the grant will
--- spend (the fleet budget's row first when `p_budget_spacing` is given,
--- that is for a background claim while the budget is on, then the key's
--- row, created at first use; every caller in this order) and says when the
--- key may send its next request.
+-- The egress gate of one claim (0007, 0019, 0025): says when the key may
+-- send its next request and, only when it may now, locks what the grant
+-- will spend: the fleet budget's row first when `p_budget_spacing` is given
+-- (a background claim while the budget is on), then the host's row
+-- (`p_host`, the login role that registered the caller), then the key's,
+-- each created at first use; every caller in this order. A claim that may
+-- not go takes no lock and writes nothing (wanting costs the wanter only).
 --
--- `claim_at` is the time of the claim: `p_now`, or the database's clock read
--- after the locks (NULL: so a wait for them never makes a slot stale; the
--- scheduling simulation passes its virtual clock). `go_at` is the latest of
--- the key's next slot, its throttle pause and, under the budget, the
--- budget's next slot and the key's own next budget slot (NULL: nothing
--- restricts); the request may go when it is not after `claim_at`. `paused`: the
--- key is in a throttle pause. A key under the budget is marked as wanting
--- it, so it counts in everyone's fair share (bf4ps_egress_spend).
+-- `claim_at` is the time of the claim: `p_now`, or the database's clock
+-- (read after the locks when it may go: a wait for them never makes a slot
+-- stale; the scheduling simulation passes its virtual clock). `go_at` is the
+-- latest of the key's next slot, its throttle pause and, under the budget,
+-- the budget's next slot and the caller's share of it (NULL: nothing
+-- restricts); the request may go when it is not after `claim_at`. `paused`:
+-- the key is in a throttle pause.
+--
+-- The share (bf4ps_egress_spend moves it): the host's own next budget slot
+-- and, within the host, the key's, which always binds. A caller whose
+-- host's own slot has passed is `entitled`: it may take the budget's slot
+-- as soon as it opens. Any other caller may take it when it has stayed
+-- open half a budget spacing (no entitled host took it): work-conserving,
+-- and such a grant moves no host's own slot. On the interactive lane (`p_interactive`) a host is entitled while
+-- its interactive claims are at most one ahead of the least of the other
+-- hosts' that claimed in the last minute; one that is not takes no lock
+-- (`locked` false) and the claim lets it take only a job that waited a
+-- second.
 --
 -- owner: migrator
 -- execute: bf4ps_definer
 CREATE OR REPLACE FUNCTION @schema@.bf4ps_egress_gate(
-    p_key text, p_budget_spacing interval, p_now timestamptz,
-    OUT claim_at timestamptz, OUT go_at timestamptz, OUT paused boolean)
+    p_key text, p_host text, p_budget_spacing interval, p_interactive boolean,
+    p_now timestamptz,
+    OUT claim_at timestamptz, OUT go_at timestamptz, OUT paused boolean,
+    OUT entitled boolean, OUT locked boolean)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @schema@, pg_temp
 AS $$
@@ -26,30 +40,76 @@ DECLARE
     v_next timestamptz;
     v_paused timestamptz;
     v_own timestamptz;
+    v_host_own timestamptz;
+    v_claims bigint;
+    v_least bigint;
+    v_locked boolean := false;
 BEGIN
-    IF p_budget_spacing IS NOT NULL THEN
-        SELECT b.next_slot_at INTO v_budget
-        FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
-    END IF;
-    SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-    FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    IF NOT FOUND THEN
-        INSERT INTO @schema@.egress_gates (egress_key, next_slot_at, passes)
-        VALUES (p_key, '-infinity', 0)
-        ON CONFLICT (egress_key) DO NOTHING;
-        SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
-        FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
-    END IF;
     claim_at := coalesce(p_now, clock_timestamp());
-    IF p_budget_spacing IS NOT NULL THEN
-        -- This key wants the budget: it counts in everyone's fair share.
-        UPDATE @schema@.egress_gates AS g SET budget_wanted_at = claim_at
-        WHERE g.egress_key = p_key;
-    ELSE
-        v_own := NULL;
-    END IF;
-    -- greatest() ignores NULLs (no pause, budget off).
-    go_at := greatest(v_next, v_paused, v_budget, v_own);
-    paused := coalesce(v_paused > claim_at, false);
+    LOOP
+        -- First a look without locks; then, if the claim may go, the same
+        -- under the locks.
+        IF v_locked THEN
+            IF p_budget_spacing IS NOT NULL THEN
+                SELECT b.next_slot_at INTO v_budget
+                FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
+            END IF;
+            SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+            FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO @schema@.egress_hosts (host) VALUES (p_host)
+                ON CONFLICT (host) DO NOTHING;
+                SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+                FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+            END IF;
+            SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
+            FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+            IF NOT FOUND THEN
+                INSERT INTO @schema@.egress_gates (egress_key, next_slot_at, passes, host)
+                VALUES (p_key, '-infinity', 0, p_host)
+                ON CONFLICT (egress_key) DO NOTHING;
+                SELECT g.next_slot_at, g.paused_until, g.budget_next_at
+                  INTO v_next, v_paused, v_own
+                FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;
+            END IF;
+            claim_at := coalesce(p_now, clock_timestamp());
+        ELSE
+            -- (One statement: a claim that may not go costs one read.)
+            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims,
+                   g.next_slot_at, g.paused_until, g.budget_next_at
+              INTO v_budget, v_host_own, v_claims, v_next, v_paused, v_own
+            FROM (SELECT) AS one
+            LEFT JOIN @schema@.egress_budget AS b
+                   ON p_budget_spacing IS NOT NULL AND b.singleton
+            LEFT JOIN @schema@.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN @schema@.egress_gates AS g ON g.egress_key = p_key;
+        END IF;
+        IF p_budget_spacing IS NOT NULL THEN
+            -- The host's own slot passed (or none yet): entitled at the
+            -- budget's slot; otherwise half a spacing after it. The key's
+            -- own slot (its turn among its host's keys) always binds
+            -- (greatest ignores NULLs).
+            entitled := coalesce(v_host_own <= claim_at, true);
+            go_at := greatest(v_next, v_paused, v_budget, v_own,
+                              least(coalesce(v_host_own, '-infinity'),
+                                    v_budget + p_budget_spacing / 2));
+        ELSE
+            IF p_interactive THEN
+                SELECT min(h.interactive_claims) INTO v_least
+                FROM @schema@.egress_hosts AS h
+                WHERE h.host <> p_host AND h.interactive_at > claim_at - interval '1 minute';
+                entitled := v_least IS NULL OR coalesce(v_claims, 0) <= v_least + 1;
+            ELSE
+                entitled := true;
+            END IF;
+            go_at := greatest(v_next, v_paused);
+        END IF;
+        paused := coalesce(v_paused > claim_at, false);
+        -- (An interactive caller that is not entitled takes no lock: the
+        -- claim looks for a job that waited long enough first.)
+        EXIT WHEN v_locked OR go_at > claim_at OR (p_interactive AND NOT entitled);
+        v_locked := true;
+    END LOOP;
+    locked := v_locked;
 END;
 $$;

@@ -1,38 +1,65 @@
 -- Spends the grant of a claim made at `p_at` (after bf4ps_egress_gate said
--- the key may go, and only when a job was claimed with it): the key's next
--- slot moves `p_spacing` (the published egress_spacing) on; under the
--- budget (`p_budget_spacing` given), the budget's next slot moves
--- budget_spacing on and the key's own next budget slot budget_spacing x
--- (the unpaused keys that wanted the budget in the last minute, at least 1)
--- on: no key takes more than its fair share while others want it, and a
--- lone key may take the whole budget. The caller holds the rows' locks
--- (the gate took them).
+-- the key may go and locked the rows, and only when a job was claimed with
+-- it): the key's next slot moves `p_spacing` (the published egress_spacing)
+-- on. Under the budget (`p_budget_spacing` given) the budget's next slot
+-- moves budget_spacing on; when the grant was the host's own share
+-- (`p_entitled`), the host's own next budget slot moves budget_spacing x
+-- (the hosts that took their own share in the last minute, this one
+-- included) on: no host takes more than its fair share while others spend
+-- theirs, whatever its keys, and a lone host may take the whole budget. A
+-- grant taken from a slot nobody entitled took moves no host's slot and
+-- counts no host. The key's own budget slot moves budget_spacing x (its
+-- host's unpaused keys with a budgeted grant in the last minute) on: the
+-- keys of one host take turns. On the interactive lane (`p_interactive`,
+-- entitled) the host's interactive claims count one more; a host that
+-- claimed none in the last minute first catches up with the least of the
+-- hosts that did (it banks no credit while away; one that is behind stays
+-- behind until it caught up). `p_host` is the login role that registered
+-- the caller.
 --
 -- owner: migrator
 -- execute: bf4ps_definer
 CREATE OR REPLACE FUNCTION @schema@.bf4ps_egress_spend(
-    p_key text, p_spacing interval, p_budget_spacing interval, p_at timestamptz)
+    p_key text, p_host text, p_spacing interval, p_budget_spacing interval,
+    p_interactive boolean, p_entitled boolean, p_at timestamptz)
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, @schema@, pg_temp
 AS $$
-DECLARE
-    v_keys bigint;
 BEGIN
     IF p_budget_spacing IS NOT NULL THEN
-        -- (A paused key wants it but may not use it: not counted.)
-        SELECT count(*) INTO v_keys
-        FROM @schema@.egress_gates AS g
-        WHERE g.budget_wanted_at > p_at - interval '1 minute'
-          AND (g.paused_until IS NULL OR g.paused_until <= p_at);
         UPDATE @schema@.egress_budget AS b
         SET next_slot_at = p_at + p_budget_spacing, passes = b.passes + 1, updated_at = p_at
         WHERE b.singleton;
+        IF p_entitled THEN
+            UPDATE @schema@.egress_hosts AS h
+            SET budget_next_at = p_at + p_budget_spacing * (
+                    SELECT count(*) + 1 FROM @schema@.egress_hosts AS o
+                    WHERE o.budget_spent_at > p_at - interval '1 minute' AND o.host <> p_host),
+                budget_spent_at = p_at, updated_at = p_at
+            WHERE h.host = p_host;
+        END IF;
+    ELSIF p_interactive AND p_entitled THEN
+        UPDATE @schema@.egress_hosts AS h
+        SET interactive_claims = CASE
+                WHEN h.interactive_at > p_at - interval '1 minute' THEN h.interactive_claims
+                ELSE greatest(h.interactive_claims, coalesce((
+                    SELECT min(o.interactive_claims) FROM @schema@.egress_hosts AS o
+                    WHERE o.host <> p_host AND o.interactive_at > p_at - interval '1 minute'), 0))
+                END + 1,
+            interactive_at = p_at, updated_at = p_at
+        WHERE h.host = p_host;
     END IF;
     UPDATE @schema@.egress_gates AS g
-    SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at,
+    SET next_slot_at = p_at + p_spacing, passes = g.passes + 1, updated_at = p_at, host = p_host,
+        -- (A paused key wants it but may not use it: not counted.)
         budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
-                              ELSE p_at + p_budget_spacing * greatest(v_keys, 1) END
+                              ELSE p_at + p_budget_spacing * (
+                                  SELECT count(*) + 1 FROM @schema@.egress_gates AS o
+                                  WHERE o.host = p_host AND o.egress_key <> p_key
+                                    AND o.budget_spent_at > p_at - interval '1 minute'
+                                    AND (o.paused_until IS NULL OR o.paused_until <= p_at)) END,
+        budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
     WHERE g.egress_key = p_key;
 END;
 $$;

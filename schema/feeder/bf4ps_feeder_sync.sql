@@ -7,7 +7,7 @@
 -- its never-attempted pairs (kind 3) other than `detailed` (the small
 -- request that confirms it) have no sighting (live_at NULL, never woken)
 -- until Battlelog confirmed it, one of its stats resources (detailed,
--- weapons, vehicles) succeeded (migration 0027); the feeder bounds kind 3
+-- weapons, vehicles) succeeded (migration 0026); the feeder bounds kind 3
 -- per hour. Called by the
 -- feeder's triggers in the writer's own transaction, whoever the writer is
 -- (bf4ps-ops or BF4PS's discovery); BF4PS's tables stay the truth.

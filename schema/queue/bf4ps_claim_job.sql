@@ -28,10 +28,15 @@
 -- so the classes are tried in turn (at most three reads): one read in the
 -- classes' order would sort the background working set.
 --
--- Locks: the budget row, then the key row (every caller alike: the gate);
--- the caller's collector row only when a job is claimed (or a lease
--- freed), so a claim waiting for the budget never holds up its own
--- heartbeat. (Collectors call bf4ps_collector_claim.)
+-- Shares are per host (the login role that registered the caller, 0025):
+-- the gate says whether the caller is entitled (its host's own share); an
+-- interactive caller that is not may take only a job that waited a second.
+--
+-- Locks: none while the caller may not go (a denied claim writes nothing);
+-- else the budget row, then the host's row, then the key's (every caller
+-- alike: the gate); the caller's collector row only when a job is claimed
+-- (or a lease freed), so a claim waiting for the budget never holds up its
+-- own heartbeat. (Collectors call bf4ps_collector_claim.)
 --
 -- owner: migrator
 -- execute: bf4ps_definer
@@ -73,9 +78,18 @@ DECLARE
     v_active bigint;
     v_bootstrap bigint;
     v_retry bigint;
+    v_interactive boolean;
+    v_entitled boolean;
+    v_until timestamptz;
+    v_oldest timestamptz;
 BEGIN
     SELECT c.collector_uuid, c.collector_name, c.hostname, c.egress_key, c.lane,
-           c.current_job_id
+           c.current_job_id,
+           -- The host: the login role that registered it (a collector
+           -- registered before 0012 recorded none: its key is its host).
+           coalesce((SELECT cs.registered_by FROM @schema@.collector_secrets AS cs
+                     WHERE cs.collector_uuid = c.collector_uuid),
+                    '(key) ' || c.egress_key) AS host
       INTO me
     FROM @schema@.collectors AS c
     WHERE c.collector_uuid = p_uuid AND c.enabled AND NOT c.drained AND c.retired_at IS NULL;
@@ -103,9 +117,35 @@ BEGIN
     FROM @schema@.scheduling_settings AS x;
     v_budgeted := me.lane = 'background' AND s.budget_spacing IS NOT NULL;
     v_budget_spacing := CASE WHEN v_budgeted THEN s.budget_spacing END;
-    SELECT x.claim_at, x.go_at, x.paused INTO g
-    FROM @schema@.bf4ps_egress_gate(me.egress_key, v_budget_spacing, p_now) AS x;
+    v_interactive := me.lane = 'interactive';
+    SELECT x.claim_at, x.go_at, x.paused, x.entitled, x.locked INTO g
+    FROM @schema@.bf4ps_egress_gate(me.egress_key, me.host, v_budget_spacing, v_interactive,
+                                    p_now) AS x;
     v_now := g.claim_at;
+    v_entitled := g.entitled;
+    v_until := v_now;
+    IF v_interactive AND NOT g.entitled AND coalesce(g.go_at <= v_now, true) THEN
+        -- Not this host's turn on the interactive lane (it is ahead of
+        -- another host that claims): it may take only a job that waited a
+        -- second (no entitled host came for it), so the lane is shared per
+        -- host and no job waits for a host that does not come.
+        SELECT min(j.eligible_at) INTO v_oldest
+        FROM @schema@.collection_jobs AS j
+        WHERE j.status = 'pending' AND j.lane = 'interactive' AND j.eligible_at <= v_now;
+        IF v_oldest IS NULL THEN
+            RETURN;
+        END IF;
+        v_until := v_now - interval '1 second';
+        IF v_oldest > v_until THEN
+            g.go_at := v_oldest + interval '1 second';
+        ELSIF NOT g.locked THEN
+            -- The key's gate alone, which locks.
+            SELECT x.claim_at, x.go_at, x.paused, x.entitled, x.locked INTO g
+            FROM @schema@.bf4ps_egress_gate(me.egress_key, me.host, NULL, false, p_now) AS x;
+            v_now := g.claim_at;
+            v_until := v_now - interval '1 second';
+        END IF;
+    END IF;
     IF g.go_at > v_now THEN
         RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::text,
             NULL::text, NULL::text, NULL::text, NULL::integer, NULL::uuid, NULL::timestamptz,
@@ -150,7 +190,7 @@ BEGIN
             -- Served by ix_collection_jobs_claim_order.
             SELECT j.job_id INTO v_job
             FROM @schema@.collection_jobs AS j
-            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= v_now
+            WHERE j.status = 'pending' AND j.lane = me.lane AND j.eligible_at <= v_until
             ORDER BY CASE j.priority_class
                          WHEN 'interactive' THEN 1
                          WHEN 'active' THEN 2
@@ -235,6 +275,7 @@ BEGIN
            @schema@.bf4ps_sane_time(c.created_at), c.sane_eligible_at, c.b_class,
            true, 0::bigint, false
     FROM job AS c;
-    PERFORM @schema@.bf4ps_egress_spend(me.egress_key, s.egress_spacing, v_budget_spacing, v_now);
+    PERFORM @schema@.bf4ps_egress_spend(me.egress_key, me.host, s.egress_spacing,
+                                        v_budget_spacing, v_interactive, v_entitled, v_now);
 END;
 $$;

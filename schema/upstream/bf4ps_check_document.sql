@@ -6,7 +6,7 @@
 -- 22023 otherwise). New catalog entries are bounded (SQLSTATE 53400
 -- beyond): a catalog fills up to its seed, scheduling_settings.catalog_seed
 -- (weapons, 200) or vehicle_catalog_seed (vehicles, 100), sized to
--- Battlelog's real lists (about 174 weapons, 82 vehicles; migration 0027),
+-- Battlelog's real lists (about 174 weapons, 82 vehicles; migration 0026),
 -- then takes at most catalog_new_per_day new ones a day (Battlelog adds
 -- weapons a few times a year); counted (again) under the catalog's row lock,
 -- which the finalization takes next anyway, so honest lists finalized

@@ -1770,7 +1770,7 @@ async fn the_incremental_choice_is_the_old_statements(_: PgPoolOptions, opts: Pg
         }
         // (A sighting by hand is a `manual` row beside discovery's: a
         // soldier only ever submitted by hand has a policy of its own since
-        // 0027, `the_websites_soldiers_bootstrap_once_confirmed_within_the_hourly_cap`.)
+        // 0026, `the_websites_soldiers_bootstrap_once_confirmed_within_the_hourly_cap`.)
         sqlx::query(
             "WITH x AS (
                  SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::bool[]) AS x(id, at, manual)

@@ -717,7 +717,7 @@ async fn pending_background_jobs(p: &PgPool) {
 
 /// `bf4ps_claim_job`'s two candidate queries as its source file writes
 /// them (`schema/queue/bf4ps_claim_job.sql`), its variables as parameters:
-/// the lane's (`$1` lane, `$2` now) and one budget class's (`$1` now, `$2`
+/// the lane's (`$1` lane, `$2` its newest eligible time) and one budget class's (`$1` now, `$2`
 /// class). Read from the file, so the plans checked are the claim's own.
 fn claim_candidates() -> (String, String) {
     let path =
@@ -739,7 +739,9 @@ fn claim_candidates() -> (String, String) {
         2,
         "bf4ps_claim_job has two candidate queries"
     );
-    let lane = queries[0].replace("me.lane", "$1").replace("v_now", "$2");
+    // (The lane's newest eligible time: now, or a second ago for an
+    // interactive host that is not entitled.)
+    let lane = queries[0].replace("me.lane", "$1").replace("v_until", "$2");
     let class = queries[1].replace("v_now", "$1").replace("v_class", "$2");
     assert!(
         !lane.contains("v_") && !lane.contains("me.") && !class.contains("v_"),

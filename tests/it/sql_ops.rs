@@ -342,16 +342,19 @@ async fn bf4ps_text_ok_allows_null_and_refuses_overlong_and_invisible_text(
 
 // ---- egress ---------------------------------------------------------------
 
-/// bf4ps_egress_gate: (claim_at, go_at when finite, paused).
+/// bf4ps_egress_gate of key `key` of host `host`: (claim_at, go_at when
+/// finite, paused, entitled, locked).
 async fn gate(
     p: &PgPool,
     key: &str,
+    host: &str,
     budget: Option<&str>,
+    interactive: bool,
     now: Option<Time>,
-) -> (Time, Option<Time>, bool) {
-    let sql = "SELECT claim_at, CASE WHEN isfinite(go_at) THEN go_at END, paused
-               FROM bf4ps_egress_gate($1, $2::interval, $3)";
-    row!(p, sql, key, budget, now)
+) -> (Time, Option<Time>, bool, bool, bool) {
+    let sql = "SELECT claim_at, CASE WHEN isfinite(go_at) THEN go_at END, paused, entitled, locked
+               FROM bf4ps_egress_gate($1, $2, $3::interval, $4, $5)";
+    row!(p, sql, key, host, budget, interactive, now)
 }
 
 /// A key's (next_slot_at when finite, passes, budget_next_at).
@@ -362,83 +365,197 @@ async fn key_row(p: &PgPool, key: &str) -> (Option<Time>, i64, Option<Time>) {
     row!(p, sql, key)
 }
 
+/// A host's (budget_next_at, budget_spent_at, interactive_claims).
+async fn host_row(p: &PgPool, host: &str) -> (Option<Time>, Option<Time>, i64) {
+    let sql = "SELECT budget_next_at, budget_spent_at, interactive_claims
+               FROM egress_hosts WHERE host = $1";
+    row!(p, sql, host)
+}
+
 #[sqlx::test]
-async fn bf4ps_egress_gate_creates_the_key_and_says_when_it_may_go(_: PoolOpts, opts: Opts) {
+async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts, opts: Opts) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
     let t = at(T0);
-    // A new key: its row is made (its next slot -infinity), nothing restricts it.
-    assert_eq!(gate(p, "k1", None, Some(t)).await, (t, None, false));
+    // A new key of a new host: the rows are made (its next slot -infinity),
+    // nothing restricts it.
+    assert_eq!(
+        gate(p, "k1", "h1", None, false, Some(t)).await,
+        (t, None, false, true, true)
+    );
     assert_eq!(key_row(p, "k1").await, (None, 0, None));
-    // The later of the key's next slot and its throttle pause.
+    assert_eq!(host_row(p, "h1").await, (None, None, 0));
+    // The later of the key's next slot and its throttle pause; a claim that
+    // may not go takes no lock and writes nothing (no transaction id).
     let set = |sql: &'static str, a: Time| async move { run!(p, sql, a).unwrap() };
     set("UPDATE egress_gates SET next_slot_at = $1", t + secs(5)).await;
     set("UPDATE egress_gates SET paused_until = $1", t + secs(60)).await;
-    assert_eq!(
-        gate(p, "k1", None, Some(t)).await,
-        (t, Some(t + secs(60)), true)
+    let mut tx = p.begin().await.unwrap();
+    let denied: (Time, Option<Time>, bool, bool, bool) = row!(
+        &mut *tx,
+        "SELECT claim_at, go_at, paused, entitled, locked
+         FROM bf4ps_egress_gate('k1', 'h1', '2 s'::interval, false, $1)",
+        t
     );
+    assert_eq!(denied, (t, Some(t + secs(60)), true, true, false));
+    let xid: Option<i64> = scalar!(&mut *tx, "SELECT txid_current_if_assigned()");
+    assert_eq!(xid, None, "a denied gate wrote");
+    tx.rollback().await.unwrap();
     set("UPDATE egress_gates SET paused_until = $1", t - secs(1)).await;
     assert_eq!(
-        gate(p, "k1", None, Some(t)).await,
-        (t, Some(t + secs(5)), false)
+        gate(p, "k1", "h1", None, false, Some(t)).await,
+        (t, Some(t + secs(5)), false, true, false)
     );
-    // Under the budget, the budget's next slot and the key's own count, and
-    // the key is marked as wanting the budget.
+    // Under the budget: the budget's next slot, the key's own slot (its
+    // turn in its host), and the host's own: entitled at the budget's slot,
+    // else half a spacing after it.
     set("UPDATE egress_budget SET next_slot_at = $1", t + secs(10)).await;
     set("UPDATE egress_gates SET budget_next_at = $1", t + secs(20)).await;
     assert_eq!(
-        gate(p, "k1", None, Some(t)).await,
-        (t, Some(t + secs(5)), false)
+        gate(p, "k1", "h1", None, false, Some(t)).await,
+        (t, Some(t + secs(5)), false, true, false)
     );
     assert_eq!(
-        gate(p, "k1", Some("2 s"), Some(t)).await,
-        (t, Some(t + secs(20)), false)
+        gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await,
+        (t, Some(t + secs(20)), false, true, false)
     );
-    let wanted: Option<Time> = scalar!(p, "SELECT budget_wanted_at FROM egress_gates");
-    assert_eq!(wanted, Some(t));
     exec(p, "UPDATE egress_gates SET budget_next_at = NULL")
         .await
         .unwrap();
     assert_eq!(
-        gate(p, "k1", Some("2 s"), Some(t)).await,
-        (t, Some(t + secs(10)), false)
+        gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await,
+        (t, Some(t + secs(10)), false, true, false)
+    );
+    set("UPDATE egress_hosts SET budget_next_at = $1", t + secs(8)).await;
+    assert_eq!(
+        gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await,
+        (t, Some(t + secs(10)), false, false, false)
+    );
+    set("UPDATE egress_hosts SET budget_next_at = $1", t + secs(30)).await;
+    assert_eq!(
+        gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await,
+        (t, Some(t + secs(11)), false, false, false)
+    );
+    // Both passed: entitled, and it goes (locked).
+    assert_eq!(
+        gate(p, "k1", "h1", Some("2 s"), false, Some(t + secs(30))).await,
+        (t + secs(30), Some(t + secs(11)), false, true, true)
+    );
+    // The interactive lane: entitled while at most one ahead of the least
+    // of the other hosts that claimed in the last minute; one that is not
+    // takes no lock.
+    exec(p, "UPDATE egress_gates SET next_slot_at = '-infinity'")
+        .await
+        .unwrap();
+    gate(p, "k2", "h2", None, true, Some(t)).await;
+    set(
+        "UPDATE egress_hosts SET interactive_claims = 3, interactive_at = $1 WHERE host = 'h2'",
+        t - secs(10),
+    )
+    .await;
+    exec(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 5 WHERE host = 'h1'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gate(p, "k1", "h1", None, true, Some(t)).await,
+        (t, Some(t - secs(1)), false, false, false)
+    );
+    exec(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 4 WHERE host = 'h1'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gate(p, "k1", "h1", None, true, Some(t)).await,
+        (t, Some(t - secs(1)), false, true, true)
+    );
+    // ... a host that claimed over a minute ago is not another claimer.
+    exec(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 9 WHERE host = 'h1'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        gate(p, "k1", "h1", None, true, Some(t + secs(51))).await,
+        (t + secs(51), Some(t - secs(1)), false, true, true)
     );
     // Without a clock: the database's, read after the locks.
     let before: Time = scalar!(p, "SELECT now()");
-    let (claim_at, ..) = gate(p, "k1", None, None).await;
+    let (claim_at, ..) = gate(p, "k1", "h1", None, false, None).await;
     assert!(claim_at >= before && claim_at < t, "{claim_at}");
 }
 
 #[sqlx::test]
-async fn bf4ps_egress_spend_moves_key_and_budget_on_by_the_fair_share(_: PoolOpts, opts: Opts) {
+async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
+    _: PoolOpts,
+    opts: Opts,
+) {
     let db = TestDb::new(opts).await;
     let p = &db.pool;
     let t = at(T0);
-    let spend = |budget: Option<&'static str>, at: Time| async move {
+    let spend = |key: &'static str,
+                 budget: Option<&'static str>,
+                 interactive: bool,
+                 entitled: bool,
+                 at: Time| async move {
         run!(
             p,
-            "SELECT bf4ps_egress_spend('k1', '5 s', $1::interval, $2)",
+            "SELECT bf4ps_egress_spend($1, 'h1', '5 s', $2::interval, $3, $4, $5)",
+            key,
             budget,
+            interactive,
+            entitled,
             at
         )
         .unwrap()
     };
-    gate(p, "k1", Some("2 s"), Some(t)).await;
-    gate(p, "k2", Some("2 s"), Some(t)).await;
+    // Host h1 with keys k1 and k2, host h2 with k3.
+    gate(p, "k1", "h1", Some("2 s"), false, Some(t)).await;
+    gate(p, "k2", "h1", Some("2 s"), false, Some(t)).await;
+    gate(p, "k3", "h2", Some("2 s"), false, Some(t)).await;
     let budget = || async { row!(p, "SELECT next_slot_at, passes FROM egress_budget") };
     let (_, passes): (Time, i64) = budget().await;
     // Budget off: the key's slot only.
-    spend(None, t).await;
+    spend("k1", None, false, true, t).await;
     assert_eq!(key_row(p, "k1").await, (Some(t + secs(5)), 1, None));
     assert_eq!(budget().await.1, passes);
-    // Budget on, two keys wanting it: the budget moves its spacing on, the
-    // key's own budget slot twice that.
-    spend(Some("2 s"), t + secs(1)).await;
+    assert_eq!(host_row(p, "h1").await, (None, None, 0));
+    // Budget on, alone: the budget and the host's own slot one spacing on,
+    // the key's too.
+    spend("k1", Some("2 s"), false, true, t + secs(1)).await;
     assert_eq!(budget().await, (t + secs(3), passes + 1));
     assert_eq!(
+        host_row(p, "h1").await,
+        (Some(t + secs(3)), Some(t + secs(1)), 0)
+    );
+    assert_eq!(
         key_row(p, "k1").await,
-        (Some(t + secs(6)), 2, Some(t + secs(5)))
+        (Some(t + secs(6)), 2, Some(t + secs(3)))
+    );
+    // Another host spent its share and another key of this host a grant in
+    // the last minute: the host's own slot two spacings on, the key's two.
+    run!(
+        p,
+        "UPDATE egress_hosts SET budget_spent_at = $1 WHERE host = 'h2'",
+        t
+    )
+    .unwrap();
+    run!(
+        p,
+        "UPDATE egress_gates SET budget_spent_at = $1 WHERE egress_key = 'k2'",
+        t
+    )
+    .unwrap();
+    spend("k1", Some("2 s"), false, true, t + secs(2)).await;
+    assert_eq!(host_row(p, "h1").await.0, Some(t + secs(6)));
+    assert_eq!(
+        key_row(p, "k1").await,
+        (Some(t + secs(7)), 3, Some(t + secs(6)))
     );
     // A paused key wants it but may not use it: not counted.
     run!(
@@ -447,12 +564,53 @@ async fn bf4ps_egress_spend_moves_key_and_budget_on_by_the_fair_share(_: PoolOpt
         t + secs(60)
     )
     .unwrap();
-    spend(Some("2 s"), t + secs(2)).await;
+    spend("k1", Some("2 s"), false, true, t + secs(3)).await;
+    assert_eq!(key_row(p, "k1").await.2, Some(t + secs(5)));
+    assert_eq!(key_row(p, "k2").await.1, 0, "the other key spent nothing");
+    // A slot nobody entitled took (not entitled): the budget and the key's
+    // turn move, not the host's own slot, and the host is not marked as
+    // spending.
+    spend("k1", Some("2 s"), false, false, t + secs(4)).await;
+    assert_eq!(budget().await, (t + secs(6), passes + 4));
+    assert_eq!(
+        host_row(p, "h1").await,
+        (Some(t + secs(7)), Some(t + secs(3)), 0)
+    );
     assert_eq!(
         key_row(p, "k1").await,
-        (Some(t + secs(7)), 3, Some(t + secs(4)))
+        (Some(t + secs(9)), 5, Some(t + secs(6)))
     );
-    assert_eq!(key_row(p, "k2").await.1, 0, "the other key spent nothing");
+    // The interactive lane: a host that claimed none in the last minute
+    // catches up with the least of the other hosts that did, plus one; one
+    // that did counts one more (behind, it stays behind).
+    run!(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 7, interactive_at = $1 WHERE host = 'h2'",
+        t
+    )
+    .unwrap();
+    spend("k1", None, true, true, t + secs(5)).await;
+    assert_eq!(host_row(p, "h1").await.2, 8);
+    spend("k1", None, true, true, t + secs(6)).await;
+    assert_eq!(host_row(p, "h1").await.2, 9);
+    // Not entitled (a job that waited): not counted.
+    spend("k1", None, true, false, t + secs(7)).await;
+    assert_eq!(host_row(p, "h1").await.2, 9);
+    // The other host gone quiet: its own count only.
+    spend("k1", None, true, true, t + secs(70)).await;
+    assert_eq!(host_row(p, "h1").await.2, 10);
+    run!(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 20, interactive_at = $1 WHERE host = 'h2'",
+        t + secs(70)
+    )
+    .unwrap();
+    spend("k1", None, true, true, t + secs(71)).await;
+    assert_eq!(
+        host_row(p, "h1").await.2,
+        11,
+        "an active host behind stays behind"
+    );
 }
 
 // ---- feeder ---------------------------------------------------------------
@@ -557,7 +715,7 @@ async fn bf4ps_feeder_rows_changed_follows_state_and_source_rows(_: PoolOpts, op
     let sql = "INSERT INTO soldier_sources (soldier_id, source_type, first_seen_at, last_seen_at)
                VALUES ($1, 'manual', now(), now())";
     run!(p, sql, s).unwrap();
-    // Only submitted by hand (0027): kind 3, only `detailed` live until
+    // Only submitted by hand (0026): kind 3, only `detailed` live until
     // Battlelog confirmed the soldier.
     let live: Vec<(String, i16, bool)> = feeder_pairs(p, s)
         .await

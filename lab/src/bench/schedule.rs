@@ -1,7 +1,10 @@
 //! `schedule`: where the Battlelog budget goes (issue 22), a deterministic
 //! simulation on a virtual clock that drives the real SQL: the feeder
 //! ([`Feeder::run_once_at`], both policies), the claim with its egress
-//! grant, the fleet budget, the keys' fair shares and the budget's class
+//! grant, the fleet budget, the fair shares (per host, then per key
+//! within it: the simulation's keys are registered by one role, so they
+//! are one host's keys sharing its share, as all keys shared the budget
+//! before 0025) and the budget's class
 //! shares (`bf4ps_claim_job`) and the finalizations (`bf4ps_succeed_job`,
 //! `bf4ps_fail_job`, BF4PS's retry ladder), each at the virtual time.
 //!
@@ -436,7 +439,7 @@ async fn simulate(
                     if job.is_some() {
                         return Err(other("a job was claimed without a grant"));
                     }
-                    // The budget's slot, the key's own or its fair share.
+                    // The budget's slot, the key's own or its host's fair share.
                     key_next[k] = t + wait_us.max(1);
                     queue.push(Reverse((key_next[k], Event::Key(k))));
                     continue;

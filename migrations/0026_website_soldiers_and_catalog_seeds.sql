@@ -1,4 +1,4 @@
--- 0027: the website's soldiers and the catalogs' seeds (issue 37, findings
+-- 0026: the website's soldiers and the catalogs' seeds (issue 37, findings
 -- 10 and 11).
 --
 -- - A soldier whose only source is 'manual' (the website's refresh of an
