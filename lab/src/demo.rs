@@ -91,6 +91,10 @@ fn demo_tuning() -> ServeTuning {
         t.feeder.feeder_target_depth = 300;
         t.feeder.feeder_low_watermark = 150;
         t.feeder.feeder_interval = Duration::from_secs(2);
+        // The population is imported (hand-submitted soldiers, as an
+        // operator's list): it may use the whole budget, not the website's
+        // share of it (BF4PS_FEEDER_MANUAL_BOOTSTRAP_PER_HOUR).
+        t.feeder.feeder_manual_bootstrap_per_hour = 4 * 3600;
         t.gauges.gauge_interval = Duration::from_secs(2);
         t.egress.egress_rate = 5.0;
         t.egress.global_hourly_budget = 4 * 3600;
