@@ -3868,18 +3868,41 @@ async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit
             .execute(&mut idle)
             .await
             .unwrap();
-        // The holder: the budget's row (its claim), then a wait on the idle one.
+        // The holder: the budget's row (a granted claim: since 0025 a claim
+        // the gate denies locks nothing, so it asks again until one is
+        // granted), then a wait on the idle one.
         let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
-        sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
-        if let Err(e) = sqlx::query("SELECT * FROM bf4ps_collector_claim($1, $2, 3, true)")
+        let asking = Instant::now();
+        let granted = loop {
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            let answer: Result<Option<(bool, Option<i64>)>, _> = sqlx::query_as(
+                "SELECT granted, wait_us FROM bf4ps_collector_claim($1, $2, 3, true)",
+            )
             .bind(me.uuid)
             .bind(me.secret)
-            .execute(&mut conn)
-            .await
-        {
-            r.fail(format!(
-                "the attacker's claim failed (a harness problem): {e}"
-            ));
+            .fetch_optional(&mut conn)
+            .await;
+            match answer {
+                Ok(Some((true, _))) => break true,
+                Ok(other) => {
+                    sqlx::query("ROLLBACK").execute(&mut conn).await.unwrap();
+                    if asking.elapsed() > Duration::from_secs(15) {
+                        break false;
+                    }
+                    let wait_us = other.and_then(|(_, w)| w).unwrap_or(50_000);
+                    tokio::time::sleep(Duration::from_micros(wait_us.clamp(1_000, 500_000) as u64))
+                        .await;
+                }
+                Err(e) => {
+                    r.fail(format!(
+                        "the attacker's claim failed (a harness problem): {e}"
+                    ));
+                    break false;
+                }
+            }
+        };
+        if !granted {
+            r.fail("the attacker's claims were never granted within 15 s (a harness problem)");
             break;
         }
         let began = Instant::now();
