@@ -170,9 +170,14 @@ async fn the_budget_spans_every_background_key_and_spares_interactive(
             .count();
         assert!(within <= 7, "{within} background grants within 1 s");
     }
+    // Spared, not a throughput test: the budget allows at most 16 grants in
+    // the window (a key held back by it would get a fifth of those); the
+    // interactive key's own rate allows 150, and how many of those a busy
+    // machine's loop reaches varies (it once got fewer than 100 beside
+    // other tests), so it must get at least three times the whole budget.
     let interactive = grants[4].len();
     assert!(
-        interactive >= 100,
+        interactive >= 3 * 16,
         "the interactive key was held back: {interactive}"
     );
 }
