@@ -19,11 +19,16 @@
 -- host's own slot has passed is `entitled`: it may take the budget's slot
 -- as soon as it opens. Any other caller may take it when it has stayed
 -- open half a budget spacing (no entitled host took it): work-conserving,
--- and such a grant moves no host's own slot. On the interactive lane (`p_interactive`) a host is entitled while
+-- and such a grant moves no host's own slot.
+--
+-- On the interactive lane (`p_interactive`) a host that claimed nothing in
+-- the last minute is entitled (a newcomer); one that did is entitled while
 -- its interactive claims are at most one ahead of the least of the other
--- hosts' that claimed in the last minute; one that is not takes no lock
+-- hosts' that claimed in the last minute, and no newcomer waits: another
+-- host with a live interactive collector (bf4ps_egress_newcomer) that was
+-- not passed over since it came. One that is not entitled takes no lock
 -- (`locked` false) and the claim lets it take only a job that waited a
--- second.
+-- second (and so passes over the newcomers: bf4ps_egress_spend).
 --
 -- owner: migrator
 -- execute: bf4ps_definer
@@ -42,6 +47,7 @@ DECLARE
     v_own timestamptz;
     v_host_own timestamptz;
     v_claims bigint;
+    v_at timestamptz;
     v_least bigint;
     v_locked boolean := false;
 BEGIN
@@ -54,12 +60,14 @@ BEGIN
                 SELECT b.next_slot_at INTO v_budget
                 FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
             END IF;
-            SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+            SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
+              INTO v_host_own, v_claims, v_at
             FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
             IF NOT FOUND THEN
                 INSERT INTO @schema@.egress_hosts (host) VALUES (p_host)
                 ON CONFLICT (host) DO NOTHING;
-                SELECT h.budget_next_at, h.interactive_claims INTO v_host_own, v_claims
+                SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
+                  INTO v_host_own, v_claims, v_at
                 FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
             END IF;
             SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
@@ -75,9 +83,9 @@ BEGIN
             claim_at := coalesce(p_now, clock_timestamp());
         ELSE
             -- (One statement: a claim that may not go costs one read.)
-            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims,
+            SELECT b.next_slot_at, h.budget_next_at, h.interactive_claims, h.interactive_at,
                    g.next_slot_at, g.paused_until, g.budget_next_at
-              INTO v_budget, v_host_own, v_claims, v_next, v_paused, v_own
+              INTO v_budget, v_host_own, v_claims, v_at, v_next, v_paused, v_own
             FROM (SELECT) AS one
             LEFT JOIN @schema@.egress_budget AS b
                    ON p_budget_spacing IS NOT NULL AND b.singleton
@@ -94,11 +102,17 @@ BEGIN
                               least(coalesce(v_host_own, '-infinity'),
                                     v_budget + p_budget_spacing / 2));
         ELSE
-            IF p_interactive THEN
+            IF p_interactive AND v_at > claim_at - interval '1 minute' THEN
                 SELECT min(h.interactive_claims) INTO v_least
                 FROM @schema@.egress_hosts AS h
                 WHERE h.host <> p_host AND h.interactive_at > claim_at - interval '1 minute';
-                entitled := v_least IS NULL OR coalesce(v_claims, 0) <= v_least + 1;
+                entitled := v_least IS NULL OR v_claims <= v_least + 1;
+                -- (Looked for only when it decides: a newcomer costs the
+                -- hosts ahead of it one read.)
+                IF entitled THEN
+                    entitled := NOT EXISTS (
+                        SELECT 1 FROM @schema@.bf4ps_egress_newcomer(p_host, claim_at) AS n);
+                END IF;
             ELSE
                 entitled := true;
             END IF;

@@ -12,10 +12,12 @@
 -- host's unpaused keys with a budgeted grant in the last minute) on: the
 -- keys of one host take turns. On the interactive lane (`p_interactive`,
 -- entitled) the host's interactive claims count one more; a host that
--- claimed none in the last minute first catches up with the least of the
--- hosts that did (it banks no credit while away; one that is behind stays
--- behind until it caught up). `p_host` is the login role that registered
--- the caller.
+-- claimed none in the last minute first takes the least of the hosts that
+-- did (it neither banks credit nor keeps a debt while away). A grant on the
+-- interactive lane that was not the host's own share (a job that waited a
+-- second) passes over the newcomers (bf4ps_egress_newcomer): the host's
+-- interactive_passed_at. `p_host` is the login role that registered the
+-- caller.
 --
 -- owner: migrator
 -- execute: bf4ps_definer
@@ -43,11 +45,16 @@ BEGIN
         UPDATE @schema@.egress_hosts AS h
         SET interactive_claims = CASE
                 WHEN h.interactive_at > p_at - interval '1 minute' THEN h.interactive_claims
-                ELSE greatest(h.interactive_claims, coalesce((
+                ELSE coalesce((
                     SELECT min(o.interactive_claims) FROM @schema@.egress_hosts AS o
-                    WHERE o.host <> p_host AND o.interactive_at > p_at - interval '1 minute'), 0))
+                    WHERE o.host <> p_host AND o.interactive_at > p_at - interval '1 minute'),
+                    h.interactive_claims)
                 END + 1,
             interactive_at = p_at, updated_at = p_at
+        WHERE h.host = p_host;
+    ELSIF p_interactive THEN
+        UPDATE @schema@.egress_hosts AS h
+        SET interactive_passed_at = p_at, updated_at = p_at
         WHERE h.host = p_host;
     END IF;
     UPDATE @schema@.egress_gates AS g

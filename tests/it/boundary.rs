@@ -711,7 +711,7 @@ async fn a_denied_claim_writes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
     let int = register("int", Lane::Interactive).await;
     sqlx::query(
         "INSERT INTO egress_hosts (host, interactive_claims, interactive_at)
-         VALUES (session_user, 5, NULL), ('another-host', 3, now())
+         VALUES (session_user, 5, now()), ('another-host', 3, now())
          ON CONFLICT (host) DO UPDATE
          SET interactive_claims = EXCLUDED.interactive_claims,
              interactive_at = EXCLUDED.interactive_at",
@@ -750,6 +750,86 @@ async fn a_denied_claim_writes_nothing(_: PgPoolOptions, opts: PgConnectOptions)
         claims, 5,
         "a job that waited counts no claim of the host's own"
     );
+}
+
+/// Issue 37, finding 7, before the first claim: a host with a live
+/// interactive collector that has not claimed yet (a newcomer) counts in
+/// the lane's share at once, so a host that claims stands back for it, but
+/// a newcomer that never claims delays one website job by a second, not
+/// all of them. Host one takes the first job at once (itself new), the
+/// second only after it waited a second (host two's collector was there
+/// and did not come), the third at once (host two was passed over). Before
+/// 0027 a host counted only from its first claim, so one with ten keys
+/// polling took the website's jobs until the newcomer won a race.
+#[sqlx::test]
+async fn a_new_host_that_never_claims_delays_one_website_job_by_a_second(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    use crate::support::LoginRole;
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    sqlx::query("UPDATE scheduling_settings SET egress_spacing = interval '1 millisecond'")
+        .execute(p)
+        .await
+        .unwrap();
+    let one_role = LoginRole::create("nc1", &["bf4ps_collector"]).await;
+    let two_role = LoginRole::create("nc2", &["bf4ps_collector"]).await;
+    let (one_pool, two_pool) = (one_role.pool(&db).await, two_role.pool(&db).await);
+    let register = async |pool: &sqlx::PgPool, name: &str| {
+        registry::register(
+            pool,
+            &registry::Registration {
+                egress_key: format!("{name}-key"),
+                ..fixtures::registration(name, Lane::Interactive)
+            },
+        )
+        .await
+        .unwrap()
+    };
+    let one = register(&one_pool, "one").await;
+    let _two = register(&two_pool, "two").await;
+    // Each job is queued eligible now and taken by host one; how long it
+    // waited from eligible to claimed (on the database's clock).
+    let mut waited = Vec::new();
+    for n in 0..3 {
+        let ids = fixtures::jobs_from(p, 3_000_001 + n, 1, Lane::Interactive).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let job = loop {
+            match queue::take(&one_pool, &one).await.unwrap() {
+                Take::Job(job) => break job,
+                Take::Wait { wait, .. } => {
+                    assert!(wait <= Duration::from_secs(1), "job {n}: {wait:?}");
+                    assert!(Instant::now() < deadline, "job {n} was never taken");
+                    tokio::time::sleep(wait).await;
+                }
+                Take::Nothing => panic!("job {n} vanished"),
+            }
+        };
+        assert_eq!(vec![job.job_id], ids);
+        let secs: f64 = sqlx::query_scalar(
+            "SELECT extract(epoch FROM claimed_at - eligible_at)::float8
+             FROM collection_jobs WHERE job_id = $1",
+        )
+        .bind(job.job_id)
+        .fetch_one(p)
+        .await
+        .unwrap();
+        waited.push(secs);
+        fixtures::succeed(p, &one, &job.lease(&one), 1).await;
+    }
+    eprintln!("waited (s) from eligible to claimed: {waited:?}");
+    assert!(waited[0] < 1.0, "the first job waited: {waited:?}");
+    assert!(
+        waited[1] >= 1.0,
+        "the second job did not wait for the newcomer: {waited:?}"
+    );
+    assert!(
+        waited[2] < 1.0,
+        "the newcomer was not passed over: {waited:?}"
+    );
+    one_pool.close().await;
+    two_pool.close().await;
 }
 
 /// Issue 37's figure for docs/security.md: one compromised host with 50

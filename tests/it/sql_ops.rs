@@ -441,9 +441,9 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
         gate(p, "k1", "h1", Some("2 s"), false, Some(t + secs(30))).await,
         (t + secs(30), Some(t + secs(11)), false, true, true)
     );
-    // The interactive lane: entitled while at most one ahead of the least
-    // of the other hosts that claimed in the last minute; one that is not
-    // takes no lock.
+    // The interactive lane: a host that claimed in the last minute is
+    // entitled while at most one ahead of the least of the other hosts that
+    // did; one that is not takes no lock.
     exec(p, "UPDATE egress_gates SET next_slot_at = '-infinity'")
         .await
         .unwrap();
@@ -453,12 +453,11 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
         t - secs(10),
     )
     .await;
-    exec(
-        p,
-        "UPDATE egress_hosts SET interactive_claims = 5 WHERE host = 'h1'",
+    set(
+        "UPDATE egress_hosts SET interactive_claims = 5, interactive_at = $1 WHERE host = 'h1'",
+        t - secs(5),
     )
-    .await
-    .unwrap();
+    .await;
     assert_eq!(
         gate(p, "k1", "h1", None, true, Some(t)).await,
         (t, Some(t - secs(1)), false, false, false)
@@ -473,7 +472,9 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
         gate(p, "k1", "h1", None, true, Some(t)).await,
         (t, Some(t - secs(1)), false, true, true)
     );
-    // ... a host that claimed over a minute ago is not another claimer.
+    // ... a host that claimed over a minute ago is not another claimer,
+    // and one that itself claimed none in the last minute (a newcomer) is
+    // entitled whatever its count.
     exec(
         p,
         "UPDATE egress_hosts SET interactive_claims = 9 WHERE host = 'h1'",
@@ -483,6 +484,15 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
     assert_eq!(
         gate(p, "k1", "h1", None, true, Some(t + secs(51))).await,
         (t + secs(51), Some(t - secs(1)), false, true, true)
+    );
+    set(
+        "UPDATE egress_hosts SET interactive_at = $1 WHERE host = 'h2'",
+        t + secs(50),
+    )
+    .await;
+    assert_eq!(
+        gate(p, "k1", "h1", None, true, Some(t + secs(56))).await,
+        (t + secs(56), Some(t - secs(1)), false, true, true)
     );
     // Without a clock: the database's, read after the locks.
     let before: Time = scalar!(p, "SELECT now()");
@@ -593,9 +603,15 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
     assert_eq!(host_row(p, "h1").await.2, 8);
     spend("k1", None, true, true, t + secs(6)).await;
     assert_eq!(host_row(p, "h1").await.2, 9);
-    // Not entitled (a job that waited): not counted.
+    // Not entitled (a job that waited): not counted; it passed over the
+    // newcomers then.
     spend("k1", None, true, false, t + secs(7)).await;
     assert_eq!(host_row(p, "h1").await.2, 9);
+    let passed: Option<Time> = scalar!(
+        p,
+        "SELECT interactive_passed_at FROM egress_hosts WHERE host = 'h1'"
+    );
+    assert_eq!(passed, Some(t + secs(7)));
     // The other host gone quiet: its own count only.
     spend("k1", None, true, true, t + secs(70)).await;
     assert_eq!(host_row(p, "h1").await.2, 10);
@@ -611,6 +627,138 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
         11,
         "an active host behind stays behind"
     );
+    // A host back after a minute away takes the least of the active hosts:
+    // it keeps no debt (nor credit) from before.
+    run!(
+        p,
+        "UPDATE egress_hosts SET interactive_claims = 50 WHERE host = 'h1'"
+    )
+    .unwrap();
+    run!(
+        p,
+        "UPDATE egress_hosts SET interactive_at = $1 WHERE host = 'h2'",
+        t + secs(190)
+    )
+    .unwrap();
+    spend("k1", None, true, true, t + secs(200)).await;
+    assert_eq!(host_row(p, "h1").await.2, 21, "a returning host keeps no debt");
+}
+
+/// The newcomers of the interactive lane: another host's live interactive
+/// collector whose host claimed nothing in the last minute and was not
+/// passed over since it came; the gate of a host that claims does not
+/// entitle it while one waits.
+#[sqlx::test]
+async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_passed(
+    _: PoolOpts,
+    opts: Opts,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let (a_role, a) = member_of(&db, "bf4ps_collector").await;
+    let (b_role, b) = member_of(&db, "bf4ps_collector").await;
+    let (host_a, host_b) = (a_role.name.clone(), b_role.name.clone());
+    register(&a, "a1", "interactive", "ka").await;
+    register(&b, "b1", "interactive", "kb").await;
+    register(&b, "b2", "background", "kb2").await;
+    let now: Time = scalar!(p, "SELECT now()");
+    let listed = |host: String, at: Time| async move {
+        let hosts: Vec<(String,)> = rows!(
+            p,
+            "SELECT host FROM bf4ps_egress_newcomer($1, $2) ORDER BY host",
+            host,
+            at
+        );
+        hosts.into_iter().map(|(h,)| h).collect::<Vec<String>>()
+    };
+    // Each host sees the other's interactive collector, never its own nor
+    // a background one.
+    assert_eq!(listed(host_a.clone(), now).await, [host_b.clone()]);
+    assert_eq!(listed(host_b.clone(), now).await, [host_a.clone()]);
+    // A host that claimed in the last minute is no newcomer; after a
+    // minute it is one again.
+    let claimed = |at: Time| {
+        let host = host_b.clone();
+        async move {
+            run!(
+                p,
+                "INSERT INTO egress_hosts (host, interactive_claims, interactive_at)
+                 VALUES ($1, 1, $2)
+                 ON CONFLICT (host) DO UPDATE SET interactive_at = EXCLUDED.interactive_at",
+                host,
+                at
+            )
+            .unwrap()
+        }
+    };
+    claimed(now - secs(59)).await;
+    assert!(listed(host_a.clone(), now).await.is_empty());
+    claimed(now - secs(61)).await;
+    assert_eq!(listed(host_a.clone(), now).await.len(), 1);
+    // Passed over (any host took a job that waited a second, a second or
+    // more after the collector started and the host last claimed): not
+    // listed until it claims again or a collector of it starts anew.
+    let started: Time = scalar!(
+        p,
+        "SELECT started_at FROM collectors WHERE collector_name = 'b1'"
+    );
+    let passed = |at: Time| async move {
+        run!(
+            p,
+            "INSERT INTO egress_hosts (host, interactive_passed_at) VALUES ('h-other', $1)
+             ON CONFLICT (host) DO UPDATE SET interactive_passed_at = EXCLUDED.interactive_passed_at",
+            at
+        )
+        .unwrap()
+    };
+    passed(started + TimeDelta::milliseconds(500)).await;
+    assert_eq!(listed(host_a.clone(), now).await.len(), 1, "passed too early");
+    passed(started + secs(1)).await;
+    assert!(listed(host_a.clone(), now).await.is_empty());
+    run!(
+        p,
+        "UPDATE collectors SET started_at = $1 WHERE collector_name = 'b1'",
+        started + secs(2)
+    )
+    .unwrap();
+    assert_eq!(listed(host_a.clone(), now).await.len(), 1, "started anew");
+    // Not live: its last heartbeat older than heartbeat_lost_after, marked
+    // lost, drained, disabled or retired.
+    assert!(listed(host_a.clone(), now + secs(31)).await.is_empty());
+    for change in [
+        "heartbeat_state = 'lost'",
+        "drained = true",
+        "enabled = false",
+        "retired_at = now()",
+    ] {
+        let sql = format!("UPDATE collectors SET {change} WHERE collector_name = 'b1'");
+        let mut tx = p.begin().await.unwrap();
+        exec(&mut *tx, &sql).await.unwrap();
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM bf4ps_egress_newcomer($1, now())",
+        )
+        .bind(&host_a)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "{change}");
+        tx.rollback().await.unwrap();
+    }
+    // The gate: host a claimed a moment ago and is not ahead of anyone, but
+    // b's collector is a newcomer: not entitled (it takes only a job that
+    // waited a second, and so passes b over); once b claimed, entitled.
+    run!(
+        p,
+        "INSERT INTO egress_hosts (host, interactive_claims, interactive_at) VALUES ($1, 1, $2)",
+        host_a.clone(),
+        now - secs(5)
+    )
+    .unwrap();
+    let (.., entitled, _) = gate(p, "ka", &host_a, None, true, Some(now)).await;
+    assert!(!entitled, "entitled while a newcomer waits");
+    claimed(now - secs(1)).await;
+    let (.., entitled, locked) = gate(p, "ka", &host_a, None, true, Some(now)).await;
+    assert!(entitled && locked, "not entitled once the newcomer claimed");
 }
 
 // ---- feeder ---------------------------------------------------------------
