@@ -1115,10 +1115,27 @@ BEGIN
         -- (A paused key wants it but may not use it: not counted.)
         budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
                               ELSE p_at + p_budget_spacing * (
-                                  SELECT count(*) + 1 FROM public.egress_gates AS o
-                                  WHERE o.host = p_host AND o.egress_key <> p_key
-                                    AND o.budget_spent_at > p_at - interval '1 minute'
-                                    AND (o.paused_until IS NULL OR o.paused_until <= p_at)) END,
+                                  SELECT count(*) + 1 FROM (
+                                      SELECT o.egress_key FROM public.egress_gates AS o
+                                      WHERE o.host = p_host AND o.egress_key <> p_key
+                                        AND o.budget_spent_at > p_at - interval '1 minute'
+                                        AND (o.paused_until IS NULL OR o.paused_until <= p_at)
+                                      UNION
+                                      SELECT c.egress_key
+                                      FROM public.collectors AS c
+                                      LEFT JOIN public.collector_secrets AS cs
+                                             ON cs.collector_uuid = c.collector_uuid
+                                      LEFT JOIN public.egress_gates AS o
+                                             ON o.egress_key = c.egress_key
+                                      CROSS JOIN public.scheduling_settings AS x
+                                      WHERE c.lane = 'background' AND c.enabled AND NOT c.drained
+                                        AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost'
+                                        AND c.last_heartbeat_at > p_at - x.heartbeat_lost_after
+                                        AND c.egress_key <> p_key
+                                        AND coalesce(cs.registered_by, '(key) ' || c.egress_key)
+                                            = p_host
+                                        AND (o.paused_until IS NULL OR o.paused_until <= p_at)
+                                  ) AS k) END,
         budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
     WHERE g.egress_key = p_key;
 END;

@@ -9,8 +9,11 @@
 -- theirs, whatever its keys, and a lone host may take the whole budget. A
 -- grant taken from a slot nobody entitled took moves no host's slot and
 -- counts no host. The key's own budget slot moves budget_spacing x (its
--- host's unpaused keys with a budgeted grant in the last minute) on: the
--- keys of one host take turns. On the interactive lane (`p_interactive`,
+-- host's unpaused keys with a budgeted grant in the last minute or a live
+-- background collector: enabled, undrained, unretired, its last heartbeat
+-- within heartbeat_lost_after and not marked lost) on: the keys of one host
+-- take turns, a key counted from its collector's start, not from its first
+-- grant (one that never won a race would count in no turn). On the interactive lane (`p_interactive`,
 -- entitled) the host's interactive claims count one more; a host that
 -- claimed none in the last minute first takes the least of the hosts that
 -- did (it neither banks credit nor keeps a debt while away). A grant on the
@@ -62,10 +65,27 @@ BEGIN
         -- (A paused key wants it but may not use it: not counted.)
         budget_next_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_next_at
                               ELSE p_at + p_budget_spacing * (
-                                  SELECT count(*) + 1 FROM @schema@.egress_gates AS o
-                                  WHERE o.host = p_host AND o.egress_key <> p_key
-                                    AND o.budget_spent_at > p_at - interval '1 minute'
-                                    AND (o.paused_until IS NULL OR o.paused_until <= p_at)) END,
+                                  SELECT count(*) + 1 FROM (
+                                      SELECT o.egress_key FROM @schema@.egress_gates AS o
+                                      WHERE o.host = p_host AND o.egress_key <> p_key
+                                        AND o.budget_spent_at > p_at - interval '1 minute'
+                                        AND (o.paused_until IS NULL OR o.paused_until <= p_at)
+                                      UNION
+                                      SELECT c.egress_key
+                                      FROM @schema@.collectors AS c
+                                      LEFT JOIN @schema@.collector_secrets AS cs
+                                             ON cs.collector_uuid = c.collector_uuid
+                                      LEFT JOIN @schema@.egress_gates AS o
+                                             ON o.egress_key = c.egress_key
+                                      CROSS JOIN @schema@.scheduling_settings AS x
+                                      WHERE c.lane = 'background' AND c.enabled AND NOT c.drained
+                                        AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost'
+                                        AND c.last_heartbeat_at > p_at - x.heartbeat_lost_after
+                                        AND c.egress_key <> p_key
+                                        AND coalesce(cs.registered_by, '(key) ' || c.egress_key)
+                                            = p_host
+                                        AND (o.paused_until IS NULL OR o.paused_until <= p_at)
+                                  ) AS k) END,
         budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
     WHERE g.egress_key = p_key;
 END;

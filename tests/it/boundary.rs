@@ -70,7 +70,10 @@ async fn a_claim_fail_loop_runs_at_the_keys_rate(_: PgPoolOptions, opts: PgConne
     assert_eq!(claimed, finished, "a denied claim took a job");
 }
 
-/// Three keys hammering the budget leave a fourth its share.
+/// Three keys hammering the budget leave a fourth its share. The honest
+/// key counts in its host's turns from its collector's start: counted only
+/// from its first grant, it had to win one race first, and beside
+/// `stress-ng --cpu 2` it got 0 to 6 of 40 grants in four runs of six.
 #[sqlx::test]
 async fn three_greedy_keys_leave_an_honest_key_its_share(_: PgPoolOptions, opts: PgConnectOptions) {
     let db = TestDb::new(opts).await;
@@ -117,6 +120,7 @@ async fn three_greedy_keys_leave_an_honest_key_its_share(_: PgPoolOptions, opts:
         got.push(t.await.unwrap());
     }
     let total: i32 = got.iter().sum();
+    eprintln!("grants per key (three greedy, then the honest one): {got:?}");
     assert!(total <= 42, "the budget was exceeded: {got:?}");
     // A fair share is a quarter (about 10 of 40); the honest key gets most
     // of it whatever the others do.

@@ -641,7 +641,35 @@ async fn bf4ps_egress_spend_moves_key_host_and_budget_on_by_the_fair_share(
     )
     .unwrap();
     spend("k1", None, true, true, t + secs(200)).await;
-    assert_eq!(host_row(p, "h1").await.2, 21, "a returning host keeps no debt");
+    assert_eq!(
+        host_row(p, "h1").await.2,
+        21,
+        "a returning host keeps no debt"
+    );
+    // A key of the host with a live background collector takes its turn
+    // from the collector's start, before its first grant; not once its
+    // heartbeat is older than heartbeat_lost_after.
+    let me: String = scalar!(p, "SELECT session_user::text");
+    register(p, "live", "background", "k-live").await;
+    exec(p, "UPDATE egress_budget SET next_slot_at = '-infinity'")
+        .await
+        .unwrap();
+    let now: Time = scalar!(p, "SELECT now()");
+    for (at, turns) in [(now, 2), (now + secs(31), 1)] {
+        gate(p, "k-new", &me, Some("2 s"), false, Some(at)).await;
+        run!(
+            p,
+            "SELECT bf4ps_egress_spend('k-new', $1, '5 s', '2 s', false, true, $2)",
+            me.clone(),
+            at
+        )
+        .unwrap();
+        assert_eq!(
+            key_row(p, "k-new").await.2,
+            Some(at + secs(2 * turns)),
+            "at {at}"
+        );
+    }
 }
 
 /// The newcomers of the interactive lane: another host's live interactive
@@ -673,8 +701,8 @@ async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_pas
     };
     // Each host sees the other's interactive collector, never its own nor
     // a background one.
-    assert_eq!(listed(host_a.clone(), now).await, [host_b.clone()]);
-    assert_eq!(listed(host_b.clone(), now).await, [host_a.clone()]);
+    assert_eq!(listed(host_a.clone(), now).await, vec![host_b.clone()]);
+    assert_eq!(listed(host_b.clone(), now).await, vec![host_a.clone()]);
     // A host that claimed in the last minute is no newcomer; after a
     // minute it is one again.
     let claimed = |at: Time| {
@@ -712,7 +740,11 @@ async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_pas
         .unwrap()
     };
     passed(started + TimeDelta::milliseconds(500)).await;
-    assert_eq!(listed(host_a.clone(), now).await.len(), 1, "passed too early");
+    assert_eq!(
+        listed(host_a.clone(), now).await.len(),
+        1,
+        "passed too early"
+    );
     passed(started + secs(1)).await;
     assert!(listed(host_a.clone(), now).await.is_empty());
     run!(
@@ -734,13 +766,11 @@ async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_pas
         let sql = format!("UPDATE collectors SET {change} WHERE collector_name = 'b1'");
         let mut tx = p.begin().await.unwrap();
         exec(&mut *tx, &sql).await.unwrap();
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM bf4ps_egress_newcomer($1, now())",
-        )
-        .bind(&host_a)
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM bf4ps_egress_newcomer($1, now())")
+            .bind(&host_a)
+            .fetch_one(&mut *tx)
+            .await
+            .unwrap();
         assert_eq!(left, 0, "{change}");
         tx.rollback().await.unwrap();
     }
