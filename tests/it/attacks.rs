@@ -1086,6 +1086,14 @@ impl Fleet {
                      series on serve's /metrics within 10 s",
                 );
             }
+            // The canary is no collector: retired, or it would count as a
+            // live interactive host that has not claimed yet (0027), and the
+            // next round's interactive claims would wait a second for it.
+            sqlx::query("UPDATE collectors SET retired_at = now() WHERE collector_name = $1")
+                .bind(&canary)
+                .execute(&self.db.pool)
+                .await
+                .unwrap();
             let labels = [
                 ("collector", VICTIM),
                 ("lane", "background"),
