@@ -858,15 +858,20 @@ BEGIN
                 SELECT b.next_slot_at INTO v_budget
                 FROM public.egress_budget AS b WHERE b.singleton FOR UPDATE;
             END IF;
-            SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
-              INTO v_host_own, v_claims, v_at
-            FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
-            IF NOT FOUND THEN
-                INSERT INTO public.egress_hosts (host) VALUES (p_host)
-                ON CONFLICT (host) DO NOTHING;
+            -- (The host's row only when the grant spends from it: the keys
+            -- of one host do not queue on it for an unbudgeted background
+            -- grant.)
+            IF p_budget_spacing IS NOT NULL OR p_interactive THEN
                 SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
                   INTO v_host_own, v_claims, v_at
                 FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+                IF NOT FOUND THEN
+                    INSERT INTO public.egress_hosts (host) VALUES (p_host)
+                    ON CONFLICT (host) DO NOTHING;
+                    SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
+                      INTO v_host_own, v_claims, v_at
+                    FROM public.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+                END IF;
             END IF;
             SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
             FROM public.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;

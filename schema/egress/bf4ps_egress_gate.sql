@@ -2,8 +2,9 @@
 -- send its next request and, only when it may now, locks what the grant
 -- will spend: the fleet budget's row first when `p_budget_spacing` is given
 -- (a background claim while the budget is on), then the host's row
--- (`p_host`, the login role that registered the caller), then the key's,
--- each created at first use; every caller in this order. A claim that may
+-- (`p_host`, the login role that registered the caller; only under the
+-- budget or on the interactive lane, where the grant spends from it), then
+-- the key's, each created at first use; every caller in this order. A claim that may
 -- not go takes no lock and writes nothing (wanting costs the wanter only).
 --
 -- `claim_at` is the time of the claim: `p_now`, or the database's clock
@@ -60,15 +61,20 @@ BEGIN
                 SELECT b.next_slot_at INTO v_budget
                 FROM @schema@.egress_budget AS b WHERE b.singleton FOR UPDATE;
             END IF;
-            SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
-              INTO v_host_own, v_claims, v_at
-            FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
-            IF NOT FOUND THEN
-                INSERT INTO @schema@.egress_hosts (host) VALUES (p_host)
-                ON CONFLICT (host) DO NOTHING;
+            -- (The host's row only when the grant spends from it: the keys
+            -- of one host do not queue on it for an unbudgeted background
+            -- grant.)
+            IF p_budget_spacing IS NOT NULL OR p_interactive THEN
                 SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
                   INTO v_host_own, v_claims, v_at
                 FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+                IF NOT FOUND THEN
+                    INSERT INTO @schema@.egress_hosts (host) VALUES (p_host)
+                    ON CONFLICT (host) DO NOTHING;
+                    SELECT h.budget_next_at, h.interactive_claims, h.interactive_at
+                      INTO v_host_own, v_claims, v_at
+                    FROM @schema@.egress_hosts AS h WHERE h.host = p_host FOR UPDATE;
+                END IF;
             END IF;
             SELECT g.next_slot_at, g.paused_until, g.budget_next_at INTO v_next, v_paused, v_own
             FROM @schema@.egress_gates AS g WHERE g.egress_key = p_key FOR UPDATE;

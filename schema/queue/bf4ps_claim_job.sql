@@ -33,10 +33,11 @@
 -- interactive caller that is not may take only a job that waited a second.
 --
 -- Locks: none while the caller may not go (a denied claim writes nothing);
--- else the budget row, then the host's row, then the key's (every caller
--- alike: the gate); the caller's collector row only when a job is claimed
--- (or a lease freed), so a claim waiting for the budget never holds up its
--- own heartbeat. (Collectors call bf4ps_collector_claim.)
+-- else the budget row, then the host's row (under the budget or on the
+-- interactive lane), then the key's (every caller alike: the gate); the
+-- caller's collector row only when a job is claimed (or a lease freed), so
+-- a claim waiting for the budget never holds up its own heartbeat.
+-- (Collectors call bf4ps_collector_claim.)
 --
 -- owner: migrator
 -- execute: bf4ps_definer

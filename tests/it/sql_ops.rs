@@ -377,13 +377,24 @@ async fn bf4ps_egress_gate_creates_the_rows_and_says_when_it_may_go(_: PoolOpts,
     let db = TestDb::new(opts).await;
     let p = &db.pool;
     let t = at(T0);
-    // A new key of a new host: the rows are made (its next slot -infinity),
-    // nothing restricts it.
+    // A new key of a new host: the key's row is made (its next slot
+    // -infinity), nothing restricts it; the host's row only where a grant
+    // spends from it (under the budget, on the interactive lane), so the
+    // keys of one host do not queue on it for an unbudgeted grant.
     assert_eq!(
         gate(p, "k1", "h1", None, false, Some(t)).await,
         (t, None, false, true, true)
     );
     assert_eq!(key_row(p, "k1").await, (None, 0, None));
+    let hosts: i64 = scalar!(p, "SELECT count(*) FROM egress_hosts");
+    assert_eq!(
+        hosts, 0,
+        "an unbudgeted background gate made the host's row"
+    );
+    assert_eq!(
+        gate(p, "k1", "h1", None, true, Some(t)).await,
+        (t, None, false, true, true)
+    );
     assert_eq!(host_row(p, "h1").await, (None, None, 0));
     // The later of the key's next slot and its throttle pause; a claim that
     // may not go takes no lock and writes nothing (no transaction id).
