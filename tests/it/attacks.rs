@@ -3828,7 +3828,8 @@ async fn backend_alive(f: &Fleet, pid: i32) -> bool {
 /// with it; the victim keeps finishing jobs throughout. On
 /// `main` the first round lasted until the 30 s limit (a waiting holder
 /// counted as a waiter) and the idle session was never ended. The budget is
-/// 30 requests a minute, and the victim keeps at least half of it.
+/// 30 requests a minute; the attacker's host takes its half, and the victim
+/// keeps at least two thirds of its own half.
 #[sqlx::test(migrations = false)]
 async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit(
     _: PgPoolOptions,
@@ -3879,6 +3880,22 @@ async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit
         // The holder: the budget's row (a granted claim: since 0025 a claim
         // the gate denies locks nothing, so it asks again until one is
         // granted), then a wait on the idle one.
+        //
+        // Its grants roll back with the holder, so its host never counts as
+        // spending its share: the victim, alone in the count, is entitled at
+        // every slot, and the attacker must win the race at each slot's
+        // opening (beside stress-ng it lost every race for 15 s). The
+        // harness counts the attacker's host as spending, as it would if its
+        // grants committed: every other slot is its own share, as an honest
+        // host's would be. (It only makes the attack stronger.)
+        sqlx::query(
+            "INSERT INTO egress_hosts (host, budget_spent_at) VALUES ($1, now())
+             ON CONFLICT (host) DO UPDATE SET budget_spent_at = now()",
+        )
+        .bind(&f.attacker.name)
+        .execute(&f.db.pool)
+        .await
+        .unwrap();
         let (mut conn, pid) = f.attacker.connect(&f.db, ATTACKER_APP).await;
         let asking = Instant::now();
         let granted = loop {
@@ -3983,12 +4000,14 @@ async fn a13_a_holder_waiting_on_its_own_idle_session_is_ended_at_the_hold_limit
             rounds.len()
         ));
     }
-    // Its share: at least half the budget it would have had.
-    let share = BUDGET_PER_MIN * elapsed.as_secs_f64() / 60.0;
-    if (finished as f64) < share / 2.0 {
+    // Its share: half the budget (two hosts spend theirs), of which each
+    // round's hold takes at most the hold limit and the monitor's cadence:
+    // it keeps at least two thirds of it.
+    let share = BUDGET_PER_MIN / 2.0 * elapsed.as_secs_f64() / 60.0;
+    if (finished as f64) < share * 2.0 / 3.0 {
         r.fail(format!(
-            "the victim finished {finished} job(s) in {:.1} s: less than half its share of the \
-             budget ({share:.0})",
+            "the victim finished {finished} job(s) in {:.1} s: less than two thirds of its \
+             share of the budget ({share:.1})",
             elapsed.as_secs_f64()
         ));
     }
