@@ -892,7 +892,8 @@ BEGIN
             FROM (SELECT) AS one
             LEFT JOIN public.egress_budget AS b
                    ON p_budget_spacing IS NOT NULL AND b.singleton
-            LEFT JOIN public.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN public.egress_hosts AS h
+                   ON (p_budget_spacing IS NOT NULL OR p_interactive) AND h.host = p_host
             LEFT JOIN public.egress_gates AS g ON g.egress_key = p_key;
         END IF;
         IF p_budget_spacing IS NOT NULL THEN

@@ -4,8 +4,9 @@
 -- (a background claim while the budget is on), then the host's row
 -- (`p_host`, the login role that registered the caller; only under the
 -- budget or on the interactive lane, where the grant spends from it), then
--- the key's, each created at first use; every caller in this order. A claim that may
--- not go takes no lock and writes nothing (wanting costs the wanter only).
+-- the key's, each created at first use; every caller in this order. A
+-- claim that may not go takes no lock and writes nothing (wanting costs the
+-- wanter only).
 --
 -- `claim_at` is the time of the claim: `p_now`, or the database's clock
 -- (read after the locks when it may go: a wait for them never makes a slot
@@ -95,7 +96,8 @@ BEGIN
             FROM (SELECT) AS one
             LEFT JOIN @schema@.egress_budget AS b
                    ON p_budget_spacing IS NOT NULL AND b.singleton
-            LEFT JOIN @schema@.egress_hosts AS h ON h.host = p_host
+            LEFT JOIN @schema@.egress_hosts AS h
+                   ON (p_budget_spacing IS NOT NULL OR p_interactive) AND h.host = p_host
             LEFT JOIN @schema@.egress_gates AS g ON g.egress_key = p_key;
         END IF;
         IF p_budget_spacing IS NOT NULL THEN
