@@ -830,6 +830,176 @@ $$;
 
 ALTER FUNCTION public.bf4ps_country_ok(code text) OWNER TO <migrator>;
 
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+--
+-- Name: collector_secrets; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.collector_secrets (
+    collector_uuid uuid NOT NULL,
+    secret_sha256 bytea NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    registered_by text,
+    CONSTRAINT collector_secrets_sha256_length CHECK ((length(secret_sha256) = 32))
+);
+
+
+ALTER TABLE public.collector_secrets OWNER TO <migrator>;
+
+--
+-- Name: collectors; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.collectors (
+    collector_uuid uuid DEFAULT gen_random_uuid() NOT NULL,
+    collector_name text NOT NULL,
+    hostname text NOT NULL,
+    lane text NOT NULL,
+    egress_key text NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    drained boolean DEFAULT false NOT NULL,
+    software_version text,
+    started_at timestamp with time zone,
+    last_heartbeat_at timestamp with time zone,
+    heartbeat_state text DEFAULT 'unknown'::text NOT NULL,
+    heartbeat_lost_at timestamp with time zone,
+    current_job_id bigint,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    retired_at timestamp with time zone,
+    CONSTRAINT collectors_egress_nonempty CHECK ((btrim(egress_key) <> ''::text)),
+    CONSTRAINT collectors_heartbeat_state_check CHECK ((heartbeat_state = ANY (ARRAY['unknown'::text, 'healthy'::text, 'lost'::text]))),
+    CONSTRAINT collectors_hostname_nonempty CHECK ((btrim(hostname) <> ''::text)),
+    CONSTRAINT collectors_lane_check CHECK ((lane = ANY (ARRAY['background'::text, 'interactive'::text]))),
+    CONSTRAINT collectors_name_nonempty CHECK ((btrim(collector_name) <> ''::text))
+);
+
+
+ALTER TABLE public.collectors OWNER TO <migrator>;
+
+--
+-- Name: egress_gates; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.egress_gates (
+    egress_key text NOT NULL,
+    next_slot_at timestamp with time zone NOT NULL,
+    passes bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_until timestamp with time zone,
+    throttle_streak integer DEFAULT 0 NOT NULL,
+    budget_wanted_at timestamp with time zone,
+    budget_next_at timestamp with time zone,
+    host text,
+    budget_spent_at timestamp with time zone,
+    CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
+    CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
+    CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
+);
+
+
+ALTER TABLE public.egress_gates OWNER TO <migrator>;
+
+--
+-- Name: egress_hosts; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.egress_hosts (
+    host text NOT NULL,
+    budget_next_at timestamp with time zone,
+    budget_spent_at timestamp with time zone,
+    interactive_claims bigint DEFAULT 0 NOT NULL,
+    interactive_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    interactive_passed_at timestamp with time zone,
+    budget_passed_at timestamp with time zone,
+    CONSTRAINT egress_hosts_host_nonempty CHECK ((host <> ''::text)),
+    CONSTRAINT egress_hosts_interactive_claims_check CHECK ((interactive_claims >= 0))
+);
+
+
+ALTER TABLE public.egress_hosts OWNER TO <migrator>;
+
+--
+-- Name: scheduling_settings; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.scheduling_settings (
+    singleton boolean DEFAULT true NOT NULL,
+    eta_window interval DEFAULT '00:15:00'::interval NOT NULL,
+    egress_rate double precision DEFAULT 0.2 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    max_pending_interactive integer DEFAULT 1000 NOT NULL,
+    lease_duration interval DEFAULT '00:01:00'::interval NOT NULL,
+    heartbeat_lost_after interval DEFAULT '00:00:30'::interval NOT NULL,
+    egress_spacing interval DEFAULT '00:00:05'::interval NOT NULL,
+    budget_spacing interval DEFAULT '00:00:02.792438'::interval,
+    throttle_pause interval DEFAULT '00:01:00'::interval NOT NULL,
+    throttle_pause_max interval DEFAULT '00:30:00'::interval NOT NULL,
+    retry_ladder interval[] DEFAULT ARRAY['00:15:00'::interval, '01:00:00'::interval, '06:00:00'::interval, '24:00:00'::interval] NOT NULL,
+    retry_jitter double precision DEFAULT 0.1 NOT NULL,
+    retry_max_attempts integer DEFAULT 4 NOT NULL,
+    refresh_detailed interval DEFAULT '24:00:00'::interval NOT NULL,
+    refresh_profile interval DEFAULT '30 days'::interval NOT NULL,
+    refresh_weapons interval DEFAULT '7 days'::interval NOT NULL,
+    refresh_vehicles interval DEFAULT '7 days'::interval NOT NULL,
+    registrations_per_hour integer DEFAULT 120 NOT NULL,
+    collectors_per_role integer DEFAULT 50 NOT NULL,
+    budget_requests integer DEFAULT 1296 NOT NULL,
+    budget_window interval DEFAULT '01:00:00'::interval NOT NULL,
+    share_active_max double precision DEFAULT 0.75 NOT NULL,
+    share_bootstrap_min double precision DEFAULT 0.20 NOT NULL,
+    share_retry_min double precision DEFAULT 0.05 NOT NULL,
+    active_window interval DEFAULT '24:00:00'::interval NOT NULL,
+    interactive_cooldown interval DEFAULT '00:10:00'::interval NOT NULL,
+    catalog_seed integer DEFAULT 200 NOT NULL,
+    catalog_new_per_day integer DEFAULT 50 NOT NULL,
+    unavailable_recheck interval DEFAULT '01:00:00'::interval NOT NULL,
+    vehicle_catalog_seed integer DEFAULT 100 NOT NULL,
+    CONSTRAINT scheduling_settings_catalog_check CHECK (((catalog_seed >= 0) AND (catalog_new_per_day >= 0))),
+    CONSTRAINT scheduling_settings_egress_rate_check CHECK (((egress_rate > (0)::double precision) AND (egress_rate < 'Infinity'::double precision))),
+    CONSTRAINT scheduling_settings_eta_window_check CHECK ((eta_window > '00:00:00'::interval)),
+    CONSTRAINT scheduling_settings_interactive_cooldown_check CHECK ((interactive_cooldown >= '00:00:00'::interval)),
+    CONSTRAINT scheduling_settings_max_pending_interactive_check CHECK ((max_pending_interactive > 0)),
+    CONSTRAINT scheduling_settings_policy_check CHECK (((active_window > '00:00:00'::interval) AND (lease_duration > '00:00:00'::interval) AND (heartbeat_lost_after > '00:00:00'::interval) AND (egress_spacing > '00:00:00'::interval) AND ((budget_spacing IS NULL) OR (budget_spacing > '00:00:00'::interval)) AND (throttle_pause > '00:00:00'::interval) AND (throttle_pause_max >= throttle_pause) AND ((cardinality(retry_ladder) >= 1) AND (cardinality(retry_ladder) <= 32)) AND (retry_jitter >= (0)::double precision) AND (retry_jitter <= (1)::double precision) AND (retry_max_attempts > 0) AND (refresh_detailed > '00:00:00'::interval) AND (refresh_profile > '00:00:00'::interval) AND (refresh_weapons > '00:00:00'::interval) AND (refresh_vehicles > '00:00:00'::interval) AND (registrations_per_hour > 0) AND (collectors_per_role > 0) AND (budget_requests > 0) AND (budget_window > '00:00:00'::interval) AND ((share_active_max >= (0)::double precision) AND (share_active_max <= (1)::double precision)) AND ((share_bootstrap_min >= (0)::double precision) AND (share_bootstrap_min <= (1)::double precision)) AND ((share_retry_min >= (0)::double precision) AND (share_retry_min <= (1)::double precision)) AND ((share_bootstrap_min + share_retry_min) <= (1)::double precision))),
+    CONSTRAINT scheduling_settings_singleton CHECK (singleton),
+    CONSTRAINT scheduling_settings_unavailable_recheck_check CHECK ((unavailable_recheck > '00:00:00'::interval)),
+    CONSTRAINT scheduling_settings_vehicle_catalog_seed_check CHECK ((vehicle_catalog_seed >= 0))
+);
+
+
+ALTER TABLE public.scheduling_settings OWNER TO <migrator>;
+
+--
+-- Name: bf4ps_egress_budget_newcomer(text, timestamp with time zone, interval); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp with time zone, p_budget_spacing interval) RETURNS TABLE(host text, since timestamp with time zone)
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT n.host,
+     n.started_at
+    FROM (((( SELECT COALESCE(cs.registered_by, ('(key) '::text || c.egress_key)) AS host,
+             c.started_at,
+             c.last_heartbeat_at,
+             c.egress_key
+            FROM (public.collectors c
+              LEFT JOIN public.collector_secrets cs ON ((cs.collector_uuid = c.collector_uuid)))
+           WHERE ((c.lane = 'background'::text) AND c.enabled AND (NOT c.drained) AND (c.retired_at IS NULL) AND (c.heartbeat_state <> 'lost'::text))) n
+      CROSS JOIN public.scheduling_settings s)
+      LEFT JOIN public.egress_hosts h ON ((h.host = n.host)))
+      LEFT JOIN public.egress_gates g ON ((g.egress_key = n.egress_key)))
+   WHERE ((n.host <> bf4ps_egress_budget_newcomer.p_host) AND (n.last_heartbeat_at > (bf4ps_egress_budget_newcomer.p_at - s.heartbeat_lost_after)) AND ((g.paused_until IS NULL) OR (g.paused_until <= bf4ps_egress_budget_newcomer.p_at)) AND ((h.budget_spent_at IS NULL) OR (h.budget_spent_at <= (bf4ps_egress_budget_newcomer.p_at - '00:01:00'::interval))) AND (NOT (EXISTS ( SELECT 1
+            FROM public.egress_hosts p
+           WHERE (p.budget_passed_at >= (GREATEST(COALESCE(n.started_at, '-infinity'::timestamp with time zone), h.budget_next_at) + bf4ps_egress_budget_newcomer.p_budget_spacing))))));
+END;
+
+
+ALTER FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp with time zone, p_budget_spacing interval) OWNER TO <migrator>;
+
 --
 -- Name: bf4ps_egress_gate(text, text, interval, boolean, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
@@ -935,125 +1105,6 @@ $$;
 
 ALTER FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) OWNER TO <migrator>;
 
-SET default_tablespace = '';
-
-SET default_table_access_method = heap;
-
---
--- Name: collector_secrets; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.collector_secrets (
-    collector_uuid uuid NOT NULL,
-    secret_sha256 bytea NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    registered_by text,
-    CONSTRAINT collector_secrets_sha256_length CHECK ((length(secret_sha256) = 32))
-);
-
-
-ALTER TABLE public.collector_secrets OWNER TO <migrator>;
-
---
--- Name: collectors; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.collectors (
-    collector_uuid uuid DEFAULT gen_random_uuid() NOT NULL,
-    collector_name text NOT NULL,
-    hostname text NOT NULL,
-    lane text NOT NULL,
-    egress_key text NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
-    drained boolean DEFAULT false NOT NULL,
-    software_version text,
-    started_at timestamp with time zone,
-    last_heartbeat_at timestamp with time zone,
-    heartbeat_state text DEFAULT 'unknown'::text NOT NULL,
-    heartbeat_lost_at timestamp with time zone,
-    current_job_id bigint,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    retired_at timestamp with time zone,
-    CONSTRAINT collectors_egress_nonempty CHECK ((btrim(egress_key) <> ''::text)),
-    CONSTRAINT collectors_heartbeat_state_check CHECK ((heartbeat_state = ANY (ARRAY['unknown'::text, 'healthy'::text, 'lost'::text]))),
-    CONSTRAINT collectors_hostname_nonempty CHECK ((btrim(hostname) <> ''::text)),
-    CONSTRAINT collectors_lane_check CHECK ((lane = ANY (ARRAY['background'::text, 'interactive'::text]))),
-    CONSTRAINT collectors_name_nonempty CHECK ((btrim(collector_name) <> ''::text))
-);
-
-
-ALTER TABLE public.collectors OWNER TO <migrator>;
-
---
--- Name: egress_hosts; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.egress_hosts (
-    host text NOT NULL,
-    budget_next_at timestamp with time zone,
-    budget_spent_at timestamp with time zone,
-    interactive_claims bigint DEFAULT 0 NOT NULL,
-    interactive_at timestamp with time zone,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    interactive_passed_at timestamp with time zone,
-    CONSTRAINT egress_hosts_host_nonempty CHECK ((host <> ''::text)),
-    CONSTRAINT egress_hosts_interactive_claims_check CHECK ((interactive_claims >= 0))
-);
-
-
-ALTER TABLE public.egress_hosts OWNER TO <migrator>;
-
---
--- Name: scheduling_settings; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.scheduling_settings (
-    singleton boolean DEFAULT true NOT NULL,
-    eta_window interval DEFAULT '00:15:00'::interval NOT NULL,
-    egress_rate double precision DEFAULT 0.2 NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    max_pending_interactive integer DEFAULT 1000 NOT NULL,
-    lease_duration interval DEFAULT '00:01:00'::interval NOT NULL,
-    heartbeat_lost_after interval DEFAULT '00:00:30'::interval NOT NULL,
-    egress_spacing interval DEFAULT '00:00:05'::interval NOT NULL,
-    budget_spacing interval DEFAULT '00:00:02.792438'::interval,
-    throttle_pause interval DEFAULT '00:01:00'::interval NOT NULL,
-    throttle_pause_max interval DEFAULT '00:30:00'::interval NOT NULL,
-    retry_ladder interval[] DEFAULT ARRAY['00:15:00'::interval, '01:00:00'::interval, '06:00:00'::interval, '24:00:00'::interval] NOT NULL,
-    retry_jitter double precision DEFAULT 0.1 NOT NULL,
-    retry_max_attempts integer DEFAULT 4 NOT NULL,
-    refresh_detailed interval DEFAULT '24:00:00'::interval NOT NULL,
-    refresh_profile interval DEFAULT '30 days'::interval NOT NULL,
-    refresh_weapons interval DEFAULT '7 days'::interval NOT NULL,
-    refresh_vehicles interval DEFAULT '7 days'::interval NOT NULL,
-    registrations_per_hour integer DEFAULT 120 NOT NULL,
-    collectors_per_role integer DEFAULT 50 NOT NULL,
-    budget_requests integer DEFAULT 1296 NOT NULL,
-    budget_window interval DEFAULT '01:00:00'::interval NOT NULL,
-    share_active_max double precision DEFAULT 0.75 NOT NULL,
-    share_bootstrap_min double precision DEFAULT 0.20 NOT NULL,
-    share_retry_min double precision DEFAULT 0.05 NOT NULL,
-    active_window interval DEFAULT '24:00:00'::interval NOT NULL,
-    interactive_cooldown interval DEFAULT '00:10:00'::interval NOT NULL,
-    catalog_seed integer DEFAULT 200 NOT NULL,
-    catalog_new_per_day integer DEFAULT 50 NOT NULL,
-    unavailable_recheck interval DEFAULT '01:00:00'::interval NOT NULL,
-    vehicle_catalog_seed integer DEFAULT 100 NOT NULL,
-    CONSTRAINT scheduling_settings_catalog_check CHECK (((catalog_seed >= 0) AND (catalog_new_per_day >= 0))),
-    CONSTRAINT scheduling_settings_egress_rate_check CHECK (((egress_rate > (0)::double precision) AND (egress_rate < 'Infinity'::double precision))),
-    CONSTRAINT scheduling_settings_eta_window_check CHECK ((eta_window > '00:00:00'::interval)),
-    CONSTRAINT scheduling_settings_interactive_cooldown_check CHECK ((interactive_cooldown >= '00:00:00'::interval)),
-    CONSTRAINT scheduling_settings_max_pending_interactive_check CHECK ((max_pending_interactive > 0)),
-    CONSTRAINT scheduling_settings_policy_check CHECK (((active_window > '00:00:00'::interval) AND (lease_duration > '00:00:00'::interval) AND (heartbeat_lost_after > '00:00:00'::interval) AND (egress_spacing > '00:00:00'::interval) AND ((budget_spacing IS NULL) OR (budget_spacing > '00:00:00'::interval)) AND (throttle_pause > '00:00:00'::interval) AND (throttle_pause_max >= throttle_pause) AND ((cardinality(retry_ladder) >= 1) AND (cardinality(retry_ladder) <= 32)) AND (retry_jitter >= (0)::double precision) AND (retry_jitter <= (1)::double precision) AND (retry_max_attempts > 0) AND (refresh_detailed > '00:00:00'::interval) AND (refresh_profile > '00:00:00'::interval) AND (refresh_weapons > '00:00:00'::interval) AND (refresh_vehicles > '00:00:00'::interval) AND (registrations_per_hour > 0) AND (collectors_per_role > 0) AND (budget_requests > 0) AND (budget_window > '00:00:00'::interval) AND ((share_active_max >= (0)::double precision) AND (share_active_max <= (1)::double precision)) AND ((share_bootstrap_min >= (0)::double precision) AND (share_bootstrap_min <= (1)::double precision)) AND ((share_retry_min >= (0)::double precision) AND (share_retry_min <= (1)::double precision)) AND ((share_bootstrap_min + share_retry_min) <= (1)::double precision))),
-    CONSTRAINT scheduling_settings_singleton CHECK (singleton),
-    CONSTRAINT scheduling_settings_unavailable_recheck_check CHECK ((unavailable_recheck > '00:00:00'::interval)),
-    CONSTRAINT scheduling_settings_vehicle_catalog_seed_check CHECK ((vehicle_catalog_seed >= 0))
-);
-
-
-ALTER TABLE public.scheduling_settings OWNER TO <migrator>;
-
 --
 -- Name: bf4ps_egress_newcomer(text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
@@ -1095,9 +1146,20 @@ BEGIN
         IF p_entitled THEN
             UPDATE public.egress_hosts AS h
             SET budget_next_at = p_at + p_budget_spacing * (
-                    SELECT count(*) + 1 FROM public.egress_hosts AS o
-                    WHERE o.budget_spent_at > p_at - interval '1 minute' AND o.host <> p_host),
+                    SELECT count(*) + 1 FROM (
+                        SELECT o.host FROM public.egress_hosts AS o
+                        WHERE o.budget_spent_at > p_at - interval '1 minute'
+                          AND o.host <> p_host
+                        UNION
+                        SELECT n.host
+                        FROM public.bf4ps_egress_budget_newcomer(p_host, p_at,
+                                                                    p_budget_spacing) AS n
+                    ) AS k),
                 budget_spent_at = p_at, updated_at = p_at
+            WHERE h.host = p_host;
+        ELSE
+            UPDATE public.egress_hosts AS h
+            SET budget_passed_at = p_at, updated_at = p_at
             WHERE h.host = p_host;
         END IF;
     ELSIF p_interactive AND p_entitled THEN
@@ -3238,29 +3300,6 @@ CREATE TABLE public.egress_budget (
 ALTER TABLE public.egress_budget OWNER TO <migrator>;
 
 --
--- Name: egress_gates; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.egress_gates (
-    egress_key text NOT NULL,
-    next_slot_at timestamp with time zone NOT NULL,
-    passes bigint DEFAULT 0 NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    paused_until timestamp with time zone,
-    throttle_streak integer DEFAULT 0 NOT NULL,
-    budget_wanted_at timestamp with time zone,
-    budget_next_at timestamp with time zone,
-    host text,
-    budget_spent_at timestamp with time zone,
-    CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
-    CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
-    CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
-);
-
-
-ALTER TABLE public.egress_gates OWNER TO <migrator>;
-
---
 -- Name: event_rollup_hourly; Type: TABLE; Schema: public; Owner: <migrator>
 --
 
@@ -4754,14 +4793,6 @@ GRANT ALL ON FUNCTION public.bf4ps_collector_succeed(p_uuid uuid, p_secret uuid,
 
 
 --
--- Name: FUNCTION bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean); Type: ACL; Schema: public; Owner: <migrator>
---
-
-REVOKE ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) TO bf4ps_definer;
-
-
---
 -- Name: TABLE collector_secrets; Type: ACL; Schema: public; Owner: <migrator>
 --
 
@@ -4774,6 +4805,14 @@ GRANT SELECT,INSERT ON TABLE public.collector_secrets TO bf4ps_definer;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.collectors TO bf4ps_definer;
 GRANT SELECT ON TABLE public.collectors TO bf4ps_reader;
+
+
+--
+-- Name: TABLE egress_gates; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_gates TO bf4ps_definer;
+GRANT SELECT ON TABLE public.egress_gates TO bf4ps_reader;
 
 
 --
@@ -4790,6 +4829,22 @@ GRANT SELECT ON TABLE public.egress_hosts TO bf4ps_reader;
 
 GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_definer;
 GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_reader;
+
+
+--
+-- Name: FUNCTION bf4ps_egress_budget_newcomer(p_host text, p_at timestamp with time zone, p_budget_spacing interval); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp with time zone, p_budget_spacing interval) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp with time zone, p_budget_spacing interval) TO bf4ps_definer;
+
+
+--
+-- Name: FUNCTION bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) TO bf4ps_definer;
 
 
 --
@@ -5042,14 +5097,6 @@ GRANT SELECT ON TABLE public.discovery_state TO bf4ps_reader;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_budget TO bf4ps_definer;
 GRANT SELECT ON TABLE public.egress_budget TO bf4ps_reader;
-
-
---
--- Name: TABLE egress_gates; Type: ACL; Schema: public; Owner: <migrator>
---
-
-GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_gates TO bf4ps_definer;
-GRANT SELECT ON TABLE public.egress_gates TO bf4ps_reader;
 
 
 --

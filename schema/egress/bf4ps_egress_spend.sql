@@ -5,22 +5,24 @@
 -- moves budget_spacing on; when the grant was the host's own share
 -- (`p_entitled`), the host's own next budget slot moves budget_spacing x
 -- (the hosts that took their own share in the last minute, this one
--- included) on: no host takes more than its fair share while others spend
--- theirs, whatever its keys, and a lone host may take the whole budget. A
--- grant taken from a slot nobody entitled took moves no host's slot and
--- counts no host. The key's own budget slot moves budget_spacing x (its
--- host's unpaused keys with a budgeted grant in the last minute or a live
--- background collector: enabled, undrained, unretired, its last heartbeat
--- within heartbeat_lost_after and not marked lost) on: the keys of one host
--- take turns, a key counted from its collector's start, not from its first
--- grant (one that never won a race would count in no turn). On the interactive lane (`p_interactive`,
--- entitled) the host's interactive claims count one more; a host that
--- claimed none in the last minute first takes the least of the hosts that
--- did (it neither banks credit nor keeps a debt while away). A grant on the
--- interactive lane that was not the host's own share (a job that waited a
--- second) passes over the newcomers (bf4ps_egress_newcomer): the host's
--- interactive_passed_at. `p_host` is the login role that registered the
--- caller.
+-- included, and the newcomers: bf4ps_egress_budget_newcomer) on: no host
+-- takes more than its fair share while others spend or come for theirs,
+-- whatever its keys, and a lone host may take the whole budget. A grant
+-- taken from a slot nobody entitled took moves no host's slot, counts no
+-- host and passes over the newcomers (the host's budget_passed_at). The
+-- key's own budget slot moves budget_spacing x (its host's unpaused keys
+-- with a budgeted grant in the last minute or a live background collector:
+-- enabled, undrained, unretired, its last heartbeat within
+-- heartbeat_lost_after and not marked lost) on: the keys of one host take
+-- turns, a key counted from its collector's start, not from its first grant
+-- (one that never won a race would count in no turn). On the interactive
+-- lane (`p_interactive`, entitled) the host's interactive claims count one
+-- more; a host that claimed none in the last minute first takes the least of
+-- the hosts that did (it neither banks credit nor keeps a debt while away).
+-- A grant on the interactive lane that was not the host's own share (a job
+-- that waited a second) passes over the newcomers (bf4ps_egress_newcomer):
+-- the host's interactive_passed_at. `p_host` is the login role that
+-- registered the caller.
 --
 -- owner: migrator
 -- execute: bf4ps_definer
@@ -39,9 +41,20 @@ BEGIN
         IF p_entitled THEN
             UPDATE @schema@.egress_hosts AS h
             SET budget_next_at = p_at + p_budget_spacing * (
-                    SELECT count(*) + 1 FROM @schema@.egress_hosts AS o
-                    WHERE o.budget_spent_at > p_at - interval '1 minute' AND o.host <> p_host),
+                    SELECT count(*) + 1 FROM (
+                        SELECT o.host FROM @schema@.egress_hosts AS o
+                        WHERE o.budget_spent_at > p_at - interval '1 minute'
+                          AND o.host <> p_host
+                        UNION
+                        SELECT n.host
+                        FROM @schema@.bf4ps_egress_budget_newcomer(p_host, p_at,
+                                                                    p_budget_spacing) AS n
+                    ) AS k),
                 budget_spent_at = p_at, updated_at = p_at
+            WHERE h.host = p_host;
+        ELSE
+            UPDATE @schema@.egress_hosts AS h
+            SET budget_passed_at = p_at, updated_at = p_at
             WHERE h.host = p_host;
         END IF;
     ELSIF p_interactive AND p_entitled THEN

@@ -479,6 +479,7 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
         bound_when_created,
         [
             "bf4ps_budget_class",
+            "bf4ps_egress_budget_newcomer",
             "bf4ps_egress_newcomer",
             "bf4ps_freshness_slot",
             "bf4ps_name_ok",

@@ -802,6 +802,159 @@ async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_pas
     assert!(entitled && locked, "not entitled once the newcomer claimed");
 }
 
+/// The newcomers of the fleet budget (0028): another host's live background
+/// collector, its key not paused, whose host took no slot of its own in the
+/// last minute and was not passed over since it came or could last take
+/// its own slot. A host's own slot moves by them as by the hosts that
+/// spend, and a slot taken unentitled a spacing after they came passes them
+/// over.
+#[sqlx::test]
+async fn bf4ps_egress_budget_newcomer_counts_live_background_hosts_until_passed_over(
+    _: PoolOpts,
+    opts: Opts,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let (a_role, a) = member_of(&db, "bf4ps_collector").await;
+    let (b_role, b) = member_of(&db, "bf4ps_collector").await;
+    let (host_a, host_b) = (a_role.name.clone(), b_role.name.clone());
+    register(&a, "a1", "background", "ka").await;
+    register(&b, "b1", "background", "kb").await;
+    register(&b, "b2", "interactive", "kb2").await;
+    let now: Time = scalar!(p, "SELECT now()");
+    let listed = |host: String, at: Time| async move {
+        let hosts: Vec<(String,)> = rows!(
+            p,
+            "SELECT host FROM bf4ps_egress_budget_newcomer($1, $2, '2 s') ORDER BY host",
+            host,
+            at
+        );
+        hosts.into_iter().map(|(h,)| h).collect::<Vec<String>>()
+    };
+    // Each host sees the other's background collector, never its own nor
+    // an interactive one.
+    assert_eq!(listed(host_a.clone(), now).await, vec![host_b.clone()]);
+    assert_eq!(listed(host_b.clone(), now).await, vec![host_a.clone()]);
+    // A host that took its own slot in the last minute is no newcomer;
+    // after a minute it is one again.
+    let spent = |at: Time| {
+        let host = host_b.clone();
+        async move {
+            run!(
+                p,
+                "INSERT INTO egress_hosts (host, budget_spent_at, budget_next_at)
+                 VALUES ($1, $2, $2)
+                 ON CONFLICT (host) DO UPDATE
+                 SET budget_spent_at = EXCLUDED.budget_spent_at,
+                     budget_next_at = EXCLUDED.budget_next_at",
+                host,
+                at
+            )
+            .unwrap()
+        }
+    };
+    spent(now - secs(59)).await;
+    assert!(listed(host_a.clone(), now).await.is_empty());
+    spent(now - secs(61)).await;
+    assert_eq!(listed(host_a.clone(), now).await.len(), 1);
+    // Passed over (any host took a slot it was not entitled to a spacing or
+    // more after the collector started and the host's own slot passed):
+    // not listed until it takes its slot or a collector of it starts anew.
+    let started: Time = scalar!(
+        p,
+        "SELECT started_at FROM collectors WHERE collector_name = 'b1'"
+    );
+    let passed = |at: Option<Time>| async move {
+        run!(
+            p,
+            "INSERT INTO egress_hosts (host, budget_passed_at) VALUES ('h-other', $1)
+             ON CONFLICT (host) DO UPDATE SET budget_passed_at = EXCLUDED.budget_passed_at",
+            at
+        )
+        .unwrap()
+    };
+    passed(Some(started + secs(1))).await;
+    assert_eq!(
+        listed(host_a.clone(), now).await.len(),
+        1,
+        "passed too early"
+    );
+    passed(Some(started + secs(2))).await;
+    assert!(listed(host_a.clone(), now).await.is_empty());
+    run!(
+        p,
+        "UPDATE collectors SET started_at = $1 WHERE collector_name = 'b1'",
+        started + secs(3)
+    )
+    .unwrap();
+    assert_eq!(listed(host_a.clone(), now).await.len(), 1, "started anew");
+    run!(
+        p,
+        "UPDATE collectors SET started_at = $1 WHERE collector_name = 'b1'",
+        started
+    )
+    .unwrap();
+    passed(None).await;
+    // Not live: its last heartbeat older than heartbeat_lost_after, marked
+    // lost, drained, disabled or retired; nor while its key is paused.
+    assert!(listed(host_a.clone(), now + secs(31)).await.is_empty());
+    for change in [
+        "UPDATE collectors SET heartbeat_state = 'lost' WHERE collector_name = 'b1'",
+        "UPDATE collectors SET drained = true WHERE collector_name = 'b1'",
+        "UPDATE collectors SET enabled = false WHERE collector_name = 'b1'",
+        "UPDATE collectors SET retired_at = now() WHERE collector_name = 'b1'",
+        "INSERT INTO egress_gates (egress_key, next_slot_at, passes, paused_until)
+         VALUES ('kb', '-infinity', 0, now() + interval '1 minute')",
+    ] {
+        let mut tx = p.begin().await.unwrap();
+        exec(&mut *tx, change).await.unwrap();
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM bf4ps_egress_budget_newcomer($1, now(), '2 s')",
+        )
+        .bind(&host_a)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "{change}");
+        tx.rollback().await.unwrap();
+    }
+    // The spend: host a's own grant while b is a newcomer moves a's own
+    // slot two spacings on; a slot a takes unentitled a spacing after b
+    // came passes b over, and a's next own grant moves it one spacing.
+    run!(
+        p,
+        "DELETE FROM egress_hosts WHERE host = $1",
+        host_b.clone()
+    )
+    .unwrap();
+    let spend = |at: Time, entitled: bool| {
+        let host = host_a.clone();
+        async move {
+            gate(p, "ka", &host, Some("2 s"), false, Some(at)).await;
+            run!(
+                p,
+                "SELECT bf4ps_egress_spend('ka', $1, '1 ms', '2 s', false, $2, $3)",
+                host.clone(),
+                entitled,
+                at
+            )
+            .unwrap();
+            let row: (Option<Time>, Option<Time>) = row!(
+                p,
+                "SELECT budget_next_at, budget_passed_at FROM egress_hosts WHERE host = $1",
+                host
+            );
+            row
+        }
+    };
+    let t1 = started + secs(1);
+    assert_eq!(spend(t1, true).await, (Some(t1 + secs(4)), None));
+    let t2 = started + secs(2);
+    assert_eq!(spend(t2, false).await, (Some(t1 + secs(4)), Some(t2)));
+    let t3 = started + secs(6);
+    assert_eq!(spend(t3, true).await, (Some(t3 + secs(2)), Some(t2)));
+}
+
 // ---- feeder ---------------------------------------------------------------
 
 #[sqlx::test]
