@@ -7,7 +7,11 @@ use sqlx::PgPool;
 
 use crate::db::locks::{Lease, LeaseName, lease_holder};
 
-use super::{Position, ProjectorError, batch::Batch, store};
+use super::{
+    Position, ProjectorError,
+    batch::{Batch, parse_tx},
+    store,
+};
 
 /// How long the rebuild's grants of the projector and retention leases last
 /// (renewed, as the fence, in the rebuild's transaction before it commits).
@@ -86,7 +90,17 @@ async fn replay(
     progress: &mut impl FnMut(u64),
 ) -> Result<RebuildReport, ProjectorError> {
     let mut tx = pool.begin().await?;
-    let horizon = store::horizon(&mut tx).await?;
+    // Never less than was projected: every event up to the checkpoint was
+    // final when a projector passed it (no transaction below its horizon
+    // commits later), while the horizon read now may be lower for a moment
+    // (an xid in the snapshot whose transaction, of another database, ended
+    // before the activity was read counts as open), and a rebuild reads it
+    // once: it replayed nothing and put the checkpoint back, so a live
+    // projector counted those events twice.
+    let projected = store::checkpoint(&mut *tx).await?;
+    let horizon = parse_tx(&store::horizon(&mut tx).await?)?
+        .max(projected.tx_id.saturating_add(1))
+        .to_string();
     store::reset(&mut tx).await?;
     let mut cursor = Position::default();
     let mut events = 0u64;
