@@ -4,9 +4,9 @@
 -- at a slot's opening first, against a lone host that was entitled at every
 -- slot: one host with 40 keys asking every 5 ms took 23 to 43 % of the
 -- budget in 4 runs of 11 (CI: 46.6 %), its eight honest peers' first grants
--- coming 10 to 20 s late. Now a host with a live background collector that took
--- no share of its own in the last minute counts as one (a newcomer) until
--- it was passed over: a slot that no entitled host took within half a
+-- coming 10 to 20 s late. Now a host with a live background collector that
+-- took no share of its own in the last minute counts as one (a newcomer)
+-- until it was passed over: a slot that no entitled host took within half a
 -- spacing, taken a spacing or more after the newcomer came, passes over
 -- every newcomer then, so a host that is there but never claims costs the
 -- budget one such grace per collector start.
