@@ -881,49 +881,6 @@ CREATE TABLE public.collectors (
 ALTER TABLE public.collectors OWNER TO <migrator>;
 
 --
--- Name: egress_gates; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.egress_gates (
-    egress_key text NOT NULL,
-    next_slot_at timestamp with time zone NOT NULL,
-    passes bigint DEFAULT 0 NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    paused_until timestamp with time zone,
-    throttle_streak integer DEFAULT 0 NOT NULL,
-    budget_wanted_at timestamp with time zone,
-    budget_next_at timestamp with time zone,
-    host text,
-    budget_spent_at timestamp with time zone,
-    CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
-    CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
-    CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
-);
-
-
-ALTER TABLE public.egress_gates OWNER TO <migrator>;
-
---
--- Name: egress_hosts; Type: TABLE; Schema: public; Owner: <migrator>
---
-
-CREATE TABLE public.egress_hosts (
-    host text NOT NULL,
-    budget_next_at timestamp with time zone,
-    budget_spent_at timestamp with time zone,
-    interactive_claims bigint DEFAULT 0 NOT NULL,
-    interactive_at timestamp with time zone,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    interactive_passed_at timestamp with time zone,
-    budget_passed_at timestamp with time zone,
-    CONSTRAINT egress_hosts_host_nonempty CHECK ((host <> ''::text)),
-    CONSTRAINT egress_hosts_interactive_claims_check CHECK ((interactive_claims >= 0))
-);
-
-
-ALTER TABLE public.egress_hosts OWNER TO <migrator>;
-
---
 -- Name: scheduling_settings; Type: TABLE; Schema: public; Owner: <migrator>
 --
 
@@ -974,6 +931,68 @@ CREATE TABLE public.scheduling_settings (
 ALTER TABLE public.scheduling_settings OWNER TO <migrator>;
 
 --
+-- Name: bf4ps_live_collectors(text, timestamp with time zone); Type: FUNCTION; Schema: public; Owner: <migrator>
+--
+
+CREATE FUNCTION public.bf4ps_live_collectors(p_lane text, p_at timestamp with time zone) RETURNS TABLE(host text, egress_key text, started_at timestamp with time zone)
+    LANGUAGE sql STABLE
+    BEGIN ATOMIC
+ SELECT COALESCE(cs.registered_by, ('(key) '::text || c.egress_key)) AS "coalesce",
+     c.egress_key,
+     c.started_at
+    FROM ((public.collectors c
+      LEFT JOIN public.collector_secrets cs ON ((cs.collector_uuid = c.collector_uuid)))
+      CROSS JOIN public.scheduling_settings s)
+   WHERE ((c.lane = bf4ps_live_collectors.p_lane) AND c.enabled AND (NOT c.drained) AND (c.retired_at IS NULL) AND (c.heartbeat_state <> 'lost'::text) AND (c.last_heartbeat_at > (bf4ps_live_collectors.p_at - s.heartbeat_lost_after)));
+END;
+
+
+ALTER FUNCTION public.bf4ps_live_collectors(p_lane text, p_at timestamp with time zone) OWNER TO <migrator>;
+
+--
+-- Name: egress_gates; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.egress_gates (
+    egress_key text NOT NULL,
+    next_slot_at timestamp with time zone NOT NULL,
+    passes bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_until timestamp with time zone,
+    throttle_streak integer DEFAULT 0 NOT NULL,
+    budget_wanted_at timestamp with time zone,
+    budget_next_at timestamp with time zone,
+    host text,
+    budget_spent_at timestamp with time zone,
+    CONSTRAINT egress_gates_key_nonempty CHECK ((btrim(egress_key) <> ''::text)),
+    CONSTRAINT egress_gates_passes_check CHECK ((passes >= 0)),
+    CONSTRAINT egress_gates_throttle_streak_check CHECK ((throttle_streak >= 0))
+);
+
+
+ALTER TABLE public.egress_gates OWNER TO <migrator>;
+
+--
+-- Name: egress_hosts; Type: TABLE; Schema: public; Owner: <migrator>
+--
+
+CREATE TABLE public.egress_hosts (
+    host text NOT NULL,
+    budget_next_at timestamp with time zone,
+    budget_spent_at timestamp with time zone,
+    interactive_claims bigint DEFAULT 0 NOT NULL,
+    interactive_at timestamp with time zone,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    interactive_passed_at timestamp with time zone,
+    budget_passed_at timestamp with time zone,
+    CONSTRAINT egress_hosts_host_nonempty CHECK ((host <> ''::text)),
+    CONSTRAINT egress_hosts_interactive_claims_check CHECK ((interactive_claims >= 0))
+);
+
+
+ALTER TABLE public.egress_hosts OWNER TO <migrator>;
+
+--
 -- Name: bf4ps_egress_budget_newcomer(text, timestamp with time zone, interval); Type: FUNCTION; Schema: public; Owner: <migrator>
 --
 
@@ -982,17 +1001,10 @@ CREATE FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp 
     BEGIN ATOMIC
  SELECT n.host,
      n.started_at
-    FROM (((( SELECT COALESCE(cs.registered_by, ('(key) '::text || c.egress_key)) AS host,
-             c.started_at,
-             c.last_heartbeat_at,
-             c.egress_key
-            FROM (public.collectors c
-              LEFT JOIN public.collector_secrets cs ON ((cs.collector_uuid = c.collector_uuid)))
-           WHERE ((c.lane = 'background'::text) AND c.enabled AND (NOT c.drained) AND (c.retired_at IS NULL) AND (c.heartbeat_state <> 'lost'::text))) n
-      CROSS JOIN public.scheduling_settings s)
+    FROM ((public.bf4ps_live_collectors('background'::text, bf4ps_egress_budget_newcomer.p_at) n(host, egress_key, started_at)
       LEFT JOIN public.egress_hosts h ON ((h.host = n.host)))
       LEFT JOIN public.egress_gates g ON ((g.egress_key = n.egress_key)))
-   WHERE ((n.host <> bf4ps_egress_budget_newcomer.p_host) AND (n.last_heartbeat_at > (bf4ps_egress_budget_newcomer.p_at - s.heartbeat_lost_after)) AND ((g.paused_until IS NULL) OR (g.paused_until <= bf4ps_egress_budget_newcomer.p_at)) AND ((h.budget_spent_at IS NULL) OR (h.budget_spent_at <= (bf4ps_egress_budget_newcomer.p_at - '00:01:00'::interval))) AND (NOT (EXISTS ( SELECT 1
+   WHERE ((n.host <> bf4ps_egress_budget_newcomer.p_host) AND ((g.paused_until IS NULL) OR (g.paused_until <= bf4ps_egress_budget_newcomer.p_at)) AND ((h.budget_spent_at IS NULL) OR (h.budget_spent_at <= (bf4ps_egress_budget_newcomer.p_at - '00:01:00'::interval))) AND (NOT (EXISTS ( SELECT 1
             FROM public.egress_hosts p
            WHERE (p.budget_passed_at >= (GREATEST(COALESCE(n.started_at, '-infinity'::timestamp with time zone), h.budget_next_at) + bf4ps_egress_budget_newcomer.p_budget_spacing))))));
 END;
@@ -1114,15 +1126,9 @@ CREATE FUNCTION public.bf4ps_egress_newcomer(p_host text, p_at timestamp with ti
     BEGIN ATOMIC
  SELECT n.host,
      n.started_at
-    FROM ((( SELECT COALESCE(cs.registered_by, ('(key) '::text || c.egress_key)) AS host,
-             c.started_at,
-             c.last_heartbeat_at
-            FROM (public.collectors c
-              LEFT JOIN public.collector_secrets cs ON ((cs.collector_uuid = c.collector_uuid)))
-           WHERE ((c.lane = 'interactive'::text) AND c.enabled AND (NOT c.drained) AND (c.retired_at IS NULL) AND (c.heartbeat_state <> 'lost'::text))) n
-      CROSS JOIN public.scheduling_settings s)
+    FROM (public.bf4ps_live_collectors('interactive'::text, bf4ps_egress_newcomer.p_at) n(host, egress_key, started_at)
       LEFT JOIN public.egress_hosts h ON ((h.host = n.host)))
-   WHERE ((n.host <> bf4ps_egress_newcomer.p_host) AND (n.last_heartbeat_at > (bf4ps_egress_newcomer.p_at - s.heartbeat_lost_after)) AND ((h.interactive_at IS NULL) OR (h.interactive_at <= (bf4ps_egress_newcomer.p_at - '00:01:00'::interval))) AND (NOT (EXISTS ( SELECT 1
+   WHERE ((n.host <> bf4ps_egress_newcomer.p_host) AND ((h.interactive_at IS NULL) OR (h.interactive_at <= (bf4ps_egress_newcomer.p_at - '00:01:00'::interval))) AND (NOT (EXISTS ( SELECT 1
             FROM public.egress_hosts p
            WHERE (p.interactive_passed_at >= (GREATEST(COALESCE(n.started_at, '-infinity'::timestamp with time zone), h.interactive_at) + '00:00:01'::interval))))));
 END;
@@ -1190,18 +1196,11 @@ BEGIN
                                         AND (o.paused_until IS NULL OR o.paused_until <= p_at)
                                       UNION
                                       SELECT c.egress_key
-                                      FROM public.collectors AS c
-                                      LEFT JOIN public.collector_secrets AS cs
-                                             ON cs.collector_uuid = c.collector_uuid
+                                      FROM public.bf4ps_live_collectors('background', p_at)
+                                           AS c
                                       LEFT JOIN public.egress_gates AS o
                                              ON o.egress_key = c.egress_key
-                                      CROSS JOIN public.scheduling_settings AS x
-                                      WHERE c.lane = 'background' AND c.enabled AND NOT c.drained
-                                        AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost'
-                                        AND c.last_heartbeat_at > p_at - x.heartbeat_lost_after
-                                        AND c.egress_key <> p_key
-                                        AND coalesce(cs.registered_by, '(key) ' || c.egress_key)
-                                            = p_host
+                                      WHERE c.host = p_host AND c.egress_key <> p_key
                                         AND (o.paused_until IS NULL OR o.paused_until <= p_at)
                                   ) AS k) END,
         budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END
@@ -4808,6 +4807,22 @@ GRANT SELECT ON TABLE public.collectors TO bf4ps_reader;
 
 
 --
+-- Name: TABLE scheduling_settings; Type: ACL; Schema: public; Owner: <migrator>
+--
+
+GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_definer;
+GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_reader;
+
+
+--
+-- Name: FUNCTION bf4ps_live_collectors(p_lane text, p_at timestamp with time zone); Type: ACL; Schema: public; Owner: <migrator>
+--
+
+REVOKE ALL ON FUNCTION public.bf4ps_live_collectors(p_lane text, p_at timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.bf4ps_live_collectors(p_lane text, p_at timestamp with time zone) TO bf4ps_definer;
+
+
+--
 -- Name: TABLE egress_gates; Type: ACL; Schema: public; Owner: <migrator>
 --
 
@@ -4821,14 +4836,6 @@ GRANT SELECT ON TABLE public.egress_gates TO bf4ps_reader;
 
 GRANT SELECT,INSERT,UPDATE ON TABLE public.egress_hosts TO bf4ps_definer;
 GRANT SELECT ON TABLE public.egress_hosts TO bf4ps_reader;
-
-
---
--- Name: TABLE scheduling_settings; Type: ACL; Schema: public; Owner: <migrator>
---
-
-GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_definer;
-GRANT SELECT ON TABLE public.scheduling_settings TO bf4ps_reader;
 
 
 --

@@ -18,17 +18,10 @@ RETURNS TABLE (host text, since timestamptz)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT n.host, n.started_at
-    FROM (SELECT coalesce(cs.registered_by, '(key) ' || c.egress_key) AS host, c.started_at,
-                 c.last_heartbeat_at, c.egress_key
-          FROM @schema@.collectors AS c
-          LEFT JOIN @schema@.collector_secrets AS cs ON cs.collector_uuid = c.collector_uuid
-          WHERE c.lane = 'background' AND c.enabled AND NOT c.drained
-            AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost') AS n
-    CROSS JOIN @schema@.scheduling_settings AS s
+    FROM @schema@.bf4ps_live_collectors('background', p_at) AS n
     LEFT JOIN @schema@.egress_hosts AS h ON h.host = n.host
     LEFT JOIN @schema@.egress_gates AS g ON g.egress_key = n.egress_key
     WHERE n.host <> p_host
-      AND n.last_heartbeat_at > p_at - s.heartbeat_lost_after
       AND (g.paused_until IS NULL OR g.paused_until <= p_at)
       AND (h.budget_spent_at IS NULL OR h.budget_spent_at <= p_at - interval '1 minute')
       AND NOT EXISTS (

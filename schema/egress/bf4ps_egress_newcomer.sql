@@ -17,16 +17,9 @@ RETURNS TABLE (host text, since timestamptz)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
     SELECT n.host, n.started_at
-    FROM (SELECT coalesce(cs.registered_by, '(key) ' || c.egress_key) AS host, c.started_at,
-                 c.last_heartbeat_at
-          FROM @schema@.collectors AS c
-          LEFT JOIN @schema@.collector_secrets AS cs ON cs.collector_uuid = c.collector_uuid
-          WHERE c.lane = 'interactive' AND c.enabled AND NOT c.drained
-            AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost') AS n
-    CROSS JOIN @schema@.scheduling_settings AS s
+    FROM @schema@.bf4ps_live_collectors('interactive', p_at) AS n
     LEFT JOIN @schema@.egress_hosts AS h ON h.host = n.host
     WHERE n.host <> p_host
-      AND n.last_heartbeat_at > p_at - s.heartbeat_lost_after
       AND (h.interactive_at IS NULL OR h.interactive_at <= p_at - interval '1 minute')
       AND NOT EXISTS (
           SELECT 1 FROM @schema@.egress_hosts AS p

@@ -85,18 +85,11 @@ BEGIN
                                         AND (o.paused_until IS NULL OR o.paused_until <= p_at)
                                       UNION
                                       SELECT c.egress_key
-                                      FROM @schema@.collectors AS c
-                                      LEFT JOIN @schema@.collector_secrets AS cs
-                                             ON cs.collector_uuid = c.collector_uuid
+                                      FROM @schema@.bf4ps_live_collectors('background', p_at)
+                                           AS c
                                       LEFT JOIN @schema@.egress_gates AS o
                                              ON o.egress_key = c.egress_key
-                                      CROSS JOIN @schema@.scheduling_settings AS x
-                                      WHERE c.lane = 'background' AND c.enabled AND NOT c.drained
-                                        AND c.retired_at IS NULL AND c.heartbeat_state <> 'lost'
-                                        AND c.last_heartbeat_at > p_at - x.heartbeat_lost_after
-                                        AND c.egress_key <> p_key
-                                        AND coalesce(cs.registered_by, '(key) ' || c.egress_key)
-                                            = p_host
+                                      WHERE c.host = p_host AND c.egress_key <> p_key
                                         AND (o.paused_until IS NULL OR o.paused_until <= p_at)
                                   ) AS k) END,
         budget_spent_at = CASE WHEN p_budget_spacing IS NULL THEN g.budget_spent_at ELSE p_at END

@@ -482,6 +482,7 @@ async fn every_function_of_ours_pins_search_path_with_pg_temp_last(
             "bf4ps_egress_budget_newcomer",
             "bf4ps_egress_newcomer",
             "bf4ps_freshness_slot",
+            "bf4ps_live_collectors",
             "bf4ps_name_ok",
             "bf4ps_sane_time",
             "bf4ps_text_ok"

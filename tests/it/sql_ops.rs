@@ -802,6 +802,63 @@ async fn bf4ps_egress_newcomer_lists_live_interactive_hosts_nobody_served_or_pas
     assert!(entitled && locked, "not entitled once the newcomer claimed");
 }
 
+/// The live collectors of a lane, as the egress shares count them: each
+/// with its host (the role that registered it, else its key), key and
+/// start; not once its heartbeat is older than heartbeat_lost_after, nor
+/// marked lost, drained, disabled or retired.
+#[sqlx::test]
+async fn bf4ps_live_collectors_lists_a_lanes_live_collectors_with_their_hosts(
+    _: PoolOpts,
+    opts: Opts,
+) {
+    let db = TestDb::new(opts).await;
+    let p = &db.pool;
+    let (a_role, a) = member_of(&db, "bf4ps_collector").await;
+    register(&a, "a1", "background", "ka").await;
+    register(&a, "a2", "interactive", "ka2").await;
+    let now: Time = scalar!(p, "SELECT now()");
+    let started: Time = scalar!(
+        p,
+        "SELECT started_at FROM collectors WHERE collector_name = 'a1'"
+    );
+    let live = |lane: &'static str, at: Time| async move {
+        let rows: Vec<(String, String, Option<Time>)> = rows!(
+            p,
+            "SELECT host, egress_key, started_at FROM bf4ps_live_collectors($1, $2)",
+            lane,
+            at
+        );
+        rows
+    };
+    assert_eq!(
+        live("background", now).await,
+        vec![(a_role.name.clone(), "ka".to_owned(), Some(started))]
+    );
+    assert_eq!(live("interactive", now).await.len(), 1);
+    assert!(live("background", now + secs(31)).await.is_empty());
+    for change in [
+        "heartbeat_state = 'lost'",
+        "drained = true",
+        "enabled = false",
+        "retired_at = now()",
+    ] {
+        let sql = format!("UPDATE collectors SET {change} WHERE collector_name = 'a1'");
+        let mut tx = p.begin().await.unwrap();
+        exec(&mut *tx, &sql).await.unwrap();
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM bf4ps_live_collectors('background', now())")
+                .fetch_one(&mut *tx)
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "{change}");
+        tx.rollback().await.unwrap();
+    }
+    // A collector registered before 0012 recorded no role: its key is its
+    // host.
+    run!(p, "UPDATE collector_secrets SET registered_by = NULL").unwrap();
+    assert_eq!(live("background", now).await[0].0, "(key) ka");
+}
+
 /// The newcomers of the fleet budget (0028): another host's live background
 /// collector, its key not paused, whose host took no slot of its own in the
 /// last minute and was not passed over since it came or could last take
