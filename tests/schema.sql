@@ -1019,6 +1019,7 @@ ALTER FUNCTION public.bf4ps_egress_budget_newcomer(p_host text, p_at timestamp w
 CREATE FUNCTION public.bf4ps_egress_gate(p_key text, p_host text, p_budget_spacing interval, p_interactive boolean, p_now timestamp with time zone, OUT claim_at timestamp with time zone, OUT go_at timestamp with time zone, OUT paused boolean, OUT entitled boolean, OUT locked boolean) RETURNS record
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 DECLARE
     v_budget timestamptz;
@@ -1143,6 +1144,7 @@ ALTER FUNCTION public.bf4ps_egress_newcomer(p_host text, p_at timestamp with tim
 CREATE FUNCTION public.bf4ps_egress_spend(p_key text, p_host text, p_spacing interval, p_budget_spacing interval, p_interactive boolean, p_entitled boolean, p_at timestamp with time zone) RETURNS void
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     IF p_budget_spacing IS NOT NULL THEN
@@ -1664,6 +1666,7 @@ ALTER FUNCTION public.bf4ps_feeder_rows_changed() OWNER TO bf4ps_definer;
 CREATE FUNCTION public.bf4ps_feeder_sync(p_ids bigint[]) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 BEGIN
     -- (Each id probes the indexes, never `= ANY (p_ids)` against every row:
@@ -2351,15 +2354,19 @@ ALTER FUNCTION public.bf4ps_request_refresh(platform text, persona_id bigint, re
 --
 
 CREATE FUNCTION public.bf4ps_round_half_even(x numeric, scale integer) RETURNS numeric
-    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
     AS $$
-    SELECT round(CASE
-        WHEN abs(q.y - trunc(q.y)) = 0.5
-            THEN (trunc(q.y) + CASE WHEN mod(trunc(q.y), 2) = 0 THEN 0 ELSE sign(x) END) / q.f
-        ELSE round(x, scale)
-    END, scale)
-    FROM (SELECT x * power(10::numeric, scale) AS y, power(10::numeric, scale) AS f) AS q
+DECLARE
+    f numeric := power(10::numeric, scale);
+    y numeric := x * f;
+BEGIN
+    IF abs(y - trunc(y)) = 0.5 THEN
+        RETURN round((trunc(y) + CASE WHEN mod(trunc(y), 2) = 0 THEN 0 ELSE sign(x) END) / f,
+                     scale);
+    END IF;
+    RETURN round(x, scale);
+END;
 $$;
 
 

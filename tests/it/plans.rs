@@ -24,7 +24,8 @@
 //! Second, the plans themselves: the claim's candidate query (the body of
 //! `bf4ps_claim_job`, prepared as plpgsql prepares it, generic plan) is an
 //! ordered scan of the claim index with no sort; the freshness reads'
-//! oldest-success probes read one index entry each.
+//! oldest-success probes read one index entry each. And the hot functions
+//! keep their plans: a call plans nothing after a session's first calls.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -878,4 +879,68 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
         "{plan}"
     );
     assert!(!plan.contains("Sort"), "the class claim sorts: {plan}");
+}
+
+/// The hot functions keep their plans: after a session's first calls, a
+/// call of the feeder's sync (once per success), the egress gate and the
+/// spend (every claim) or the rounding of a detailed document plans
+/// nothing but the caller's own statement. With PostgreSQL's default
+/// (`plan_cache_mode = auto`) some of their statements were planned anew
+/// at every call, their custom plans always looking cheaper than the
+/// generic one (docs/decisions.md, "Generic plans …"). Counted with
+/// `log_planner_stats`: one `PLANNER STATISTICS` message per planning,
+/// sent to the client; each call its own transaction, as in a collector.
+#[sqlx::test]
+async fn hot_functions_plan_nothing_after_a_sessions_first_calls(
+    _: PgPoolOptions,
+    opts: PgConnectOptions,
+) {
+    let db = TestDb::new(opts).await;
+    crate::fixtures::soldiers(&db.pool, 1, 20).await;
+    const WARM: usize = 10;
+    const COUNTED: usize = 5;
+    let mut replanned = Vec::new();
+    for call in [
+        "SELECT bf4ps_feeder_sync(ARRAY[1::bigint])",
+        "SELECT * FROM bf4ps_egress_gate('k', 'h', NULL, true, NULL)",
+        "SELECT * FROM bf4ps_egress_gate('k', 'h', interval '1 ms', false, NULL)",
+        "SELECT bf4ps_egress_spend('k', 'h', interval '1 ms', NULL, false, true, now())",
+        "SELECT bf4ps_round_half_even(1.25, 1)",
+    ] {
+        let mut script =
+            String::from("SET log_planner_stats = on;\nSET client_min_messages = log;\n");
+        for i in 0..WARM + COUNTED {
+            if i == WARM {
+                script.push_str("\\warn COUNTED\n");
+            }
+            script.push_str(&format!("{call};\n"));
+        }
+        let mut child = std::process::Command::new("psql")
+            .args([db.url.as_str(), "-X", "-q", "-v", "ON_ERROR_STOP=1"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run psql (apt-get install postgresql-client)");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("psql's stdin");
+            stdin.write_all(script.as_bytes()).expect("write to psql");
+        }
+        let out = child.wait_with_output().expect("psql");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{call}: {stderr}");
+        let (_, counted) = stderr
+            .split_once("COUNTED")
+            .unwrap_or_else(|| panic!("{call}: no marker in {stderr}"));
+        let plans = counted.matches("PLANNER STATISTICS").count();
+        if plans != COUNTED {
+            replanned.push(format!("{call}: {plans} plannings in {COUNTED} calls"));
+        }
+    }
+    assert!(
+        replanned.is_empty(),
+        "planned anew (one planning a call is the call itself):\n{}",
+        replanned.join("\n")
+    );
 }
