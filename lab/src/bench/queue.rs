@@ -248,7 +248,7 @@ pub(super) struct WakeSamples {
 }
 
 /// Inserts `samples` interactive jobs one at a time, each after the last
-/// was claimed, beside [`WAKE_COLLECTORS`] idle collectors woken by NOTIFY
+/// was claimed and finalized (the fleet idle again), beside [`WAKE_COLLECTORS`] idle collectors woken by NOTIFY
 /// (`listen`) or by the poll alone, and times each.
 pub(super) async fn wake_samples(
     db: &ScratchDb,
@@ -273,7 +273,8 @@ pub(super) async fn wake_samples(
             .await
             .map_err(|_| other("LISTEN connection did not come up"))?;
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<(i64, Instant, Instant)>();
+    // Per job: its claim (id, woke, claimed), then `None` once finalized.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Option<(i64, Instant, Instant)>>();
     let mut workers = Vec::new();
     for i in 0..collectors {
         let me = register(&db.pool, &format!("wake-{i}"), Lane::Interactive).await?;
@@ -289,9 +290,10 @@ pub(super) async fn wake_samples(
                 while let Some(job) = queue::claim_and_start(&pool, &me).await.map_err(other)? {
                     let claimed = Instant::now();
                     waiter.pass_on();
-                    let _ = tx.send((job.job_id, woke, claimed));
+                    let _ = tx.send(Some((job.job_id, woke, claimed)));
                     woke = claimed;
                     succeed(&mut *pool.acquire().await?, &me, &job).await?;
+                    let _ = tx.send(None);
                 }
             }
         }));
@@ -319,15 +321,25 @@ pub(super) async fn wake_samples(
         let (got, woke, claimed) = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .map_err(|_| other("job not claimed within 10 s"))?
-            .ok_or_else(|| other("collectors stopped"))?;
+            .ok_or_else(|| other("collectors stopped"))?
+            .ok_or_else(|| other("a job was finalized before it was claimed"))?;
         if got != job_id {
             return Err(other(format!("claimed job {got}, expected {job_id}")));
         }
         latencies.push(claimed.saturating_duration_since(committed).as_secs_f64() * 1e3);
         wakes.push(woke.saturating_duration_since(committed).as_secs_f64() * 1e3);
         claims.push(claimed.saturating_duration_since(woke).as_secs_f64() * 1e3);
-        // Let the claiming collector finish and go idle again.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        // Every collector idle again before the next job: its finalization
+        // (a detailed document, several milliseconds of the server's time)
+        // is not the next wake's.
+        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(None)) => {}
+            Ok(Some(Some((other_job, ..)))) => {
+                return Err(other(format!("job {other_job} claimed, none was waiting")));
+            }
+            Ok(None) => return Err(other("collectors stopped")),
+            Err(_) => return Err(other("job not finalized within 10 s")),
+        }
     }
     cancel.cancel();
     for w in workers {
