@@ -451,6 +451,9 @@ pub async fn sweep_stale(base: &DbTarget) -> Result<Vec<String>, BenchError> {
     Ok(dropped)
 }
 
+/// How long [`drop_live`] waits for a cancelled `CREATE DATABASE` to end.
+const CREATE_ENDS_WITHIN: Duration = Duration::from_secs(10);
+
 /// Drops every scratch database this process still holds (after a signal
 /// stopped the run; their pools may still be open: `WITH (FORCE)`).
 /// Returns how many it dropped.
@@ -464,6 +467,29 @@ pub async fn drop_live(base: &DbTarget) -> Result<usize, BenchError> {
     }
     let admin = quiet(base).connect(1).await?;
     for name in &names {
+        // The signal dropped the run's futures, not its statements: a
+        // `CREATE DATABASE` of this name may still run (or wait for a lock)
+        // and would commit after the drop. End it first.
+        let create = format!("CREATE DATABASE {name}");
+        let deadline = Instant::now() + CREATE_ENDS_WITHIN;
+        loop {
+            let running: i64 = sqlx::query_scalar(
+                "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+                 WHERE query = $1 AND state = 'active' AND pid <> pg_backend_pid()",
+            )
+            .bind(&create)
+            .fetch_one(&admin)
+            .await?;
+            if running == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(other(format!(
+                    "{create} still runs after {CREATE_ENDS_WITHIN:?} (cancelled); drop it by hand"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // Names of this process's own scratch databases (see `create_unmigrated`).
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
@@ -582,13 +608,15 @@ impl ScratchDb {
         );
         // Dropping a database can take a second: no slow-statement warning.
         let admin = quiet(base).connect(2).await?;
+        // Live before it exists: a signal during the CREATE drops it too
+        // (see `drop_live`).
+        if let Ok(mut live) = LIVE.lock() {
+            live.insert(name.clone());
+        }
         // The name is generated above from digits and underscores only.
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&admin)
             .await?;
-        if let Ok(mut live) = LIVE.lock() {
-            live.insert(name.clone());
-        }
         // The host whose later runs may drop it if this one is killed
         // (a literal: the host name's quotes doubled).
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(

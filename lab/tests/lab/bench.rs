@@ -264,6 +264,102 @@ fn bench_sigint_drops_its_scratch_databases() {
     assert_eq!(scratch_databases(child.id()), 0);
 }
 
+/// A psql query's one-line answer, trimmed.
+fn psql_scalar(query: &str) -> String {
+    let out = std::process::Command::new("psql")
+        .args([master_url().as_str(), "-Atc", query])
+        .output()
+        .expect("psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Waits until `query`'s answer is `want`, failing after `deadline`.
+fn until_psql(query: &str, want: &str, deadline: Duration, what: &str) {
+    let start = Instant::now();
+    while psql_scalar(query) != want {
+        assert!(
+            start.elapsed() < deadline,
+            "{what}: not within {deadline:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A signal while the run's `CREATE DATABASE` is still in flight leaves no
+/// database behind: the run cancels the statement before it drops what it
+/// holds. (Before, the statement outlived the run and committed after it
+/// had exited: a database without the comment, which no sweep drops.) The
+/// test holds the lock on `template1` that `CREATE DATABASE` waits for (a
+/// `COMMENT ON DATABASE` in an open transaction, setting the comment it has,
+/// then rolled back), so the signal always comes mid-statement.
+#[test]
+fn a_signal_during_create_database_leaves_no_database() {
+    let _serial = one_at_a_time();
+    let mut blocker = ChildGuard(
+        std::process::Command::new("psql")
+            .args([master_url().as_str(), "-qX", "-v", "ON_ERROR_STOP=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("psql"),
+    );
+    let mut hold = blocker.stdin.take().expect("piped stdin");
+    use std::io::Write;
+    writeln!(
+        hold,
+        "BEGIN; DO $$ BEGIN EXECUTE (SELECT format('COMMENT ON DATABASE template1 IS %L', \
+         shobj_description(oid, 'pg_database')) FROM pg_database WHERE datname = 'template1'); \
+         END $$;"
+    )
+    .expect("write to psql");
+    hold.flush().expect("flush psql");
+    until_psql(
+        "SELECT count(*) FROM pg_locks AS l JOIN pg_database AS d ON d.oid = l.objid \
+         WHERE l.locktype = 'object' AND d.datname = 'template1' AND l.granted \
+         AND l.mode = 'ShareUpdateExclusiveLock'",
+        "1",
+        Duration::from_secs(30),
+        "the test's lock on template1",
+    );
+    let mut child = spawn_bench(&["claim-depth", "--quick", "--json"]);
+    let pid = child.id();
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE query ~ '^CREATE DATABASE bf4ps_bench_{pid}_' AND state = 'active'"
+    );
+    until_psql(
+        &waiting,
+        "1",
+        Duration::from_secs(60),
+        "the run's CREATE DATABASE waiting",
+    );
+    signal(&child, Signal::SIGINT);
+    let status = exit_within(&mut child, Duration::from_secs(60));
+    // Let the statement go on, if it still runs.
+    writeln!(hold, "ROLLBACK;").expect("write to psql");
+    drop(hold);
+    let ended = exit_within(&mut blocker, Duration::from_secs(30));
+    assert!(ended.success(), "psql holding the lock: {ended}");
+    until_psql(
+        &waiting,
+        "0",
+        Duration::from_secs(30),
+        "the CREATE DATABASE ended",
+    );
+    assert_eq!(status.code(), Some(130), "exit status after SIGINT");
+    let left = scratch_databases(pid);
+    if left > 0 {
+        // (Not left for the suite: no sweep drops a database without the comment.)
+        psql_scalar(&format!("DROP DATABASE IF EXISTS bf4ps_bench_{pid}_0"));
+    }
+    assert_eq!(left, 0, "a scratch database created after the run exited");
+}
+
 /// A run killed with SIGKILL cannot clean up: its scratch database stays
 /// until the next run on this host drops it (its pid is gone).
 #[test]
