@@ -136,41 +136,16 @@ fn bench_all_quick_emits_valid_json_for_every_scenario() {
         assert!(names.contains(required), "{required} missing");
     }
     // Its scratch databases (bf4ps_bench_<pid>_<n>) were dropped.
-    let query =
-        format!("SELECT count(*) FROM pg_database WHERE datname LIKE 'bf4ps_bench_{pid}_%'");
-    let left = std::process::Command::new("psql")
-        .args([master_url().as_str(), "-Atc", &query])
-        .output()
-        .expect("psql");
-    assert!(
-        left.status.success(),
-        "{}",
-        String::from_utf8_lossy(&left.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&left.stdout).trim(),
-        "0",
-        "scratch databases left behind"
-    );
+    assert_eq!(scratch_databases(pid), 0, "scratch databases left behind");
 }
 
 /// How many scratch databases of process `pid` exist (`bf4ps_bench_<pid>_<n>`).
 fn scratch_databases(pid: u32) -> i64 {
-    let query =
-        format!("SELECT count(*) FROM pg_database WHERE datname ~ '^bf4ps_bench_{pid}_[0-9]+$'");
-    let out = std::process::Command::new("psql")
-        .args([master_url().as_str(), "-Atc", &query])
-        .output()
-        .expect("psql");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a count")
+    psql_scalar(&format!(
+        "SELECT count(*) FROM pg_database WHERE datname ~ '^bf4ps_bench_{pid}_[0-9]+$'"
+    ))
+    .parse()
+    .expect("a count")
 }
 
 /// A `bench` process with stdout piped, killed when dropped.
