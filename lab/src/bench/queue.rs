@@ -248,8 +248,9 @@ pub(super) struct WakeSamples {
 }
 
 /// Inserts `samples` interactive jobs one at a time, each after the last
-/// was claimed and finalized (the fleet idle again), beside [`WAKE_COLLECTORS`] idle collectors woken by NOTIFY
-/// (`listen`) or by the poll alone, and times each.
+/// was claimed and finalized (the fleet idle again), beside
+/// [`WAKE_COLLECTORS`] idle collectors woken by NOTIFY (`listen`) or by the
+/// poll alone, and times each.
 pub(super) async fn wake_samples(
     db: &ScratchDb,
     listen: bool,
