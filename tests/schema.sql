@@ -2092,6 +2092,7 @@ ALTER FUNCTION public.bf4ps_record_outcome(p_soldier_id bigint, p_resource text,
 CREATE FUNCTION public.bf4ps_request_refresh(platform text, persona_id bigint, resources text[] DEFAULT ARRAY['detailed'::text, 'profile'::text, 'weapons'::text, 'vehicles'::text], eta_window interval DEFAULT NULL::interval, egress_rate double precision DEFAULT NULL::double precision, soldier_name text DEFAULT NULL::text) RETURNS TABLE(resource text, job_id bigint, state text, "position" bigint, eta_seconds double precision, last_success_at timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'public', 'pg_temp'
+    SET plan_cache_mode TO 'force_generic_plan'
     AS $$
 #variable_conflict use_column
 DECLARE

@@ -40,6 +40,10 @@
 -- persona_id <= 0, a bad eta_window/egress_rate, a bad or missing name.
 -- It runs with its owner's rights: the website's role needs only EXECUTE.
 --
+-- Generic plans (plan_cache_mode, reaching bf4ps_eta_schedule): PostgreSQL
+-- planned four of its statements anew at every call (pgbench, a small
+-- database: 2.9 ms a call, 1.5 ms with generic plans).
+--
 -- owner: bf4ps_definer
 -- execute: bf4ps_website
 CREATE OR REPLACE FUNCTION @schema@.bf4ps_request_refresh(
@@ -59,6 +63,7 @@ CREATE OR REPLACE FUNCTION @schema@.bf4ps_request_refresh(
 )
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path = pg_catalog, @schema@, pg_temp
+SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 DECLARE

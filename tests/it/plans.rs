@@ -883,8 +883,9 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
 
 /// The hot functions keep their plans: after a session's first calls, a
 /// call of the feeder's sync (once per success), the egress gate and the
-/// spend (every claim) or the rounding of a detailed document plans
-/// nothing but the caller's own statement. With PostgreSQL's default
+/// spend (every claim), the rounding of a detailed document or the
+/// website's refresh request plans nothing but the caller's own statement.
+/// With PostgreSQL's default
 /// (`plan_cache_mode = auto`) some of their statements were planned anew
 /// at every call, their custom plans always looking cheaper than the
 /// generic one (docs/decisions.md, "Generic plans …"). Counted with
@@ -906,6 +907,8 @@ async fn hot_functions_plan_nothing_after_a_sessions_first_calls(
         "SELECT * FROM bf4ps_egress_gate('k', 'h', interval '1 ms', false, NULL)",
         "SELECT bf4ps_egress_spend('k', 'h', interval '1 ms', NULL, false, true, now())",
         "SELECT bf4ps_round_half_even(1.25, 1)",
+        // The website's call (its first creates the soldier and four jobs).
+        "SELECT * FROM bf4ps_request_refresh('pc', 900001, soldier_name => 'planned')",
     ] {
         let mut script =
             String::from("SET log_planner_stats = on;\nSET client_min_messages = log;\n");
