@@ -885,10 +885,10 @@ async fn the_hot_helpers_are_inlined_and_the_budget_claim_still_reads_its_index(
 /// call of the feeder's sync (once per success), the egress gate and the
 /// spend (every claim), the rounding of a detailed document or the
 /// website's refresh request plans nothing but the caller's own statement.
-/// With PostgreSQL's default
-/// (`plan_cache_mode = auto`) some of their statements were planned anew
-/// at every call, their custom plans always looking cheaper than the
-/// generic one (docs/decisions.md, "Generic plans …"). Counted with
+/// With PostgreSQL's default (`plan_cache_mode = auto`) some of their
+/// statements were planned anew at every call, their custom plans always
+/// looking cheaper than the generic one (docs/decisions.md, "Generic plans
+/// …"). Counted with
 /// `log_planner_stats`: one `PLANNER STATISTICS` message per planning,
 /// sent to the client; each call its own transaction, as in a collector.
 #[sqlx::test]
